@@ -1,0 +1,7 @@
+"""Allow ``python -m pipeline``."""
+
+from __future__ import annotations
+
+from pipeline.cli import main
+
+raise SystemExit(main())
