@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m benchmarks <name> --json`` prints one JSON object last."""

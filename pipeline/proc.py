@@ -1,0 +1,192 @@
+"""Child processes the pipeline can always stop: setup, tests, agents, probes.
+
+Every child runs in its own process group so that a stop (cancel, lost lease,
+timeout) kills the whole tree: SIGTERM to the group, then SIGKILL after a
+grace. Output is read line by line so callers can stream it and so an idle
+child can be detected. Arguments are always an argv list; a string command
+from configuration runs through ``/bin/sh -c`` only because the operator wrote
+it as shell (never text that came from an issue or an agent).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class StopToken:
+    """Set by the worker when the run must stop: cancel, lease lost or timeout."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason: str | None = None
+
+    def stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self._event.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep up to ``timeout_s``; True as soon as a stop was requested."""
+        return self._event.wait(timeout_s)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int | None  # None when the process was killed before exiting
+    output_tail: str  # the last lines of stdout+stderr, bounded
+    duration_s: float
+    timed_out: bool = False
+    idle_timed_out: bool = False
+    stopped: str | None = None  # the stop reason when a StopToken ended it
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not (self.timed_out or self.idle_timed_out or self.stopped)
+
+
+def shell_argv(command: str | Sequence[str]) -> list[str]:
+    """An operator-written command as argv: strings run through ``/bin/sh -c``."""
+    if isinstance(command, str):
+        return ["/bin/sh", "-c", command]
+    return list(command)
+
+
+def kill_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the child's process group, then SIGKILL it after ``grace_s``."""
+    if proc.poll() is not None:
+        _kill_leftovers(proc.pid)
+        return
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _kill_leftovers(pgid: int) -> None:
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _LineReader(threading.Thread):
+    """Reads a child's merged output, keeping a bounded tail and the last activity time."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        on_line: Callable[[str], None] | None,
+        tail_lines: int,
+        max_line_bytes: int,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.proc = proc
+        self.on_line = on_line
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.max_line_bytes = max_line_bytes
+        self.last_activity = time.monotonic()
+
+    def run(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.last_activity = time.monotonic()
+            line = raw[: self.max_line_bytes].decode("utf-8", errors="replace").rstrip("\n")
+            self.tail.append(line)
+            if self.on_line is not None:
+                self.on_line(line)
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout_s: float | None = None,
+    idle_timeout_s: float | None = None,
+    stop: StopToken | None = None,
+    on_line: Callable[[str], None] | None = None,
+    stdin_data: bytes | None = None,
+    kill_grace_s: float = 5.0,
+    tail_lines: int = 200,
+    max_line_bytes: int = 1 << 20,
+) -> CommandResult:
+    """Run ``argv`` to completion or until a timeout or stop, whichever comes first."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    if stdin_data is not None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(stdin_data)
+        except BrokenPipeError:
+            pass
+        finally:
+            proc.stdin.close()
+    reader = _LineReader(proc, on_line, tail_lines, max_line_bytes)
+    reader.start()
+    outcome = _supervise(proc, reader, started, timeout_s, idle_timeout_s, stop, kill_grace_s)
+    reader.join(timeout=kill_grace_s)
+    return CommandResult(
+        returncode=None if outcome else proc.returncode,
+        output_tail="\n".join(reader.tail),
+        duration_s=time.monotonic() - started,
+        timed_out=outcome == "timeout",
+        idle_timed_out=outcome == "idle",
+        stopped=stop.reason if outcome == "stop" and stop is not None else None,
+    )
+
+
+def _supervise(
+    proc: subprocess.Popen[bytes],
+    reader: _LineReader,
+    started: float,
+    timeout_s: float | None,
+    idle_timeout_s: float | None,
+    stop: StopToken | None,
+    kill_grace_s: float,
+) -> str | None:
+    """Wait for the child; kill its group and say why when it must not go on."""
+    while True:
+        try:
+            proc.wait(timeout=0.05)
+            _kill_leftovers(proc.pid)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        reason = None
+        if stop is not None and stop.stopped:
+            reason = "stop"
+        elif timeout_s is not None and now - started > timeout_s:
+            reason = "timeout"
+        elif idle_timeout_s is not None and now - reader.last_activity > idle_timeout_s:
+            reason = "idle"
+        if reason is not None:
+            kill_group(proc, kill_grace_s)
+            return reason

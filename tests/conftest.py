@@ -1,0 +1,91 @@
+"""Shared fixtures: a clean environment and databases on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Variables a developer's shell might carry that would change what tests see.
+_LEAKY_PREFIXES = ("PIPELINE_", "ANTHROPIC_", "CLAUDE_", "OPENAI_", "CODEX_", "GIT_")
+_LEAKY_NAMES = ("GITHUB_TOKEN", "GH_TOKEN", "GITEA_TOKEN", "GITLAB_TOKEN", "XDG_DATA_HOME")
+# Kept: these steer the test run itself, not the code under test.
+_KEEP = ("PIPELINE_TEST_REQUIRE_POSTGRES", "PIPELINE_TEST_POSTGRES_URL", "PIPELINE_TEST_LONG")
+
+POSTGRES_URL = os.environ.get(
+    "PIPELINE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Clear every variable that could leak a developer's setup into a test."""
+    for name in list(os.environ):
+        if name in _KEEP:
+            continue
+        if name.startswith(_LEAKY_PREFIXES) or name in _LEAKY_NAMES:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "afk test")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "afk@test.invalid")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "afk test")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "afk@test.invalid")
+
+
+def _postgres_available() -> str | None:
+    try:
+        import psycopg
+
+        with psycopg.connect(_psycopg_dsn(POSTGRES_URL), connect_timeout=3):
+            return None
+    except Exception as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _psycopg_dsn(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+def _require_postgres() -> None:
+    problem = _postgres_available()
+    if problem is None:
+        return
+    message = f"PostgreSQL at {POSTGRES_URL} is not reachable: {problem}"
+    if os.environ.get("PIPELINE_TEST_REQUIRE_POSTGRES") == "1":
+        pytest.fail(message + " (PIPELINE_TEST_REQUIRE_POSTGRES=1 makes this a failure)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database, dropped afterwards."""
+    _require_postgres()
+    import psycopg
+
+    name = f"afk_test_{uuid.uuid4().hex[:12]}"
+    admin = _psycopg_dsn(POSTGRES_URL)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = POSTGRES_URL.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh SQLite database file."""
+    return f"sqlite:///{tmp_path / 'history.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database on each engine: every store test runs on both."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
