@@ -50,6 +50,7 @@ class CommandResult:
     timed_out: bool = False
     idle_timed_out: bool = False
     stopped: str | None = None  # the stop reason when a StopToken ended it
+    lingered: bool = False  # killed because it outlived ``done`` by ``done_grace_s``
 
     @property
     def ok(self) -> bool:
@@ -128,8 +129,15 @@ def run_command(
     kill_grace_s: float = 5.0,
     tail_lines: int = 200,
     max_line_bytes: int = 1 << 20,
+    done: threading.Event | None = None,
+    done_grace_s: float = 10.0,
 ) -> CommandResult:
-    """Run ``argv`` to completion or until a timeout or stop, whichever comes first."""
+    """Run ``argv`` to completion or until a timeout or stop, whichever comes first.
+
+    ``done`` is set by the caller (usually from ``on_line``) once the child has
+    said all it will say; a child still alive ``done_grace_s`` later is killed
+    and reported ``lingered`` rather than failed.
+    """
     started = time.monotonic()
     proc = subprocess.Popen(
         list(argv),
@@ -150,7 +158,8 @@ def run_command(
             proc.stdin.close()
     reader = _LineReader(proc, on_line, tail_lines, max_line_bytes)
     reader.start()
-    outcome = _supervise(proc, reader, started, timeout_s, idle_timeout_s, stop, kill_grace_s)
+    limits = _Limits(started, timeout_s, idle_timeout_s, stop, done, done_grace_s)
+    outcome = _supervise(proc, reader, limits, kill_grace_s)
     reader.join(timeout=kill_grace_s)
     return CommandResult(
         returncode=None if outcome else proc.returncode,
@@ -159,16 +168,42 @@ def run_command(
         timed_out=outcome == "timeout",
         idle_timed_out=outcome == "idle",
         stopped=stop.reason if outcome == "stop" and stop is not None else None,
+        lingered=outcome == "lingered",
     )
+
+
+@dataclass
+class _Limits:
+    """What ends a child early, and when ``done`` was first seen set."""
+
+    started: float
+    timeout_s: float | None
+    idle_timeout_s: float | None
+    stop: StopToken | None
+    done: threading.Event | None
+    done_grace_s: float
+    done_at: float | None = None
+
+    def reason(self, now: float, last_activity: float) -> str | None:
+        if self.stop is not None and self.stop.stopped:
+            return "stop"
+        if self.timeout_s is not None and now - self.started > self.timeout_s:
+            return "timeout"
+        if self.done is not None and self.done.is_set():
+            if self.done_at is None:
+                self.done_at = now
+            if now - self.done_at > self.done_grace_s:
+                return "lingered"
+            return None
+        if self.idle_timeout_s is not None and now - last_activity > self.idle_timeout_s:
+            return "idle"
+        return None
 
 
 def _supervise(
     proc: subprocess.Popen[bytes],
     reader: _LineReader,
-    started: float,
-    timeout_s: float | None,
-    idle_timeout_s: float | None,
-    stop: StopToken | None,
+    limits: _Limits,
     kill_grace_s: float,
 ) -> str | None:
     """Wait for the child; kill its group and say why when it must not go on."""
@@ -179,14 +214,7 @@ def _supervise(
             return None
         except subprocess.TimeoutExpired:
             pass
-        now = time.monotonic()
-        reason = None
-        if stop is not None and stop.stopped:
-            reason = "stop"
-        elif timeout_s is not None and now - started > timeout_s:
-            reason = "timeout"
-        elif idle_timeout_s is not None and now - reader.last_activity > idle_timeout_s:
-            reason = "idle"
+        reason = limits.reason(time.monotonic(), reader.last_activity)
         if reason is not None:
             kill_group(proc, kill_grace_s)
             return reason
