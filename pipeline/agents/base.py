@@ -1,0 +1,230 @@
+"""The agent protocol: what one agent invocation is given and what it reports.
+
+An agent runs in a worktree with a scrubbed environment and a per-repo
+``HOME``; it reports an ``AgentResult`` or raises a classified error. The
+classification lives here so every preset maps failures the same way:
+transient model-API trouble is retryable, turn and budget limits escalate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pipeline.errors import CancelRequested, EscalationError, FatalError, RetryableError
+from pipeline.events import EventSink
+from pipeline.proc import CommandResult, StopToken
+
+# Variables the agent never sees: forge credentials, daemon secrets, anything
+# that could let it push or impersonate the daemon.
+_SECRET_NAMES = frozenset(
+    {
+        "GITHUB_TOKEN",
+        "GH_TOKEN",
+        "GH_ENTERPRISE_TOKEN",
+        "GITHUB_ENTERPRISE_TOKEN",
+        "SSH_AUTH_SOCK",
+        "SSH_AGENT_PID",
+        "SSH_ASKPASS",
+        "GIT_ASKPASS",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CREDENTIAL_HELPER",
+        "NETRC",
+        "AWS_ACCESS_KEY_ID",
+        "DATABASE_URL",
+    }
+)
+_SECRET_PREFIXES = ("PIPELINE_", "GITLAB_", "GITEA_", "FORGEJO_", "WOODPECKER_", "GITHUB_")
+_SECRET_SUFFIXES = (
+    "_TOKEN",
+    "_SECRET",
+    "_PASSWORD",
+    "_PASSWD",
+    "_API_KEY",
+    "_APIKEY",
+    "_CREDENTIALS",
+    "_PRIVATE_KEY",
+    "_SECRET_KEY",
+    "_ACCESS_KEY",
+)
+
+_BLOCKED = re.compile(r"^\s*BLOCKED:\s*(.+?)\s*$", re.MULTILINE)
+_RETRYABLE_TEXT = (
+    ("overloaded", "agent_overloaded"),
+    ("rate limit", "agent_rate_limited"),
+    ("rate_limit", "agent_rate_limited"),
+    ("too many requests", "agent_rate_limited"),
+    ("econnrefused", "network"),
+    ("econnreset", "network"),
+    ("connection error", "network"),
+    ("network", "network"),
+    ("timed out", "network"),
+    ("stream disconnected", "network"),
+)
+MAX_SUMMARY_CHARS = 200
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    """One invocation: the prompt, where to work, and whose session to resume."""
+
+    prompt: str
+    workdir: Path
+    env: Mapping[str, str]  # the cache env + base env; the agent scrubs it
+    home: Path  # per-repo HOME: the agent's own state stays with the repo
+    resume_session: str | None = None
+    max_budget_usd: float | None = None
+
+    def __repr__(self) -> str:  # the env may hold anything: never print it
+        return f"AgentRequest(workdir={self.workdir}, resume_session={self.resume_session!r})"
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """What one invocation reported (from its final result event)."""
+
+    session_id: str | None = None
+    subtype: str | None = None  # success | error_max_turns | error_max_budget_usd | ...
+    is_error: bool = False
+    num_turns: int = 0
+    tokens_in: int = 0  # input tokens, cache reads and writes included
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    result_text: str = ""
+    blocked_reason: str | None = None
+    api_error_status: int | None = None
+    permission_denials: tuple[str, ...] = ()
+    tool_calls: int = 0
+    errors: tuple[str, ...] = ()
+    exit_code: int | None = None
+    lingered: bool = False  # killed after the grace that followed its result
+
+
+class Agent(Protocol):
+    """A coding agent the pipeline can run headless in a worktree."""
+
+    name: str
+
+    def run(
+        self, request: AgentRequest, *, events: EventSink, stop: StopToken | None
+    ) -> AgentResult:
+        ...
+
+
+def result_data(result: AgentResult) -> dict[str, object]:
+    """The run-level figures of a result, as event data."""
+    return {
+        "session_id": result.session_id,
+        "subtype": result.subtype,
+        "is_error": result.is_error,
+        "num_turns": result.num_turns,
+        "tokens_in": result.tokens_in,
+        "tokens_out": result.tokens_out,
+        "cost_usd": result.cost_usd,
+        "tool_calls": result.tool_calls,
+        "api_error_status": result.api_error_status,
+    }
+
+
+def is_secret_name(name: str) -> bool:
+    """True for variables that must never reach an agent."""
+    upper = name.upper()
+    return (
+        upper in _SECRET_NAMES
+        or upper.startswith(_SECRET_PREFIXES)
+        or upper.endswith(_SECRET_SUFFIXES)
+    )
+
+
+def scrub_env(
+    env: Mapping[str, str], *, keep_secret: tuple[str, str] | None = None
+) -> dict[str, str]:
+    """``env`` without credentials, plus only the agent's own key when given.
+
+    ``keep_secret`` is ``(variable, value)``: the API key the agent is
+    configured with, added after scrubbing so it is the only secret left.
+    """
+    clean = {name: value for name, value in env.items() if not is_secret_name(name)}
+    if keep_secret is not None:
+        clean[keep_secret[0]] = keep_secret[1]
+    return clean
+
+
+def blocked_reason(text: str) -> str | None:
+    """The reason of the last ``BLOCKED: <reason>`` line in ``text``, if any."""
+    found = _BLOCKED.findall(text)
+    return str(found[-1])[:500] if found else None
+
+
+def summarise(value: object, limit: int = MAX_SUMMARY_CHARS) -> str:
+    """One bounded line for the timeline."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def effective_budget(*budgets: float | None) -> float | None:
+    """The tightest of the configured budgets (``None`` when none is set)."""
+    present = [budget for budget in budgets if budget is not None]
+    return min(present) if present else None
+
+
+def check_process(name: str, command: CommandResult, result: AgentResult | None) -> AgentResult:
+    """The result, or the classified error for a process that gave none."""
+    if command.stopped is not None:
+        raise CancelRequested(f"agent {name} stopped: {command.stopped}")
+    if command.idle_timed_out:
+        raise RetryableError("idle_timeout", f"agent {name} gave no output for too long; killed")
+    if command.timed_out:
+        raise RetryableError("agent_timeout", f"agent {name} ran past its time limit; killed")
+    if result is None:
+        raise RetryableError(
+            "agent_crash",
+            f"agent {name} exited with code {command.returncode} before its result: "
+            f"{summarise(command.output_tail[-600:], 600)}",
+        )
+    return result
+
+
+def classify_result(name: str, result: AgentResult, max_budget_usd: float | None) -> None:
+    """Raise the classified error a failed or over-budget result stands for."""
+    if max_budget_usd is not None and result.cost_usd > max_budget_usd:
+        raise EscalationError(
+            "budget",
+            f"agent {name} spent ${result.cost_usd:.4f}, over the run budget of "
+            f"${max_budget_usd:.4f}; raise max_budget_usd or split the issue",
+        )
+    if not result.is_error:
+        return
+    detail = summarise("; ".join(result.errors) or result.result_text, 400)
+    if result.subtype == "error_max_turns":
+        raise EscalationError(
+            "max_turns",
+            f"agent {name} reached its turn limit after {result.num_turns} turns: {detail}",
+        )
+    if result.subtype == "error_max_budget_usd":
+        raise EscalationError(
+            "budget", f"agent {name} reached its budget (${result.cost_usd:.4f}): {detail}"
+        )
+    _classify_api_error(name, result, detail)
+
+
+def _classify_api_error(name: str, result: AgentResult, detail: str) -> None:
+    status = result.api_error_status
+    if status in (401, 403):
+        raise FatalError("agent_auth", f"agent {name}: the model API refused the key ({status})")
+    if status == 429:
+        raise RetryableError("agent_rate_limited", f"agent {name}: rate limited: {detail}")
+    if status is not None and (status == 529 or status >= 500):
+        raise RetryableError("agent_overloaded", f"agent {name}: API error {status}: {detail}")
+    lowered = detail.lower()
+    for needle, kind in _RETRYABLE_TEXT:
+        if needle in lowered:
+            raise RetryableError(kind, f"agent {name}: {detail}")
+    raise RetryableError(
+        "agent_error", f"agent {name} ended in error ({result.subtype}): {detail}"
+    )

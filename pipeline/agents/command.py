@@ -1,0 +1,92 @@
+"""Any agent as a command: an argv template with ``{prompt_file}`` and ``{workdir}``.
+
+Each element of the template has the two placeholders replaced (plain text
+replacement, no shell, no format mini-language), the prompt is written to a
+file outside the worktree, and exit code 0 means success. The output is
+scanned for ``BLOCKED: <reason>``. Such agents have no session to resume, so
+the implement loop sends them the whole context each time.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pipeline.agents.base import (
+    AgentRequest,
+    AgentResult,
+    blocked_reason,
+    check_process,
+    classify_result,
+    summarise,
+)
+from pipeline.agents.streams import agent_env
+from pipeline.errors import ConfigError
+from pipeline.events import EventSink
+from pipeline.proc import StopToken, run_command
+from pipeline.settings import AgentPreset
+
+MAX_SCANNED_LINES = 2000
+
+
+def command_argv(template: tuple[str, ...], prompt_file: Path, workdir: Path) -> list[str]:
+    """The template with ``{prompt_file}`` and ``{workdir}`` filled in, per element."""
+    return [
+        part.replace("{prompt_file}", str(prompt_file)).replace("{workdir}", str(workdir))
+        for part in template
+    ]
+
+
+class CommandAgent:
+    """The ``command`` preset."""
+
+    def __init__(self, preset: AgentPreset) -> None:
+        if not preset.command:
+            raise ConfigError(f"agents.{preset.name}.command: a command agent needs an argv")
+        self.preset = preset
+        self.name = preset.name
+
+    def run(
+        self, request: AgentRequest, *, events: EventSink, stop: StopToken | None
+    ) -> AgentResult:
+        request.home.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix="afk-prompt-", suffix=".md", dir=request.home)
+        prompt_file = Path(name)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                stream.write(request.prompt)
+            result = self._run(request, prompt_file, events, stop)
+        finally:
+            prompt_file.unlink(missing_ok=True)
+        events("agent", f"{self.name} exited with code {result.exit_code}")
+        classify_result(self.name, result, None)
+        return result
+
+    def _run(
+        self, request: AgentRequest, prompt_file: Path, events: EventSink, stop: StopToken | None
+    ) -> AgentResult:
+        lines: list[str] = []
+
+        def keep(line: str) -> None:
+            if len(lines) < MAX_SCANNED_LINES or line.lstrip().startswith("BLOCKED:"):
+                lines.append(line)
+
+        command = run_command(
+            command_argv(self.preset.command, prompt_file, request.workdir),
+            cwd=request.workdir,
+            env=agent_env(self.preset, request),
+            idle_timeout_s=self.preset.idle_timeout_s,
+            stop=stop,
+            on_line=keep,
+            tail_lines=60,
+        )
+        result = AgentResult(
+            subtype="success" if command.returncode == 0 else "error_exit",
+            is_error=command.returncode != 0,
+            result_text=command.output_tail[-4000:],
+            blocked_reason=blocked_reason("\n".join(lines)),
+            errors=() if command.returncode == 0 else (summarise(command.output_tail[-400:]),),
+            exit_code=command.returncode,
+        )
+        return check_process(self.name, command, result)
