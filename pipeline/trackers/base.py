@@ -1,0 +1,171 @@
+"""The tracker protocol and the neutral data every tracker speaks.
+
+Intake, lifecycle and notifications talk to GitHub, Gitea/Forgejo, GitLab and
+the local tracker through ``Tracker`` alone; the forge-specific JSON stays in
+the client modules. The small ``field``/``as_*`` helpers turn a surprising
+response shape into a classified ``forge_bad_response`` error that names the
+URL and the missing piece, instead of a ``KeyError`` traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pipeline.errors import ConfigError, RetryableError
+
+CiStatus = Literal["pending", "success", "failure", "none"]
+
+_SLUG = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$")
+
+
+@dataclass(frozen=True)
+class Comment:
+    """One comment (GitHub/Gitea) or user note (GitLab) on an issue."""
+
+    author: str
+    body: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class TrackerIssue:
+    """An issue as a list call sees it; ``number`` is the per-repo number (GitLab iid)."""
+
+    number: int
+    title: str
+    body: str
+    author: str
+    url: str
+    labels: tuple[str, ...]
+    state: str
+    updated_at: str
+    external_id: str
+    is_pull_request: bool = False
+
+
+@dataclass(frozen=True)
+class IssueDetail(TrackerIssue):
+    """An issue with its comments, oldest first."""
+
+    comments: tuple[Comment, ...] = ()
+
+
+@dataclass(frozen=True)
+class CiState:
+    """The CI verdict for one commit, summed over every check the forge knows.
+
+    ``state`` is ``none`` when no CI reported anything for the commit yet;
+    ``details`` has one human line per check; ``log_hint`` is a URL where a
+    human (or the fix-forward prompt) finds the failing log, or ``""``.
+    """
+
+    state: CiStatus
+    details: tuple[str, ...] = ()
+    log_hint: str = ""
+
+
+class Tracker(Protocol):
+    """What the pipeline needs from an issue tracker. ``slug`` is ``owner/name``."""
+
+    name: str
+
+    def list_ready(self, slug: str) -> list[TrackerIssue] | None:
+        """Open issues carrying the ready label, pull requests left out.
+
+        ``None`` means unchanged since the previous call (a conditional request
+        answered 304, which costs no rate limit).
+        """
+        ...
+
+    def get_issue(self, slug: str, number: int) -> IssueDetail: ...
+
+    def labeller(self, slug: str, number: int, label: str) -> str | None:
+        """Who applied ``label`` most recently, or ``None`` if no event says."""
+        ...
+
+    def is_trusted(self, slug: str, actor: str) -> bool:
+        """Configured trusted actor, or (where the forge says) write permission."""
+        ...
+
+    def add_labels(self, slug: str, number: int, labels: Sequence[str]) -> None: ...
+
+    def remove_label(self, slug: str, number: int, label: str) -> None:
+        """Remove ``label``; removing a label the issue lacks is not an error."""
+        ...
+
+    def comment(self, slug: str, number: int, body: str) -> None: ...
+
+    def list_comments(self, slug: str, number: int) -> list[Comment]:
+        """All human comments, oldest first (to find markers such as ``<!-- afk:... -->``)."""
+        ...
+
+    def close(self, slug: str, number: int, comment: str | None) -> None:
+        """Post ``comment`` (if any), then close the issue as completed."""
+        ...
+
+    def commit_ci_state(self, slug: str, sha: str) -> CiState: ...
+
+
+def split_slug(slug: str) -> tuple[str, str]:
+    """``owner/name`` into its parts; nested groups stay in the owner (GitLab)."""
+    if not _SLUG.match(slug):
+        raise ConfigError(f"repo slug {slug!r}: expected owner/name")
+    owner, _, name = slug.rpartition("/")
+    return owner, name
+
+
+def bad_response(where: str, problem: str) -> RetryableError:
+    """The classified error for a response whose shape is not what the forge documents."""
+    return RetryableError("forge_bad_response", f"{where}: {problem}")
+
+
+def as_list(data: object, where: str) -> list[Any]:
+    if not isinstance(data, list):
+        raise bad_response(where, f"expected a JSON array, got {_kind(data)}")
+    return data
+
+
+def as_dict(data: object, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise bad_response(where, f"expected a JSON object, got {_kind(data)}")
+    return data
+
+
+def field(obj: Mapping[str, Any], path: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    """``obj[a][b]`` for ``path`` ``"a.b"``, checked against ``kind``."""
+    value: Any = obj
+    for key in path.split("."):
+        if not isinstance(value, Mapping) or key not in value:
+            raise bad_response(where, f"field {path!r} is missing")
+        value = value[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise bad_response(where, f"field {path!r} is {_kind(value)}, not the expected type")
+    return value
+
+
+def text(obj: Mapping[str, Any], path: str, where: str) -> str:
+    """A string field; JSON ``null`` reads as ``""`` (bodies are often null)."""
+    value = field(obj, path, where, (str, type(None)))
+    return value or ""
+
+
+def label_names(obj: Mapping[str, Any], where: str, key: str = "name") -> tuple[str, ...]:
+    """Names from a ``labels`` array of objects (GitHub, Gitea) or strings (GitLab)."""
+    names: list[str] = []
+    for item in as_list(obj.get("labels", []), where):
+        if isinstance(item, str):
+            names.append(item)
+        else:
+            names.append(field(as_dict(item, where), key, where, str))
+    return tuple(names)
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )

@@ -1,0 +1,248 @@
+"""Gitea and Forgejo over ``/api/v1`` (Forgejo keeps Gitea's API).
+
+Quirks handled here, from Gitea's swagger description:
+
+- lists page by ``page``/``limit`` and the server caps ``limit`` at its
+  ``max_response_items`` (``GET /settings/api``, 50 by default); ``X-Total-Count``
+  says how many there are in all;
+- the issues endpoint returns pull requests too unless ``type=issues``, and a
+  pull request carries a non-null ``pull_request``;
+- issue labels are set by id, so names are resolved through the repo's labels
+  (cached) and a missing label is created;
+- the labeller is the ``user`` of the newest ``label`` timeline entry for that
+  label whose ``body`` is ``"1"`` (Gitea writes ``"1"`` for added, ``""`` for removed);
+- a commit's statuses carry their state under ``status``, the combined one under ``state``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from pipeline.errors import ConfigError
+from pipeline.settings import TrackerSettings
+from pipeline.trackers.base import (
+    CiState,
+    Comment,
+    IssueDetail,
+    TrackerIssue,
+    as_dict,
+    as_list,
+    field,
+    label_names,
+    split_slug,
+    text,
+)
+from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, Params
+
+DEFAULT_MAX_ITEMS = 50
+WRITE_PERMISSIONS = frozenset({"owner", "admin", "write"})
+NEW_LABEL_COLOR = "#ededed"
+
+
+class GiteaTracker:
+    """The ``Tracker`` for Gitea or Forgejo; ``base_url`` is the site or its ``/api/v1``."""
+
+    def __init__(
+        self,
+        settings: TrackerSettings,
+        token: str,
+        *,
+        options: HttpOptions | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not settings.base_url:
+            raise ConfigError(f"trackers.{settings.name}.base_url: required for {settings.kind}")
+        self.name = settings.name
+        self.settings = settings
+        base = settings.base_url.rstrip("/")
+        self.http = ForgeHttp(
+            settings.kind,
+            base if base.endswith("/api/v1") else f"{base}/api/v1",
+            {"Authorization": f"token {token}", "Accept": "application/json"},
+            options=options,
+            transport=transport,
+        )
+        self._max_items: int | None = None
+        self._label_ids: dict[str, dict[str, int]] = {}
+
+    def __repr__(self) -> str:
+        return f"GiteaTracker(name={self.name!r}, http={self.http!r})"
+
+    def list_ready(self, slug: str) -> list[TrackerIssue] | None:
+        params = {"state": "open", "type": "issues", "labels": self.settings.ready_label}
+        items = self._collect(f"{_repo(slug)}/issues", params, conditional=True)
+        if items is None:
+            return None
+        issues = [parse_issue(as_dict(item, f"gitea list {slug}")) for item in items]
+        return [issue for issue in issues if not issue.is_pull_request]
+
+    def get_issue(self, slug: str, number: int) -> IssueDetail:
+        page = self.http.get(f"{_repo(slug)}/issues/{number}", not_found="missing_issue")
+        issue = parse_issue(as_dict(page.data, page.url))
+        return IssueDetail(**vars(issue), comments=tuple(self.list_comments(slug, number)))
+
+    def labeller(self, slug: str, number: int, label: str) -> str | None:
+        path = f"{_repo(slug)}/issues/{number}/timeline"
+        actor: str | None = None
+        for raw in self._collect(path, {}, not_found="missing_issue") or []:
+            entry = as_dict(raw, path)
+            if entry.get("type") != "label" or entry.get("body") != "1":
+                continue
+            if isinstance(entry.get("label"), dict) and entry["label"].get("name") == label:
+                user = entry.get("user")
+                actor = user.get("login") if isinstance(user, dict) else None
+        return actor
+
+    def is_trusted(self, slug: str, actor: str) -> bool:
+        if actor in self.settings.trusted_actors:
+            return True
+        if not self.settings.trust_write_permission:
+            return False
+        path = f"{_repo(slug)}/collaborators/{quote(actor, safe='')}/permission"
+        page = self.http.get_optional(path)
+        if page is None:
+            return False
+        return field(as_dict(page.data, page.url), "permission", page.url, str) in WRITE_PERMISSIONS
+
+    def add_labels(self, slug: str, number: int, labels: Sequence[str]) -> None:
+        ids = [self._label_id(slug, name, create=True) for name in labels]
+        path = f"{_repo(slug)}/issues/{number}/labels"
+        self.http.mutate("POST", path, {"labels": ids}, not_found="missing_issue")
+
+    def remove_label(self, slug: str, number: int, label: str) -> None:
+        label_id = self._label_id(slug, label, create=False)
+        if label_id is None:
+            return  # no such label in the repo, so not on the issue either
+        path = f"{_repo(slug)}/issues/{number}/labels/{label_id}"
+        self.http.mutate("DELETE", path, not_found="missing_issue")
+
+    def comment(self, slug: str, number: int, body: str) -> None:
+        path = f"{_repo(slug)}/issues/{number}/comments"
+        self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
+
+    def list_comments(self, slug: str, number: int) -> list[Comment]:
+        path = f"{_repo(slug)}/issues/{number}/comments"
+        page = self.http.get(path, not_found="missing_issue")
+        return [parse_comment(as_dict(item, path), path) for item in as_list(page.data, path)]
+
+    def close(self, slug: str, number: int, comment: str | None) -> None:
+        if comment:
+            self.comment(slug, number, comment)
+        path = f"{_repo(slug)}/issues/{number}"
+        self.http.mutate("PATCH", path, {"state": "closed"}, not_found="missing_issue")
+
+    def commit_ci_state(self, slug: str, sha: str) -> CiState:
+        path = f"{_repo(slug)}/commits/{sha}/status"
+        page = self.http.get(path, not_found="missing_commit")
+        statuses = field(as_dict(page.data, path), "statuses", path, (list, type(None))) or []
+        return summarise_statuses(statuses, path)
+
+    def close_client(self) -> None:
+        self.http.close()
+
+    # -- internals ---------------------------------------------------------
+
+    def max_items(self) -> int:
+        """The server's page-size cap, read once from ``/settings/api``."""
+        if self._max_items is None:
+            page = self.http.get_optional("/settings/api")
+            value = as_dict(page.data, page.url).get("max_response_items") if page else None
+            self._max_items = value if isinstance(value, int) and value > 0 else DEFAULT_MAX_ITEMS
+        return self._max_items
+
+    def _collect(
+        self,
+        path: str,
+        params: Params,
+        *,
+        conditional: bool = False,
+        not_found: str = "missing_repo",
+    ) -> list[Any] | None:
+        first = {**params, "page": "1", "limit": str(self.max_items())}
+        return self.http.collect(
+            path, first, _next_page, conditional=conditional, not_found=not_found
+        )
+
+    def _label_id(self, slug: str, name: str, *, create: bool) -> int | None:
+        ids = self._label_ids.get(slug)
+        if ids is None or (name not in ids and create):
+            ids = self._load_labels(slug)
+        if name not in ids and create:
+            page = self.http.mutate(
+                "POST", f"{_repo(slug)}/labels", {"name": name, "color": NEW_LABEL_COLOR}
+            )
+            ids[name] = field(as_dict(page.data, page.url), "id", page.url, int)
+        return ids.get(name)
+
+    def _load_labels(self, slug: str) -> dict[str, int]:
+        path = f"{_repo(slug)}/labels"
+        labels = self._collect(path, {}) or []
+        ids = {
+            field(as_dict(lab, path), "name", path, str): field(lab, "id", path, int)
+            for lab in labels
+        }
+        self._label_ids[slug] = ids
+        return ids
+
+
+def _repo(slug: str) -> str:
+    owner, name = split_slug(slug)
+    if "/" in owner:
+        raise ConfigError(f"repo slug {slug!r}: Gitea slugs are owner/name")
+    return f"/repos/{owner}/{name}"
+
+
+def _next_page(page: Page, params: Params) -> tuple[str, Params] | None:
+    """Next ``page`` until ``X-Total-Count`` is reached or a short page ends the list."""
+    number, limit = int(params["page"]), int(params["limit"])
+    count = len(page.data) if isinstance(page.data, list) else 0
+    total = page.headers.get("x-total-count", "")
+    done = number * limit >= int(total) if total.isdigit() else count < limit
+    if done or count == 0:
+        return None
+    return page.url.split("?", 1)[0], {**params, "page": str(number + 1)}
+
+
+def parse_issue(item: dict[str, Any]) -> TrackerIssue:
+    where = f"gitea issue {item.get('url', '?')}"
+    return TrackerIssue(
+        number=field(item, "number", where, int),
+        title=text(item, "title", where),
+        body=text(item, "body", where),
+        author=field(item, "user.login", where, str),
+        url=text(item, "html_url", where),
+        labels=label_names(item, where),
+        state=field(item, "state", where, str),
+        updated_at=text(item, "updated_at", where),
+        external_id=str(field(item, "id", where, int)),
+        is_pull_request=item.get("pull_request") is not None,
+    )
+
+
+def parse_comment(item: dict[str, Any], where: str) -> Comment:
+    return Comment(
+        author=field(item, "user.login", where, str),
+        body=text(item, "body", where),
+        created_at=text(item, "created_at", where),
+    )
+
+
+def summarise_statuses(statuses: list[Any], where: str) -> CiState:
+    """Gitea's per-context statuses: failure/error beat pending beat success/warning."""
+    if not statuses:
+        return CiState("none")
+    details, failed, pending = [], [], False
+    for item in (as_dict(s, where) for s in statuses):
+        state = item.get("status")
+        details.append(f"status {item.get('context')}: {state}")
+        if state in ("failure", "error"):
+            failed.append(str(item.get("target_url") or ""))
+        elif state == "pending":
+            pending = True
+    if failed:
+        return CiState("failure", tuple(details), next((url for url in failed if url), ""))
+    return CiState("pending" if pending else "success", tuple(details))

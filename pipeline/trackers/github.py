@@ -1,0 +1,207 @@
+"""GitHub (and GitHub Enterprise Server) over the REST API, version 2022-11-28.
+
+Paths and shapes follow GitHub's OpenAPI description (``@octokit/openapi``):
+issues are listed with ``labels=<ready>&state=open&per_page=100`` and paged by
+``Link``; the issues endpoint also returns pull requests, recognisable by a
+``pull_request`` key, which are dropped. The labeller comes from the issue's
+``labeled`` events; trust can come from write permission on the repo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from pipeline.errors import ConfigError, FatalError
+from pipeline.settings import TrackerSettings
+from pipeline.trackers.base import (
+    CiState,
+    Comment,
+    IssueDetail,
+    TrackerIssue,
+    as_dict,
+    field,
+    label_names,
+    split_slug,
+    text,
+)
+from pipeline.trackers.http import ForgeHttp, HttpOptions, link_next
+
+GITHUB_API = "https://api.github.com"
+WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
+FAILED_CONCLUSIONS = frozenset(
+    {"failure", "timed_out", "cancelled", "action_required", "startup_failure", "stale"}
+)
+
+
+class GitHubTracker:
+    """The ``Tracker`` for github.com or a GitHub Enterprise ``.../api/v3`` base URL."""
+
+    def __init__(
+        self,
+        settings: TrackerSettings,
+        token: str,
+        *,
+        options: HttpOptions | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.name = settings.name
+        self.settings = settings
+        self.http = ForgeHttp(
+            "github",
+            settings.base_url or GITHUB_API,
+            {
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": "2022-11-28",
+            },
+            options=options,
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"GitHubTracker(name={self.name!r}, http={self.http!r})"
+
+    def list_ready(self, slug: str) -> list[TrackerIssue] | None:
+        params = {"labels": self.settings.ready_label, "state": "open", "per_page": "100"}
+        items = self.http.collect(f"{_repo(slug)}/issues", params, link_next, conditional=True)
+        if items is None:
+            return None
+        issues = [parse_issue(as_dict(item, f"github list {slug}")) for item in items]
+        return [issue for issue in issues if not issue.is_pull_request]
+
+    def get_issue(self, slug: str, number: int) -> IssueDetail:
+        page = self.http.get(f"{_repo(slug)}/issues/{number}", not_found="missing_issue")
+        issue = parse_issue(as_dict(page.data, page.url))
+        comments = tuple(self.list_comments(slug, number))
+        return IssueDetail(**vars(issue), comments=comments)
+
+    def labeller(self, slug: str, number: int, label: str) -> str | None:
+        path = f"{_repo(slug)}/issues/{number}/events"
+        events = self.http.collect(path, {"per_page": "100"}, link_next) or []
+        actor: str | None = None
+        for raw in events:
+            event = as_dict(raw, path)
+            if event.get("event") != "labeled":
+                continue
+            if isinstance(event.get("label"), dict) and event["label"].get("name") == label:
+                actor = _login(event.get("actor"))
+        return actor
+
+    def is_trusted(self, slug: str, actor: str) -> bool:
+        if actor in self.settings.trusted_actors:
+            return True
+        if not self.settings.trust_write_permission:
+            return False
+        path = f"{_repo(slug)}/collaborators/{quote(actor, safe='')}/permission"
+        page = self.http.get_optional(path)
+        if page is None:
+            return False
+        return field(as_dict(page.data, page.url), "permission", page.url, str) in WRITE_PERMISSIONS
+
+    def add_labels(self, slug: str, number: int, labels: Sequence[str]) -> None:
+        path = f"{_repo(slug)}/issues/{number}/labels"
+        self.http.mutate("POST", path, {"labels": list(labels)}, not_found="missing_issue")
+
+    def remove_label(self, slug: str, number: int, label: str) -> None:
+        path = f"{_repo(slug)}/issues/{number}/labels/{quote(label, safe='')}"
+        try:
+            self.http.mutate("DELETE", path, not_found="missing_label")
+        except FatalError as exc:  # 404: the label was not on the issue, which is the goal
+            if exc.kind != "missing_label":
+                raise
+
+    def comment(self, slug: str, number: int, body: str) -> None:
+        path = f"{_repo(slug)}/issues/{number}/comments"
+        self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
+
+    def list_comments(self, slug: str, number: int) -> list[Comment]:
+        path = f"{_repo(slug)}/issues/{number}/comments"
+        items = self.http.collect(path, {"per_page": "100"}, link_next, not_found="missing_issue")
+        return [parse_comment(as_dict(item, path), path) for item in items or []]
+
+    def close(self, slug: str, number: int, comment: str | None) -> None:
+        if comment:
+            self.comment(slug, number, comment)
+        body = {"state": "closed", "state_reason": "completed"}
+        self.http.mutate("PATCH", f"{_repo(slug)}/issues/{number}", body, not_found="missing_issue")
+
+    def commit_ci_state(self, slug: str, sha: str) -> CiState:
+        """Check runs and the combined commit status, summed (both are in use)."""
+        runs_path = f"{_repo(slug)}/commits/{sha}/check-runs"
+        runs_page = self.http.get(runs_path, {"per_page": "100"}, not_found="missing_commit")
+        runs = field(as_dict(runs_page.data, runs_path), "check_runs", runs_path, list)
+        status_path = f"{_repo(slug)}/commits/{sha}/status"
+        status_page = self.http.get(status_path, {"per_page": "100"}, not_found="missing_commit")
+        statuses = field(as_dict(status_page.data, status_path), "statuses", status_path, list)
+        return summarise_ci(runs, statuses, runs_path)
+
+    def close_client(self) -> None:
+        self.http.close()
+
+
+def _repo(slug: str) -> str:
+    owner, name = split_slug(slug)
+    if "/" in owner:
+        raise ConfigError(f"repo slug {slug!r}: GitHub slugs are owner/name")
+    return f"/repos/{owner}/{name}"
+
+
+def _login(user: Any) -> str | None:
+    if isinstance(user, dict) and isinstance(user.get("login"), str):
+        return str(user["login"])
+    return None
+
+
+def parse_issue(item: dict[str, Any]) -> TrackerIssue:
+    """A REST issue object into the neutral ``TrackerIssue``."""
+    where = f"github issue {item.get('url', '?')}"
+    return TrackerIssue(
+        number=field(item, "number", where, int),
+        title=text(item, "title", where),
+        body=text(item, "body", where),
+        author=field(item, "user.login", where, str),
+        url=text(item, "html_url", where),
+        labels=label_names(item, where),
+        state=field(item, "state", where, str),
+        updated_at=text(item, "updated_at", where),
+        external_id=str(field(item, "id", where, int)),
+        is_pull_request="pull_request" in item,
+    )
+
+
+def parse_comment(item: dict[str, Any], where: str) -> Comment:
+    return Comment(
+        author=field(item, "user.login", where, str),
+        body=text(item, "body", where),
+        created_at=text(item, "created_at", where),
+    )
+
+
+def summarise_ci(runs: list[Any], statuses: list[Any], where: str) -> CiState:
+    """Failure beats pending beats success; nothing at all is ``none``."""
+    details: list[str] = []
+    failed: list[str] = []
+    pending = False
+    for run in (as_dict(r, where) for r in runs):
+        name, status, conclusion = run.get("name"), run.get("status"), run.get("conclusion")
+        details.append(f"check {name}: {conclusion or status}")
+        if status != "completed":
+            pending = True
+        elif conclusion in FAILED_CONCLUSIONS:
+            failed.append(str(run.get("details_url") or run.get("html_url") or ""))
+    for status_item in (as_dict(s, where) for s in statuses):
+        state = status_item.get("state")
+        details.append(f"status {status_item.get('context')}: {state}")
+        if state in ("failure", "error"):
+            failed.append(str(status_item.get("target_url") or ""))
+        elif state == "pending":
+            pending = True
+    if not details:
+        return CiState("none")
+    if failed:
+        return CiState("failure", tuple(details), next((url for url in failed if url), ""))
+    return CiState("pending" if pending else "success", tuple(details))

@@ -1,0 +1,200 @@
+"""GitLab (gitlab.com or self-managed) over ``/api/v4``.
+
+A project is addressed by its URL-encoded path (``group%2Fsub%2Fname``), an
+issue by its ``iid``. Open issues are ``state=opened``; lists page by
+``x-next-page``; labels are plain strings, changed with ``add_labels`` /
+``remove_labels`` on ``PUT issues/:iid``; comments are notes (system notes left
+out); the labeller comes from ``resource_label_events``; CI is the newest
+pipeline for the SHA. Trust by permission means Developer (30) or above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from pipeline.settings import TrackerSettings
+from pipeline.trackers.base import (
+    CiState,
+    Comment,
+    IssueDetail,
+    TrackerIssue,
+    as_dict,
+    as_list,
+    field,
+    label_names,
+    split_slug,
+    text,
+)
+from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, Params, link_next
+
+GITLAB_URL = "https://gitlab.com"
+DEVELOPER_ACCESS = 30
+PENDING = frozenset(
+    {"created", "waiting_for_resource", "preparing", "pending", "running", "scheduled", "manual"}
+)
+FAILED = frozenset({"failed", "canceled"})
+
+
+class GitLabTracker:
+    """The ``Tracker`` for a GitLab instance (``base_url`` is the site or its ``/api/v4``)."""
+
+    def __init__(
+        self,
+        settings: TrackerSettings,
+        token: str,
+        *,
+        options: HttpOptions | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.name = settings.name
+        self.settings = settings
+        base = (settings.base_url or GITLAB_URL).rstrip("/")
+        self.http = ForgeHttp(
+            "gitlab",
+            base if base.endswith("/api/v4") else f"{base}/api/v4",
+            {"PRIVATE-TOKEN": token, "Accept": "application/json"},
+            options=options,
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"GitLabTracker(name={self.name!r}, http={self.http!r})"
+
+    def list_ready(self, slug: str) -> list[TrackerIssue] | None:
+        params = {"labels": self.settings.ready_label, "state": "opened", "per_page": "100"}
+        items = self.http.collect(f"{_project(slug)}/issues", params, next_page, conditional=True)
+        if items is None:
+            return None
+        return [parse_issue(as_dict(item, f"gitlab list {slug}")) for item in items]
+
+    def get_issue(self, slug: str, number: int) -> IssueDetail:
+        page = self.http.get(f"{_project(slug)}/issues/{number}", not_found="missing_issue")
+        issue = parse_issue(as_dict(page.data, page.url))
+        return IssueDetail(**vars(issue), comments=tuple(self.list_comments(slug, number)))
+
+    def labeller(self, slug: str, number: int, label: str) -> str | None:
+        path = f"{_project(slug)}/issues/{number}/resource_label_events"
+        events = self.http.collect(path, {"per_page": "100"}, next_page, not_found="missing_issue")
+        actor: str | None = None
+        for raw in events or []:
+            event = as_dict(raw, path)
+            named = event.get("label")
+            is_label = isinstance(named, dict) and named.get("name") == label
+            if event.get("action") == "add" and is_label:
+                user = event.get("user")
+                actor = user.get("username") if isinstance(user, dict) else None
+        return actor
+
+    def is_trusted(self, slug: str, actor: str) -> bool:
+        if actor in self.settings.trusted_actors:
+            return True
+        if not self.settings.trust_write_permission:
+            return False
+        path = f"{_project(slug)}/members/all"
+        page = self.http.get(path, {"query": actor, "per_page": "100"})
+        for raw in as_list(page.data, path):
+            member = as_dict(raw, path)
+            if member.get("username") == actor:
+                level: int = field(member, "access_level", path, int)
+                return level >= DEVELOPER_ACCESS
+        return False
+
+    def add_labels(self, slug: str, number: int, labels: Sequence[str]) -> None:
+        body = {"add_labels": ",".join(labels)}
+        self._update(slug, number, body)
+
+    def remove_label(self, slug: str, number: int, label: str) -> None:
+        body = {"remove_labels": label}
+        self._update(slug, number, body)
+
+    def comment(self, slug: str, number: int, body: str) -> None:
+        path = f"{_project(slug)}/issues/{number}/notes"
+        self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
+
+    def list_comments(self, slug: str, number: int) -> list[Comment]:
+        path = f"{_project(slug)}/issues/{number}/notes"
+        params = {"sort": "asc", "order_by": "created_at", "per_page": "100"}
+        notes = self.http.collect(path, params, next_page, not_found="missing_issue") or []
+        return [
+            parse_note(note, path)
+            for note in (as_dict(raw, path) for raw in notes)
+            if not note.get("system")
+        ]
+
+    def close(self, slug: str, number: int, comment: str | None) -> None:
+        if comment:
+            self.comment(slug, number, comment)
+        body = {"state_event": "close"}
+        self._update(slug, number, body)
+
+    def commit_ci_state(self, slug: str, sha: str) -> CiState:
+        path = f"{_project(slug)}/pipelines"
+        page = self.http.get(path, {"sha": sha, "order_by": "id", "sort": "desc"})
+        pipelines = [as_dict(raw, path) for raw in as_list(page.data, path)]
+        if not pipelines:
+            return CiState("none")
+        newest = max(pipelines, key=_pipeline_id)
+        status = field(newest, "status", path, str)
+        details = tuple(f"pipeline {p.get('id')}: {p.get('status')}" for p in pipelines)
+        url = str(newest.get("web_url") or "")
+        if status in FAILED:
+            return CiState("failure", details, url)
+        if status in PENDING:
+            return CiState("pending", details, url)
+        if status == "skipped":
+            return CiState("none", details, url)
+        return CiState("success", details, url)
+
+    def close_client(self) -> None:
+        self.http.close()
+
+    def _update(self, slug: str, number: int, body: dict[str, str]) -> None:
+        path = f"{_project(slug)}/issues/{number}"
+        self.http.mutate("PUT", path, body, not_found="missing_issue")
+
+
+def _project(slug: str) -> str:
+    split_slug(slug)  # validates; nested groups are fine
+    return f"/projects/{quote(slug, safe='')}"
+
+
+def _pipeline_id(pipeline: dict[str, Any]) -> int:
+    value = pipeline.get("id")
+    return value if isinstance(value, int) else 0
+
+
+def next_page(page: Page, params: Params) -> tuple[str, Params] | None:
+    """``x-next-page`` (empty on the last page), else ``Link``."""
+    following = page.headers.get("x-next-page")
+    if following is not None:
+        if not following.strip().isdigit():
+            return None
+        return page.url.split("?", 1)[0], {**params, "page": following.strip()}
+    return link_next(page, params)
+
+
+def parse_issue(item: dict[str, Any]) -> TrackerIssue:
+    where = f"gitlab issue {item.get('web_url', '?')}"
+    return TrackerIssue(
+        number=field(item, "iid", where, int),
+        title=text(item, "title", where),
+        body=text(item, "description", where),
+        author=field(item, "author.username", where, str),
+        url=text(item, "web_url", where),
+        labels=label_names(item, where),
+        state=field(item, "state", where, str),
+        updated_at=text(item, "updated_at", where),
+        external_id=str(field(item, "id", where, int)),
+    )
+
+
+def parse_note(item: dict[str, Any], where: str) -> Comment:
+    return Comment(
+        author=field(item, "author.username", where, str),
+        body=text(item, "body", where),
+        created_at=text(item, "created_at", where),
+    )

@@ -1,0 +1,321 @@
+"""The HTTP edge the three remote trackers share: errors, rate limits, ETags, pacing.
+
+Every forge call goes through ``ForgeHttp`` so the failure policy is written
+once:
+
+- network errors and timeouts -> ``RetryableError("network")``; 5xx ->
+  ``RetryableError("forge_5xx")``; a body that is not JSON ->
+  ``RetryableError("forge_bad_response")`` naming the URL;
+- 429, or 403 that carries ``retry-after`` / an exhausted ``x-ratelimit-remaining``
+  / a "rate limit" message (GitHub's secondary limits) ->
+  ``RetryableError("forge_rate_limited", retry_after_s=...)``, and the client
+  then refuses every call until that moment has passed, without touching the
+  network;
+- 401 -> ``FatalError("forge_auth")``; 404 -> ``FatalError`` of the caller's
+  kind (``missing_repo`` by default).
+
+Conditional GETs keep the last ETag and page per URL, so an unchanged list
+costs a 304 (free of rate limit on GitHub). Mutations are serialised by one lock
+and spaced ``mutation_spacing_s`` apart, as GitHub's best practices ask.
+The token only ever lives in the default headers of the ``httpx.Client``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from pipeline.errors import FatalError, RetryableError
+
+Params = Mapping[str, str]
+NextRequest = Callable[["Page", Params], "tuple[str, Params] | None"]
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """Knobs tests and operators turn; ``clock`` is wall time (resets are epochs)."""
+
+    timeout_s: float = 30.0
+    mutation_spacing_s: float = 1.0
+    default_rate_wait_s: float = 60.0  # GitHub: wait a minute when no header says
+    max_pages: int = 100
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    user_agent: str = "afk-pipeline"
+
+
+@dataclass(frozen=True)
+class Page:
+    """One decoded response: its JSON, headers and the URL it came from."""
+
+    data: Any
+    headers: httpx.Headers
+    url: str
+
+
+@dataclass
+class _Cached:
+    etag: str
+    page: Page
+
+
+@dataclass
+class _State:
+    not_before: float = 0.0
+    last_mutation: float | None = None
+    etags: dict[str, _Cached] = field(default_factory=dict)
+
+
+class ForgeHttp:
+    """A forge API client: base URL, auth headers and the failure policy above."""
+
+    def __init__(
+        self,
+        forge: str,
+        base_url: str,
+        headers: Mapping[str, str],
+        *,
+        options: HttpOptions | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.forge = forge
+        self.options = options or HttpOptions()
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers={"User-Agent": self.options.user_agent, **headers},
+            timeout=self.options.timeout_s,
+            transport=transport,
+        )
+        self._state = _State()
+        self._mutation_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ForgeHttp(forge={self.forge!r}, base_url={str(self._client.base_url)!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    @property
+    def not_before(self) -> float:
+        """Epoch seconds before which the client refuses to call (rate limited)."""
+        return self._state.not_before
+
+    def get(
+        self, path: str, params: Params | None = None, *, not_found: str = "missing_repo"
+    ) -> Page:
+        response = self._send("GET", path, params=params, not_found=not_found)
+        return self._page(response, "GET")
+
+    def get_optional(self, path: str, params: Params | None = None) -> Page | None:
+        """GET where 404 is an answer ("no such collaborator"), not an error."""
+        response = self._send("GET", path, params=params, not_found=None)
+        return None if response.status_code == 404 else self._page(response, "GET")
+
+    def mutate(
+        self, method: str, path: str, body: object = None, *, not_found: str = "missing_repo"
+    ) -> Page:
+        """One write, serialised with every other write and spaced apart."""
+        with self._mutation_lock:
+            self._space_mutation()
+            try:
+                response = self._send(method, path, json=body, not_found=not_found)
+            finally:
+                self._state.last_mutation = self.options.clock()
+        return self._page(response, method)
+
+    def collect(
+        self,
+        path: str,
+        params: Params,
+        next_request: NextRequest,
+        *,
+        conditional: bool = False,
+        not_found: str = "missing_repo",
+    ) -> list[Any] | None:
+        """Every item over every page; ``None`` if ``conditional`` and nothing changed."""
+        items: list[Any] = []
+        changed = not conditional
+        request: tuple[str, Params] | None = (path, params)
+        for _ in range(self.options.max_pages):
+            if request is None:
+                return items if changed else None
+            if conditional:
+                page, fresh = self._get_conditional(request[0], request[1], not_found)
+                changed = changed or fresh
+            else:
+                page = self.get(request[0], request[1], not_found=not_found)
+            if not isinstance(page.data, list):
+                raise self._bad(page.url, f"expected a JSON array, got {type(page.data).__name__}")
+            items.extend(page.data)
+            request = next_request(page, request[1])
+        raise self._bad(path, f"more than {self.options.max_pages} pages; refusing to go on")
+
+    # -- internals ---------------------------------------------------------
+
+    def _get_conditional(self, path: str, params: Params, not_found: str) -> tuple[Page, bool]:
+        key = str(self._client.build_request("GET", path, params=params).url)
+        cached = self._state.etags.get(key)
+        headers = {"If-None-Match": cached.etag} if cached else None
+        response = self._send("GET", path, params=params, headers=headers, not_found=not_found)
+        if response.status_code == 304 and cached is not None:
+            return cached.page, False
+        page = self._page(response, "GET")
+        etag = response.headers.get("etag")
+        if etag:
+            self._state.etags[key] = _Cached(etag, page)
+        return page, True
+
+    def _space_mutation(self) -> None:
+        last = self._state.last_mutation
+        if last is None:
+            return
+        wait = last + self.options.mutation_spacing_s - self.options.clock()
+        if wait > 0:
+            self.options.sleep(wait)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        json: object = None,
+        headers: Mapping[str, str] | None = None,
+        not_found: str | None,
+    ) -> httpx.Response:
+        request = self._client.build_request(
+            method, path, params=params, json=json, headers=headers
+        )
+        where = f"{self.forge} {method} {request.url}"
+        self._refuse_if_limited(where)
+        try:
+            response = self._client.send(request)
+        except httpx.TimeoutException:
+            raise RetryableError(
+                "network", f"{where}: no answer within {self.options.timeout_s:g}s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise RetryableError("network", f"{where}: {type(exc).__name__}: {exc}") from None
+        self._classify(response, where, not_found)
+        return response
+
+    def _refuse_if_limited(self, where: str) -> None:
+        wait = self._state.not_before - self.options.clock()
+        if wait > 0:
+            raise RetryableError(
+                "forge_rate_limited",
+                f"{where}: not sent, {self.forge} rate limit in force for {wait:.0f}s more",
+                retry_after_s=wait,
+            )
+
+    def _classify(self, response: httpx.Response, where: str, not_found: str | None) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        if status == 429 or (status == 403 and _looks_rate_limited(response)):
+            wait = self._rate_wait(response.headers)
+            with self._state_lock:
+                self._state.not_before = max(self._state.not_before, self.options.clock() + wait)
+            raise RetryableError(
+                "forge_rate_limited",
+                f"{where}: {status} rate limited; retry in {wait:.0f}s",
+                retry_after_s=wait,
+            )
+        if status == 404 and not_found is None:
+            return
+        raise self._status_error(status, where, not_found, _message(response))
+
+    def _status_error(
+        self, status: int, where: str, not_found: str | None, message: str
+    ) -> RetryableError | FatalError:
+        detail = f"{where}: {status} {message}".rstrip()
+        if status >= 500 or status == 408:
+            return RetryableError("forge_5xx", detail)
+        if status == 401:
+            return FatalError("forge_auth", f"{detail} (the token is missing, wrong or expired)")
+        if status == 403:
+            return FatalError("forge_forbidden", f"{detail} (the token lacks permission)")
+        if status == 404:
+            return FatalError(
+                not_found or "missing_repo", f"{detail} (not found, or the token cannot see it)"
+            )
+        return FatalError("forge_request", detail)
+
+    def _rate_wait(self, headers: httpx.Headers) -> float:
+        now = self.options.clock()
+        retry_after = headers.get("retry-after")
+        if retry_after:
+            seconds = _parse_retry_after(retry_after, now)
+            if seconds is not None:
+                return seconds
+        for name in ("x-ratelimit-reset", "ratelimit-reset"):
+            value = headers.get(name)
+            if value and value.strip().isdigit():
+                return max(0.0, float(value) - now)
+        return self.options.default_rate_wait_s
+
+    def _page(self, response: httpx.Response, method: str) -> Page:
+        url = str(response.request.url)
+        if response.status_code == 204 or not response.content:
+            return Page(None, response.headers, url)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise self._bad(
+                f"{method} {url}",
+                f"answered {response.status_code} with a body that is not valid JSON "
+                f"({exc}; {len(response.content)} bytes)",
+            ) from None
+        return Page(data, response.headers, url)
+
+    def _bad(self, where: str, problem: str) -> RetryableError:
+        return RetryableError("forge_bad_response", f"{self.forge} {where}: {problem}")
+
+
+def _looks_rate_limited(response: httpx.Response) -> bool:
+    headers = response.headers
+    if "retry-after" in headers:
+        return True
+    if headers.get("x-ratelimit-remaining") == "0" or headers.get("ratelimit-remaining") == "0":
+        return True
+    return "rate limit" in response.text[:2000].lower()
+
+
+def _parse_retry_after(value: str, now: float) -> float | None:
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def _message(response: httpx.Response) -> str:
+    """The forge's own short error message, if the body has one."""
+    try:
+        data = response.json()
+    except ValueError:
+        return ""
+    if isinstance(data, dict):
+        for key in ("message", "error", "error_description"):
+            if isinstance(data.get(key), str):
+                return str(data[key])[:300]
+    return ""
+
+
+def link_next(page: Page, params: Params) -> tuple[str, Params] | None:
+    """Follow ``Link: <...>; rel="next"`` (GitHub, and Gitea/GitLab too)."""
+    for part in page.headers.get("link", "").split(","):
+        url, _, rel = part.partition(";")
+        if 'rel="next"' in rel.replace(" ", ""):
+            return url.strip().strip("<>"), {}
+    return None
