@@ -18,8 +18,9 @@ class EventSink(Protocol):
     ``message`` is one human line; ``data`` is small and JSON-serialisable.
     """
 
-    def __call__(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
-        ...
+    def __call__(
+        self, kind: str, message: str, data: Mapping[str, object] | None = None
+    ) -> None: ...
 
 
 class NullSink:

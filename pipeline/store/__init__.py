@@ -1,0 +1,38 @@
+"""The store: history and queue in SQLite or PostgreSQL, spoken to in domain verbs.
+
+Only this package imports SQLAlchemy. Everything else calls ``Store`` methods
+and gets plain records (``pipeline.store.records``) back.
+"""
+
+from __future__ import annotations
+
+from pipeline.store import migrate
+from pipeline.store.engine import redact_url
+from pipeline.store.history import HistoryMixin
+from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
+from pipeline.store.repos import ReposMixin, UnknownRepo
+
+
+class Store(HistoryMixin, ReposMixin):
+    """All domain verbs over one engine."""
+
+    def upgrade(self) -> None:
+        """Apply migrations up to head (idempotent)."""
+        migrate.upgrade(self.engine)
+
+    def schema_current(self) -> bool:
+        return migrate.current_revision(self.engine) == migrate.head_revision()
+
+
+__all__ = [
+    "Escalation",
+    "Issue",
+    "Repo",
+    "Run",
+    "RunEvent",
+    "RunFilter",
+    "Stats",
+    "Store",
+    "UnknownRepo",
+    "redact_url",
+]

@@ -1,0 +1,87 @@
+"""The store's shared plumbing: engine, transactions, the run-event writer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, insert, select, text
+from sqlalchemy.exc import OperationalError
+
+from pipeline.store.engine import db_now, make_engine, normalise_url, read_tx, write_tx
+from pipeline.store.models import RepoRow, RunEventRow, RunRow
+
+MAX_EVENT_MESSAGE = 4000
+
+
+def dump_data(data: Mapping[str, object] | None) -> str:
+    """Event data as JSON text; anything not serialisable is shown as text."""
+    return json.dumps(dict(data or {}), default=str, sort_keys=True)
+
+
+class StoreBase:
+    """Owns the engine; every domain verb lives in a mixin beside this one."""
+
+    def __init__(self, url: str) -> None:
+        self.url = normalise_url(url)
+        self.engine: Engine = make_engine(self.url)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> bool:
+        """True when the database answers."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return True
+        except OperationalError:
+            return False
+
+    def now(self) -> datetime:
+        """The database clock (naive UTC)."""
+        with read_tx(self.engine) as conn:
+            return db_now(conn)
+
+    def _write(self) -> Any:
+        return write_tx(self.engine)
+
+    def _read(self) -> Any:
+        return read_tx(self.engine)
+
+    @staticmethod
+    def _append_event(
+        conn: Connection,
+        run_id: int,
+        attempt: int,
+        kind: str,
+        message: str,
+        data: Mapping[str, object] | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        conn.execute(
+            insert(RunEventRow).values(
+                run_id=run_id,
+                attempt=attempt,
+                ts=now or db_now(conn),
+                kind=kind,
+                message=message[:MAX_EVENT_MESSAGE],
+                data_json=dump_data(data),
+            )
+        )
+
+    @staticmethod
+    def _repo_id(conn: Connection, name: str) -> int | None:
+        value = conn.execute(select(RepoRow.id).where(RepoRow.name == name)).scalar_one_or_none()
+        return int(value) if value is not None else None
+
+    @staticmethod
+    def _run_attempt(conn: Connection, run_id: int) -> int:
+        value = conn.execute(select(RunRow.attempt).where(RunRow.id == run_id)).scalar_one()
+        return int(value)

@@ -1,0 +1,124 @@
+"""Engines for SQLite (embedded default) and PostgreSQL (scale-out).
+
+SQLite runs in WAL mode with a busy timeout, and every write transaction
+starts with ``BEGIN IMMEDIATE`` so that two processes never both read and then
+fail to upgrade to a write lock. The pysqlite driver's own transaction
+handling is switched off so that SQLAlchemy's ``begin`` emits our BEGIN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from pipeline.errors import ConfigError
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_WRITE = "afk_write"
+
+
+def normalise_url(url: str) -> str:
+    """Accept ``postgresql://`` and ``postgres://`` and use the psycopg 3 driver."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password hidden, for logs and messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable database URL>"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; raises ConfigError naming what is wrong with it."""
+    url = normalise_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"database_url: not a database URL: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, parsed.database)
+    if parsed.get_backend_name() == "postgresql":
+        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    raise ConfigError(
+        f"database_url: unsupported database {parsed.get_backend_name()!r}; "
+        "use sqlite:///PATH or postgresql://USER@HOST/DB"
+    )
+
+
+def _sqlite_engine(url: str, database: str | None) -> Engine:
+    if database and database != ":memory:":
+        path = Path(database)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"database_url: cannot create {path.parent}: {exc.strerror}"
+            ) from None
+    engine = create_engine(
+        url,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+@contextlib.contextmanager
+def write_tx(engine: Engine) -> Iterator[Connection]:
+    """A write transaction: ``BEGIN IMMEDIATE`` on SQLite, plain on PostgreSQL."""
+    with engine.connect() as conn:
+        conn.execution_options(**{_WRITE: True})
+        with conn.begin():
+            yield conn
+
+
+@contextlib.contextmanager
+def read_tx(engine: Engine) -> Iterator[Connection]:
+    """A read-only transaction (deferred on SQLite: takes no write lock)."""
+    with engine.connect() as conn, conn.begin():
+        yield conn
+
+
+def db_now(conn: Connection) -> datetime:
+    """The database's clock as naive UTC: leases and deadlines are measured on it.
+
+    On SQLite the database is this host, so its clock is the host's. On
+    PostgreSQL every replica reads the server's clock, so replicas with skewed
+    clocks still agree on who holds a lease.
+    """
+    if conn.dialect.name == "postgresql":
+        value = conn.execute(text("SELECT clock_timestamp() AT TIME ZONE 'UTC'")).scalar_one()
+        assert isinstance(value, datetime)
+        return value
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def is_postgres(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"

@@ -1,0 +1,192 @@
+"""Reading the history: runs, their timelines, repos and simple stats."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Select, func, select
+
+from pipeline.store.base import StoreBase
+from pipeline.store.engine import db_now
+from pipeline.store.models import (
+    BUSY_STATES,
+    EscalationRow,
+    IssueRow,
+    RepoRow,
+    RunEventRow,
+    RunRow,
+)
+from pipeline.store.records import (
+    Escalation,
+    Repo,
+    Run,
+    RunEvent,
+    RunFilter,
+    Stats,
+    from_mapping,
+)
+
+
+def runs_query() -> Select[Any]:
+    """Runs joined with their repo's name and their issue's number, title and URL."""
+    return (
+        select(
+            *RunRow.__table__.columns,
+            RepoRow.name.label("repo_name"),
+            IssueRow.number.label("issue_number"),
+            IssueRow.title.label("issue_title"),
+            IssueRow.url.label("issue_url"),
+        )
+        .join(RepoRow, RepoRow.id == RunRow.repo_id)
+        .outerjoin(IssueRow, IssueRow.id == RunRow.issue_id)
+    )
+
+
+def run_from_row(row: Any) -> Run:
+    return from_mapping(Run, dict(row._mapping))
+
+
+class HistoryMixin(StoreBase):
+    """Domain verbs for reviewing history (CLI, API, dashboard)."""
+
+    def list_runs(self, flt: RunFilter | None = None) -> list[Run]:
+        flt = flt or RunFilter()
+        query = runs_query()
+        if flt.repo:
+            query = query.where(RepoRow.name == flt.repo)
+        if flt.state:
+            query = query.where(RunRow.state == flt.state)
+        if flt.kind:
+            query = query.where(RunRow.kind == flt.kind)
+        if flt.since:
+            query = query.where(RunRow.created_at >= flt.since)
+        if flt.issue_id is not None:
+            query = query.where(RunRow.issue_id == flt.issue_id)
+        query = query.order_by(RunRow.id.desc()).limit(flt.limit).offset(flt.offset)
+        with self._read() as conn:
+            return [run_from_row(row) for row in conn.execute(query)]
+
+    def count_runs(self, flt: RunFilter | None = None) -> int:
+        flt = flt or RunFilter()
+        query = select(func.count(RunRow.id)).join(RepoRow, RepoRow.id == RunRow.repo_id)
+        if flt.repo:
+            query = query.where(RepoRow.name == flt.repo)
+        if flt.state:
+            query = query.where(RunRow.state == flt.state)
+        if flt.kind:
+            query = query.where(RunRow.kind == flt.kind)
+        if flt.since:
+            query = query.where(RunRow.created_at >= flt.since)
+        with self._read() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def get_run(self, run_id: int) -> Run | None:
+        with self._read() as conn:
+            row = conn.execute(runs_query().where(RunRow.id == run_id)).first()
+        return run_from_row(row) if row is not None else None
+
+    def run_events(self, run_id: int, after_id: int = 0, limit: int = 10_000) -> list[RunEvent]:
+        query = (
+            select(RunEventRow.__table__)
+            .where(RunEventRow.run_id == run_id, RunEventRow.id > after_id)
+            .order_by(RunEventRow.id)
+            .limit(limit)
+        )
+        with self._read() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [RunEvent.from_row(r) for r in _event_mappings(rows)]
+
+    def events_since(self, after_id: int, limit: int = 500) -> list[RunEvent]:
+        """Events of every run after ``after_id``, oldest first (for live feeds)."""
+        query = (
+            select(RunEventRow.__table__)
+            .where(RunEventRow.id > after_id)
+            .order_by(RunEventRow.id)
+            .limit(limit)
+        )
+        with self._read() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [RunEvent.from_row(r) for r in _event_mappings(rows)]
+
+    def last_event_id(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute(select(func.max(RunEventRow.id))).scalar_one() or 0)
+
+    def add_event(
+        self, run_id: int, kind: str, message: str, data: Mapping[str, object] | None = None
+    ) -> None:
+        """Append an event that needs no lease (operator actions, notifications)."""
+        with self._write() as conn:
+            attempt = self._run_attempt(conn, run_id)
+            self._append_event(conn, run_id, attempt, kind, message, data)
+
+    def list_repos(self) -> list[Repo]:
+        with self._read() as conn:
+            rows = conn.execute(select(RepoRow.__table__).order_by(RepoRow.name)).mappings().all()
+        return [from_mapping(Repo, r) for r in rows]
+
+    def get_repo(self, name: str) -> Repo | None:
+        with self._read() as conn:
+            row = (
+                conn.execute(select(RepoRow.__table__).where(RepoRow.name == name))
+                .mappings()
+                .first()
+            )
+        return from_mapping(Repo, row) if row is not None else None
+
+    def list_escalations(self, repo: str | None = None, limit: int = 100) -> list[Escalation]:
+        query = select(EscalationRow.__table__).order_by(EscalationRow.id.desc()).limit(limit)
+        if repo:
+            query = query.join(RepoRow, RepoRow.id == EscalationRow.repo_id).where(
+                RepoRow.name == repo
+            )
+        with self._read() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [from_mapping(Escalation, r) for r in rows]
+
+    def stats(self) -> Stats:
+        with self._read() as conn:
+            by_state = dict(
+                conn.execute(select(RunRow.state, func.count()).group_by(RunRow.state)).all()
+            )
+            by_kind = dict(
+                conn.execute(select(RunRow.kind, func.count()).group_by(RunRow.kind)).all()
+            )
+            queued = dict(
+                conn.execute(
+                    select(RepoRow.name, func.count())
+                    .join(RunRow, RunRow.repo_id == RepoRow.id)
+                    .where(RunRow.state.in_(("queued", "retry_wait")))
+                    .group_by(RepoRow.name)
+                ).all()
+            )
+            totals = conn.execute(
+                select(
+                    func.coalesce(func.sum(RunRow.cost_usd), 0.0),
+                    func.coalesce(func.sum(RunRow.tokens_in), 0),
+                    func.coalesce(func.sum(RunRow.tokens_out), 0),
+                )
+            ).one()
+            frozen = conn.execute(
+                select(RepoRow.name).where(RepoRow.state == "frozen").order_by(RepoRow.name)
+            ).scalars()
+            frozen_names = tuple(frozen)
+        return Stats(
+            runs_by_state={str(k): int(v) for k, v in by_state.items()},
+            runs_by_kind={str(k): int(v) for k, v in by_kind.items()},
+            queued_by_repo={str(k): int(v) for k, v in queued.items()},
+            active=sum(int(by_state.get(s, 0)) for s in BUSY_STATES),
+            cost_usd=float(totals[0]),
+            tokens_in=int(totals[1]),
+            tokens_out=int(totals[2]),
+            frozen_repos=frozen_names,
+        )
+
+    def db_time(self) -> Any:
+        with self._read() as conn:
+            return db_now(conn)
+
+
+def _event_mappings(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    return [dict(r) for r in rows]

@@ -1,0 +1,228 @@
+"""SQLAlchemy models: the run history and the queue, one schema for both engines.
+
+Two partial unique indexes carry the core guarantees in the database itself,
+so that neither a crash nor a second replica can break them:
+
+- ``uq_runs_active_issue``: at most one non-terminal run per issue;
+- ``uq_runs_busy_repo``: at most one run past ``queued`` per repo.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+TERMINAL_STATES = ("succeeded", "failed", "escalated", "cancelled")
+WAITING_STATES = ("queued", "retry_wait")
+BUSY_STATES = ("preparing", "implementing", "testing", "publishing", "watching")
+ALL_STATES = WAITING_STATES + BUSY_STATES + TERMINAL_STATES
+
+_TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_STATES)
+_BUSY_SQL = ", ".join(f"'{s}'" for s in BUSY_STATES)
+ACTIVE_ISSUE_WHERE = f"issue_id IS NOT NULL AND state NOT IN ({_TERMINAL_SQL})"
+BUSY_REPO_WHERE = f"state IN ({_BUSY_SQL})"
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class RepoRow(Base):
+    __tablename__ = "repos"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    tracker: Mapped[str] = mapped_column(String(100))
+    slug: Mapped[str] = mapped_column(String(300))
+    default_branch: Mapped[str] = mapped_column(String(200), default="main")
+    settings_json: Mapped[str] = mapped_column(Text, default="{}")
+    state: Mapped[str] = mapped_column(String(20), default="active")
+    frozen_reason: Mapped[str | None] = mapped_column(Text)
+    frozen_run_id: Mapped[int | None] = mapped_column(Integer)
+    frozen_by: Mapped[str | None] = mapped_column(String(200))
+    frozen_at: Mapped[datetime | None] = mapped_column(DateTime)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class IssueRow(Base):
+    __tablename__ = "issues"
+    __table_args__ = (UniqueConstraint("repo_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repos.id"))
+    tracker: Mapped[str] = mapped_column(String(100))
+    external_id: Mapped[str] = mapped_column(String(100), default="")
+    number: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(Text, default="")
+    author: Mapped[str] = mapped_column(String(200), default="")
+    labeller: Mapped[str | None] = mapped_column(String(200))
+    url: Mapped[str] = mapped_column(Text, default="")
+    etag: Mapped[str | None] = mapped_column(String(200))
+    remote_updated_at: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        Index(
+            "uq_runs_active_issue",
+            "issue_id",
+            unique=True,
+            sqlite_where=text(ACTIVE_ISSUE_WHERE),
+            postgresql_where=text(ACTIVE_ISSUE_WHERE),
+        ),
+        Index(
+            "uq_runs_busy_repo",
+            "repo_id",
+            unique=True,
+            sqlite_where=text(BUSY_REPO_WHERE),
+            postgresql_where=text(BUSY_REPO_WHERE),
+        ),
+        Index("ix_runs_claim", "state", "repo_id", "priority", "id"),
+        Index("ix_runs_repo_created", "repo_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repos.id"))
+    issue_id: Mapped[int | None] = mapped_column(ForeignKey("issues.id"))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+    kind: Mapped[str] = mapped_column(String(20), default="issue")
+    state: Mapped[str] = mapped_column(String(20), default="queued")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    recoveries: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    run_after: Mapped[datetime] = mapped_column(DateTime)
+    owner: Mapped[str | None] = mapped_column(String(200))
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+    timeout_s: Mapped[float | None] = mapped_column(Float)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    error_class: Mapped[str | None] = mapped_column(String(50))
+    error: Mapped[str | None] = mapped_column(Text)
+    base_sha: Mapped[str | None] = mapped_column(String(64))
+    head_sha: Mapped[str | None] = mapped_column(String(64))
+    pushed_sha: Mapped[str | None] = mapped_column(String(64))
+    branch: Mapped[str | None] = mapped_column(String(300))
+    worktree: Mapped[str | None] = mapped_column(Text)
+    agent_session: Mapped[str | None] = mapped_column(String(200))
+    tokens_in: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    num_turns: Mapped[int] = mapped_column(Integer, default=0)
+    setup_s: Mapped[float | None] = mapped_column(Float)
+    summary: Mapped[str | None] = mapped_column(Text)
+    requested_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class RunEventRow(Base):
+    __tablename__ = "run_events"
+    __table_args__ = (Index("ix_run_events_run", "run_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    ts: Mapped[datetime] = mapped_column(DateTime)
+    kind: Mapped[str] = mapped_column(String(30))
+    message: Mapped[str] = mapped_column(Text)
+    data_json: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class EscalationRow(Base):
+    __tablename__ = "escalations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repos.id"))
+    reason: Mapped[str] = mapped_column(String(100))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    notified: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    acknowledged_by: Mapped[str | None] = mapped_column(String(200))
+    acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class SideEffectRow(Base):
+    """Idempotency keys for effects outside the database (comments, labels, pushes).
+
+    A component records ``key`` in the same breath as it performs the effect, so
+    a retry or a restart finds it and does not repeat the effect.
+    """
+
+    __tablename__ = "side_effects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(300), unique=True)
+    run_id: Mapped[int | None] = mapped_column(Integer)
+    detail: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class WebhookDeliveryRow(Base):
+    """Delivery ids already handled, so a replayed delivery is ignored."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (UniqueConstraint("tracker", "delivery_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tracker: Mapped[str] = mapped_column(String(100))
+    delivery_id: Mapped[str] = mapped_column(String(200))
+    received_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class LocalIssueRow(Base):
+    """Issues of the embedded local tracker, kept in the daemon's own database."""
+
+    __tablename__ = "local_issues"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo: Mapped[str] = mapped_column(String(200))
+    title: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text, default="")
+    author: Mapped[str] = mapped_column(String(200), default="")
+    state: Mapped[str] = mapped_column(String(20), default="open")
+    labels_json: Mapped[str] = mapped_column(Text, default="[]")
+    labeller: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class LocalCommentRow(Base):
+    __tablename__ = "local_comments"
+    __table_args__ = (Index("ix_local_comments_issue", "issue_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    issue_id: Mapped[int] = mapped_column(ForeignKey("local_issues.id"))
+    author: Mapped[str] = mapped_column(String(200), default="")
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime)

@@ -1,0 +1,181 @@
+"""Enrolled repositories: sync from settings, freeze and unfreeze."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict
+
+from sqlalchemy import insert, select, update
+
+from pipeline.settings import RepoSettings
+from pipeline.store.base import StoreBase
+from pipeline.store.engine import db_now
+from pipeline.store.models import EscalationRow, RepoRow
+
+
+class UnknownRepo(LookupError):
+    """A repo name that is not enrolled."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"repo {name!r} is not enrolled (see `pipeline repos list`)")
+        self.name = name
+
+
+def _settings_json(repo: RepoSettings) -> str:
+    """The repo's settings snapshot; secrets are SecretRefs, so only their names."""
+    return json.dumps(asdict(repo), default=str, sort_keys=True)
+
+
+class ReposMixin(StoreBase):
+    """Domain verbs for repos."""
+
+    def sync_repos(self, repos: Iterable[RepoSettings]) -> None:
+        """Insert new repos and refresh settings of known ones; state is kept."""
+        with self._write() as conn:
+            now = db_now(conn)
+            for repo in repos:
+                values = {
+                    "tracker": repo.tracker,
+                    "slug": repo.slug,
+                    "default_branch": repo.default_branch,
+                    "settings_json": _settings_json(repo),
+                    "updated_at": now,
+                }
+                found = self._repo_id(conn, repo.name)
+                if found is None:
+                    conn.execute(
+                        insert(RepoRow).values(
+                            name=repo.name, created_at=now, state="active", **values
+                        )
+                    )
+                else:
+                    conn.execute(update(RepoRow).where(RepoRow.id == found).values(**values))
+
+    def ensure_repo(self, name: str, tracker: str = "local", slug: str | None = None) -> int:
+        """The repo's id, enrolling a minimal row when it is new (tests, manual runs)."""
+        with self._write() as conn:
+            found = self._repo_id(conn, name)
+            if found is not None:
+                return found
+            now = db_now(conn)
+            result = conn.execute(
+                insert(RepoRow)
+                .values(
+                    name=name,
+                    tracker=tracker,
+                    slug=slug or name,
+                    default_branch="main",
+                    settings_json="{}",
+                    state="active",
+                    created_at=now,
+                    updated_at=now,
+                )
+                .returning(RepoRow.id)
+            )
+            return int(result.scalar_one())
+
+    def freeze_repo(self, name: str, reason: str, by: str, run_id: int | None = None) -> bool:
+        """Freeze a repo: claims skip it until a human unfreezes it. False if already frozen."""
+        with self._write() as conn:
+            repo_id = self._repo_id(conn, name)
+            if repo_id is None:
+                raise UnknownRepo(name)
+            now = db_now(conn)
+            changed = conn.execute(
+                update(RepoRow)
+                .where(RepoRow.id == repo_id, RepoRow.state != "frozen")
+                .values(
+                    state="frozen",
+                    frozen_reason=reason,
+                    frozen_by=by,
+                    frozen_run_id=run_id,
+                    frozen_at=now,
+                    updated_at=now,
+                )
+            ).rowcount
+            if changed:
+                conn.execute(
+                    insert(EscalationRow).values(
+                        run_id=run_id,
+                        repo_id=repo_id,
+                        reason="frozen",
+                        detail=f"frozen by {by}: {reason}",
+                        created_at=now,
+                    )
+                )
+                if run_id is not None:
+                    attempt = self._run_attempt(conn, run_id)
+                    self._append_event(
+                        conn,
+                        run_id,
+                        attempt,
+                        "repo",
+                        f"repo {name} frozen by {by}: {reason}",
+                        {"repo": name, "frozen": True, "by": by},
+                        now,
+                    )
+            return bool(changed)
+
+    def unfreeze_repo(self, name: str, note: str, by: str) -> bool:
+        """Unfreeze a repo and acknowledge its open escalations. False if it was not frozen."""
+        with self._write() as conn:
+            repo_id = self._repo_id(conn, name)
+            if repo_id is None:
+                raise UnknownRepo(name)
+            now = db_now(conn)
+            frozen_run = conn.execute(
+                select(RepoRow.frozen_run_id).where(
+                    RepoRow.id == repo_id, RepoRow.state == "frozen"
+                )
+            ).first()
+            if frozen_run is None:
+                return False
+            conn.execute(
+                update(RepoRow)
+                .where(RepoRow.id == repo_id)
+                .values(
+                    state="active",
+                    frozen_reason=None,
+                    frozen_by=None,
+                    frozen_run_id=None,
+                    frozen_at=None,
+                    updated_at=now,
+                )
+            )
+            conn.execute(
+                update(EscalationRow)
+                .where(EscalationRow.repo_id == repo_id, EscalationRow.acknowledged_at.is_(None))
+                .values(acknowledged_by=f"{by}: {note}", acknowledged_at=now)
+            )
+            run_id = frozen_run[0]
+            if run_id is not None:
+                attempt = self._run_attempt(conn, run_id)
+                self._append_event(
+                    conn,
+                    run_id,
+                    attempt,
+                    "repo",
+                    f"repo {name} unfrozen by {by}: {note}",
+                    {"repo": name, "frozen": False, "by": by},
+                    now,
+                )
+            return True
+
+    def add_escalation(self, repo: str, reason: str, detail: str, run_id: int | None = None) -> int:
+        with self._write() as conn:
+            repo_id = self._repo_id(conn, repo)
+            if repo_id is None:
+                raise UnknownRepo(repo)
+            result = conn.execute(
+                insert(EscalationRow)
+                .values(
+                    run_id=run_id,
+                    repo_id=repo_id,
+                    reason=reason,
+                    detail=detail,
+                    created_at=db_now(conn),
+                )
+                .returning(EscalationRow.id)
+            )
+            return int(result.scalar_one())

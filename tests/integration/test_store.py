@@ -1,0 +1,141 @@
+"""Store: the guarantee indexes and the history verbs, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import insert, update
+from sqlalchemy.exc import IntegrityError
+
+from pipeline.store import RunFilter, Store, UnknownRepo
+from pipeline.store.models import IssueRow, RunRow
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Store]:
+    s = Store(database_url)
+    s.upgrade()
+    yield s
+    s.close()
+
+
+def _now() -> datetime:
+    return datetime(2026, 1, 1, 12, 0, 0)
+
+
+def _issue(store: Store, repo_id: int, number: int) -> int:
+    with store.engine.begin() as conn:
+        return int(
+            conn.execute(
+                insert(IssueRow)
+                .values(repo_id=repo_id, tracker="local", number=number, title=f"issue {number}",
+                        author="alice", url=f"local://{number}", created_at=_now(),
+                        updated_at=_now())
+                .returning(IssueRow.id)
+            ).scalar_one()
+        )
+
+
+def _run(store: Store, repo_id: int, issue_id: int | None, state: str = "queued",
+         created: datetime | None = None) -> int:
+    when = created or _now()
+    with store.engine.begin() as conn:
+        return int(
+            conn.execute(
+                insert(RunRow)
+                .values(repo_id=repo_id, issue_id=issue_id, state=state, run_after=when,
+                        created_at=when, updated_at=when)
+                .returning(RunRow.id)
+            ).scalar_one()
+        )
+
+
+def test_second_active_run_for_one_issue_is_rejected(store: Store) -> None:
+    """The database itself refuses two non-terminal runs for one issue."""
+    repo = store.ensure_repo("acme/web")
+    issue = _issue(store, repo, 1)
+    _run(store, repo, issue)
+    with pytest.raises(IntegrityError):
+        _run(store, repo, issue)
+
+
+def test_terminal_runs_do_not_block_a_new_run_for_the_issue(store: Store) -> None:
+    """Finished runs leave the issue free for another active run."""
+    repo = store.ensure_repo("acme/web")
+    issue = _issue(store, repo, 1)
+    for state in ("succeeded", "failed", "escalated", "cancelled"):
+        _run(store, repo, issue, state=state)
+    _run(store, repo, issue)
+
+
+def test_second_busy_run_in_one_repo_is_rejected(store: Store) -> None:
+    """At most one run past `queued` per repo, enforced by the database."""
+    repo = store.ensure_repo("acme/web")
+    first = _run(store, repo, _issue(store, repo, 1), state="implementing")
+    second = _run(store, repo, _issue(store, repo, 2))
+    assert first != second
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(update(RunRow).where(RunRow.id == second).values(state="preparing"))
+
+
+def test_busy_runs_in_different_repos_coexist(store: Store) -> None:
+    """The per-repo index does not serialise different repos."""
+    web = store.ensure_repo("acme/web")
+    api = store.ensure_repo("acme/api")
+    _run(store, web, _issue(store, web, 1), state="testing")
+    _run(store, api, _issue(store, api, 1), state="testing")
+    _run(store, web, _issue(store, web, 2), state="queued")
+    assert store.stats().active == 2
+
+
+def test_list_runs_filters_by_repo_state_kind_and_time(store: Store) -> None:
+    """History filters select by repo, state, kind and creation time, newest first."""
+    web = store.ensure_repo("acme/web")
+    api = store.ensure_repo("acme/api")
+    old = _run(store, web, _issue(store, web, 1), state="succeeded",
+               created=_now() - timedelta(days=3))
+    new = _run(store, web, _issue(store, web, 2), state="failed")
+    other = _run(store, api, _issue(store, api, 1))
+    assert [r.id for r in store.list_runs()] == [other, new, old]
+    assert [r.id for r in store.list_runs(RunFilter(repo="acme/web"))] == [new, old]
+    assert [r.id for r in store.list_runs(RunFilter(state="failed"))] == [new]
+    assert [r.id for r in store.list_runs(RunFilter(kind="fix_forward"))] == []
+    since = _now() - timedelta(days=1)
+    assert {r.id for r in store.list_runs(RunFilter(since=since))} == {new, other}
+    assert store.count_runs(RunFilter(repo="acme/web")) == 2
+    run = store.get_run(new)
+    assert run is not None and run.repo_name == "acme/web" and run.issue_number == 2
+
+
+def test_events_are_kept_in_order(store: Store) -> None:
+    """A run's timeline comes back oldest first, and the live feed resumes after an id."""
+    repo = store.ensure_repo("acme/web")
+    run = _run(store, repo, None)
+    store.add_event(run, "state", "queued")
+    store.add_event(run, "tool", "Write tests/test_x.py", {"tool": "Write"})
+    events = store.run_events(run)
+    assert [e.message for e in events] == ["queued", "Write tests/test_x.py"]
+    assert events[1].data == {"tool": "Write"}
+    assert [e.id for e in store.events_since(events[0].id)] == [events[1].id]
+
+
+def test_freeze_and_unfreeze_are_recorded_with_who_and_why(store: Store) -> None:
+    """Freezing records the reason and actor; unfreezing acknowledges the escalation."""
+    store.ensure_repo("acme/web")
+    assert store.freeze_repo("acme/web", "deploy broken", by="pipeline")
+    assert not store.freeze_repo("acme/web", "again", by="pipeline")
+    repo = store.get_repo("acme/web")
+    assert repo is not None and repo.frozen and repo.frozen_reason == "deploy broken"
+    assert store.stats().frozen_repos == ("acme/web",)
+    assert store.unfreeze_repo("acme/web", "fixed by hand", by="carol")
+    escalation = store.list_escalations("acme/web")[0]
+    assert escalation.acknowledged_by == "carol: fixed by hand"
+    assert not store.unfreeze_repo("acme/web", "twice", by="carol")
+
+
+def test_unknown_repo_is_a_clear_error(store: Store) -> None:
+    """Freezing a repo that is not enrolled names it."""
+    with pytest.raises(UnknownRepo, match="acme/nope"):
+        store.freeze_repo("acme/nope", "x", by="me")
