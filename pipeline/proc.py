@@ -108,12 +108,13 @@ class _LineReader(threading.Thread):
 
     def run(self) -> None:
         assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            self.last_activity = time.monotonic()
-            line = raw[: self.max_line_bytes].decode("utf-8", errors="replace").rstrip("\n")
-            self.tail.append(line)
-            if self.on_line is not None:
-                self.on_line(line)
+        with self.proc.stdout:  # closed at EOF: an open pipe is a ResourceWarning later
+            for raw in self.proc.stdout:
+                self.last_activity = time.monotonic()
+                line = raw[: self.max_line_bytes].decode("utf-8", errors="replace").rstrip("\n")
+                self.tail.append(line)
+                if self.on_line is not None:
+                    self.on_line(line)
 
 
 def run_command(
