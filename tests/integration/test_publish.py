@@ -1,0 +1,275 @@
+"""Publishing with real git: bare remotes in tmp_path, a checkout and a run worktree."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import EscalationError, RetryableError
+from pipeline.publish import PublishResult, find_pushed, git_env, publish
+from pipeline.settings import PushSettings, RepoSettings
+from pipeline.testing.sinks import RecordingSink
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def commit_file(cwd: Path, name: str, text: str, message: str) -> str:
+    (cwd / name).write_text(text, encoding="utf-8")
+    git(cwd, "add", name)
+    git(cwd, "commit", "-q", "-m", message)
+    return git(cwd, "rev-parse", "HEAD")
+
+
+@dataclass
+class World:
+    """A bare remote, the daemon's checkout, one run worktree and a colleague's clone."""
+
+    tmp: Path
+    remote: Path
+    checkout: Path
+    worktree: Path
+    other: Path
+    base_sha: str
+    run_id: int = 1
+    branch: str = "afk/run-1"
+    recorded: list[str] = field(default_factory=list)
+    retests: list[str] = field(default_factory=list)
+    events: RecordingSink = field(default_factory=RecordingSink)
+
+    def repo(self, **push: object) -> RepoSettings:
+        return RepoSettings(name="demo", tracker="local", slug="o/demo",
+                            remote_url=str(self.remote), push=PushSettings(**push))  # type: ignore[arg-type]
+
+    def run_commit(self, name: str = "feature.txt", text: str = "feature\n") -> str:
+        message = f"Add {name}\n\nAfk-Run: {self.run_id}"
+        return commit_file(self.worktree, name, text, message)
+
+    def remote_commit(self, name: str, text: str) -> str:
+        git(self.other, "pull", "-q", "--rebase", "origin", "main")
+        sha = commit_file(self.other, name, text, f"colleague edits {name}")
+        git(self.other, "push", "-q", "origin", "HEAD:main")
+        return sha
+
+    def remote_main(self) -> str:
+        return git(self.remote, "rev-parse", "refs/heads/main")
+
+    def publish(self, *, retest: Callable[[], bool] | None = None,
+                resolve: Callable[[str], bool] | None = None,
+                record: Callable[[str], None] | None = None, **push: object) -> PublishResult:
+        def default_retest() -> bool:
+            self.retests.append(git(self.worktree, "rev-parse", "HEAD"))
+            return True
+
+        return publish(run_id=self.run_id, repo=self.repo(**push), repo_root=self.worktree,
+                       branch=self.branch, base_sha=self.base_sha, events=self.events,
+                       stop=None, retest=retest or default_retest, resolve_conflict=resolve,
+                       record_pushed=record or self.recorded.append)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    """A remote with one commit on main, a checkout and a worktree for run 1."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "--initial-branch=main", str(remote))
+    seed = tmp_path / "seed"
+    git(tmp_path, "clone", "-q", str(remote), str(seed))
+    base = commit_file(seed, "README.md", "hello\nworld\n", "seed")
+    git(seed, "push", "-q", "origin", "HEAD:main")
+    checkout = tmp_path / "checkout"
+    git(tmp_path, "clone", "-q", str(remote), str(checkout))
+    worktree = tmp_path / "wt-1"
+    git(checkout, "worktree", "add", "-q", "-b", "afk/run-1", str(worktree), "origin/main")
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(remote), str(other))
+    return World(tmp_path, remote, checkout, worktree, other, base)
+
+
+def test_plain_publish_pushes_head_and_records_it(world: World) -> None:
+    """With an unmoved base the run's commit is pushed as is, recorded once, no re-test."""
+    sha = world.run_commit()
+    result = world.publish()
+    assert result == PublishResult(sha, "main", False, False, False, 0)
+    assert world.remote_main() == sha
+    assert world.recorded == [sha]
+    assert world.retests == []
+
+
+def test_moved_base_is_rebased_retested_and_pushed(world: World) -> None:
+    """A non-conflicting remote commit during the run: rebase, re-test on the result, push."""
+    original = world.run_commit()
+    theirs = world.remote_commit("other.txt", "theirs\n")
+    result = world.publish()
+    assert result.rebased and result.retested and not result.already_on_remote
+    assert result.pushed_sha != original
+    assert world.remote_main() == result.pushed_sha
+    assert git(world.remote, "rev-parse", f"{result.pushed_sha}~1") == theirs
+    assert world.retests == [result.pushed_sha]
+    assert find_pushed(world.checkout, "origin/main", 1, git_env()) == result.pushed_sha
+
+
+def test_conflict_escalates_and_keeps_the_run_commits(world: World) -> None:
+    """A conflicting remote commit with no agent to resolve it escalates; nothing is lost."""
+    mine = world.run_commit("README.md", "mine\n")
+    before = world.remote_commit("README.md", "theirs\n")
+    with pytest.raises(EscalationError) as caught:
+        world.publish()
+    assert caught.value.reason == "conflict"
+    assert "README.md" in str(caught.value) and "afk/run-1" in str(caught.value)
+    assert git(world.worktree, "rev-parse", "afk/run-1") == mine
+    assert git(world.worktree, "status", "--porcelain") == ""
+    assert not (world.checkout / ".git" / "worktrees" / "wt-1" / "rebase-merge").exists()
+    assert world.remote_main() == before
+    assert world.recorded == []
+
+
+def test_conflict_resolved_by_the_agent_is_pushed(world: World) -> None:
+    """The conflict is handed to the resolver once; once it resolves, the result is pushed."""
+    world.run_commit("README.md", "mine\n")
+    world.remote_commit("README.md", "theirs\n")
+    descriptions: list[str] = []
+
+    def resolve(description: str) -> bool:
+        descriptions.append(description)
+        git(world.worktree, "rebase", "-q", "-X", "theirs", "origin/main")
+        return True
+
+    result = world.publish(resolve=resolve)
+    assert len(descriptions) == 1 and "README.md" in descriptions[0]
+    assert world.remote_main() == result.pushed_sha
+    assert git(world.remote, "show", "main:README.md") == "mine"
+    assert result.retested
+
+
+def test_red_tests_after_rebase_escalate_without_pushing(world: World) -> None:
+    """A re-test that fails on the rebased commits escalates and pushes nothing."""
+    world.run_commit()
+    theirs = world.remote_commit("other.txt", "theirs\n")
+    with pytest.raises(EscalationError) as caught:
+        world.publish(retest=lambda: False)
+    assert caught.value.reason == "tests_red_after_rebase"
+    assert world.remote_main() == theirs
+    assert world.recorded == []
+
+
+def test_push_race_is_rebased_retested_and_retried(world: World) -> None:
+    """The remote moving between fetch and push is retried after another rebase and test."""
+    world.run_commit()
+    world.remote_commit("one.txt", "1\n")
+    races = iter(["two.txt"])
+
+    def retest() -> bool:
+        name = next(races, None)
+        if name is not None:
+            world.remote_commit(name, "2\n")
+        world.retests.append(git(world.worktree, "rev-parse", "HEAD"))
+        return True
+
+    result = world.publish(retest=retest)
+    assert result.race_retries == 1
+    assert len(world.retests) == 2
+    assert world.remote_main() == result.pushed_sha
+    assert git(world.remote, "show", "main:two.txt") == "2"
+
+
+def test_push_race_gives_up_as_retryable_after_the_bound(world: World) -> None:
+    """A remote that keeps moving makes the publish a retryable push_race after the bound."""
+    world.run_commit()
+    world.remote_commit("seed.txt", "0\n")
+    counter = iter(range(100))
+
+    def retest() -> bool:
+        world.remote_commit(f"race{next(counter)}.txt", "x\n")
+        return True
+
+    with pytest.raises(RetryableError) as caught:
+        world.publish(retest=retest, max_race_retries=2)
+    assert caught.value.kind == "push_race"
+    assert world.recorded == []
+    assert git(world.worktree, "log", "-1", "--format=%(trailers:key=Afk-Run,valueonly)") == "1"
+
+
+def test_crash_between_push_and_record_does_not_push_again(world: World) -> None:
+    """A publish whose recording crashed is found by its trailer and recorded, not re-pushed."""
+    world.run_commit()
+
+    def crash(sha: str) -> None:
+        raise KeyboardInterrupt("killed before the SHA was recorded")
+
+    with pytest.raises(KeyboardInterrupt):
+        world.publish(record=crash)
+    pushed = world.remote_main()
+    world.remote_commit("later.txt", "someone pushed on top\n")
+    head_after = world.remote_main()
+    result = world.publish()
+    assert result.already_on_remote and result.pushed_sha == pushed
+    assert world.recorded == [pushed]
+    assert world.remote_main() == head_after
+    assert any("already on" in message for _, message, _ in world.events.of_kind("publish"))
+
+
+def test_branch_mode_pushes_the_run_branch_and_opens_a_pr(world: World) -> None:
+    """Push mode branch pushes the run branch (never main) and asks for a pull request."""
+    sha = world.run_commit()
+    opened: list[tuple[str, str]] = []
+
+    def open_pr(branch: str, title: str) -> str:
+        opened.append((branch, title))
+        return f"https://forge.invalid/pr/{len(opened)}"
+
+    result = publish(run_id=1, repo=world.repo(mode="branch"), repo_root=world.worktree,
+                     branch=world.branch, base_sha=world.base_sha, events=world.events,
+                     stop=None, retest=lambda: True, resolve_conflict=None,
+                     record_pushed=world.recorded.append, open_pr=open_pr)
+    assert result.branch == "afk/run-1" and result.pr_url == "https://forge.invalid/pr/1"
+    assert git(world.remote, "rev-parse", "refs/heads/afk/run-1") == sha
+    assert world.remote_main() == world.base_sha
+    assert opened == [("afk/run-1", "Add feature.txt")]
+
+
+def test_branch_mode_rebases_and_force_pushes_its_own_branch(world: World) -> None:
+    """A second attempt of a run in branch mode replaces its own stale remote branch."""
+    world.run_commit()
+    git(world.worktree, "push", "-q", str(world.remote), "HEAD:refs/heads/afk/issue-9")
+    git(world.worktree, "commit", "-q", "--amend", "-m", "Reworked\n\nAfk-Run: 2")
+    world.run_id = 2
+    world.remote_commit("other.txt", "theirs\n")
+    result = publish(run_id=2, repo=world.repo(mode="branch"), repo_root=world.worktree,
+                     branch=world.branch, base_sha=world.base_sha, events=world.events,
+                     stop=None, retest=lambda: True, resolve_conflict=None,
+                     record_pushed=world.recorded.append, remote_branch="afk/issue-9")
+    assert result.rebased and result.branch == "afk/issue-9"
+    assert git(world.remote, "rev-parse", "refs/heads/afk/issue-9") == result.pushed_sha
+
+
+def test_missing_trailer_refuses_to_push(world: World) -> None:
+    """Commits without the run's trailer are never pushed: a crash could not be detected."""
+    commit_file(world.worktree, "x.txt", "x\n", "no trailer here")
+    with pytest.raises(Exception, match="Afk-Run: 1"):
+        world.publish()
+    assert world.remote_main() == world.base_sha
+
+
+def test_token_never_lands_in_config_or_events(world: World, monkeypatch: pytest.MonkeyPatch
+                                               ) -> None:
+    """A configured push token is used only through the environment of git commands."""
+    sentinel = "sentinel-token-3f9c1d"
+    monkeypatch.setenv("AFK_TEST_PUSH_TOKEN", sentinel)
+    world.run_commit()
+    from pipeline.settings import SecretRef
+
+    repo = world.repo()
+    repo = replace(repo, push=replace(repo.push, token=SecretRef(env="AFK_TEST_PUSH_TOKEN")))
+    publish(run_id=1, repo=repo, repo_root=world.worktree, branch=world.branch,
+            base_sha=world.base_sha, events=world.events, stop=None, retest=lambda: True,
+            resolve_conflict=None, record_pushed=world.recorded.append)
+    for config in (world.checkout / ".git").rglob("config*"):
+        assert sentinel not in config.read_text(encoding="utf-8", errors="replace")
+    assert sentinel not in repr(world.events.events)
+    assert world.recorded == [world.remote_main()]
