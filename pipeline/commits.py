@@ -1,0 +1,115 @@
+"""The run's commits in its worktree: staging, trailers, and squashing to one.
+
+Only the implement phase writes commits; publish takes them from here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pipeline.errors import EscalationError, FatalError
+
+_FALLBACK_IDENTITY = ("-c", "user.name=afk-pipeline", "-c", "user.email=afk-pipeline@localhost")
+
+
+class Git:
+    """Git in one worktree, with the run's environment and no prompts."""
+
+    def __init__(self, root: Path, env: Mapping[str, str]) -> None:
+        self.root = root
+        self.env = {**env, "GIT_TERMINAL_PROMPT": "0"}
+        self._identity: tuple[str, ...] | None = None
+
+    def run(self, *args: str, input_text: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=self.root,
+            env=self.env,
+            input=input_text,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise FatalError(
+                "git",
+                f"git {args[0]} failed in {self.root} (exit {proc.returncode}): "
+                f"{proc.stderr.strip()[-500:]}",
+            )
+        return proc.stdout
+
+    def head(self) -> str:
+        return self.run("rev-parse", "HEAD").strip()
+
+    def commits_since(self, base: str) -> list[str]:
+        return self.run("rev-list", "--reverse", f"{base}..HEAD").split()
+
+    def message(self, sha: str) -> str:
+        return self.run("log", "-1", "--format=%B", sha).strip()
+
+    def stage_all(self, keep_dirs: Sequence[str]) -> bool:
+        """Stage every change except the kept dependency directories; True if any."""
+        excludes = [
+            f":(exclude,glob){pattern}"
+            for directory in keep_dirs
+            for pattern in (f"**/{directory}", f"**/{directory}/**")
+        ]
+        self.run("add", "-A", "--", ".", *excludes)
+        return self._has_staged()
+
+    def _has_staged(self) -> bool:
+        proc = subprocess.run(
+            ["git", "diff", "--cached", "--quiet"], cwd=self.root, env=self.env, check=False
+        )
+        return proc.returncode != 0
+
+    def commit(self, message: str) -> str:
+        self.run(*self.identity(), "commit", "--no-verify", "-q", "-F", "-", input_text=message)
+        return self.head()
+
+    def identity(self) -> tuple[str, ...]:
+        """A fallback committer identity when neither env nor config gives one."""
+        if self._identity is None:
+            configured = self.run("config", "user.email", check=False).strip()
+            has_env = "GIT_COMMITTER_EMAIL" in self.env or "EMAIL" in self.env
+            self._identity = () if configured or has_env else _FALLBACK_IDENTITY
+        return self._identity
+
+    def with_trailers(self, message: str, trailers: Sequence[tuple[str, str]]) -> str:
+        """``message`` ending with ``trailers`` (each added once)."""
+        args = ["interpret-trailers", "--if-exists", "addIfDifferent"]
+        for key, value in trailers:
+            args += ["--trailer", f"{key}: {value}"]
+        return self.run(*args, input_text=message.strip() + "\n")
+
+    def has_trailers(self, message: str, trailers: Sequence[tuple[str, str]]) -> bool:
+        parsed = self.run("interpret-trailers", "--parse", input_text=message + "\n")
+        lines = {line.strip() for line in parsed.splitlines()}
+        return all(f"{key}: {value}" in lines for key, value in trailers)
+
+    def squash(
+        self, base: str, subject: str, trailers: Sequence[tuple[str, str]]
+    ) -> tuple[str, ...]:
+        """Make the run's work one commit on ``base`` carrying ``trailers``."""
+        commits = self.commits_since(base)
+        if len(commits) == 1 and self.has_trailers(self.message(commits[0]), trailers):
+            return (commits[0],)
+        messages = [self.message(sha) for sha in commits]
+        self.run("reset", "--soft", base)
+        if not self._has_staged():
+            raise EscalationError(
+                "no_change", "the agent's commits add up to no change against the base"
+            )
+        return (self.commit(self.with_trailers(combined_message(subject, messages), trailers)),)
+
+
+def combined_message(subject: str, messages: Sequence[str]) -> str:
+    """One message for several: the agent's own if it wrote exactly one, else a list."""
+    own = [message for message in messages if message.splitlines()[0].strip() != subject]
+    if len(own) == 1:
+        return own[0]
+    subjects = [message.splitlines()[0].strip() for message in own]
+    body = "\n".join(f"- {line}" for line in dict.fromkeys(subjects))
+    return f"{subject}\n\n{body}" if body else subject
