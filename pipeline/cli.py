@@ -323,3 +323,19 @@ def main(
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        from pipeline.store import describe_db_error
+
+        db_problem = describe_db_error(exc)
+        if db_problem is None:
+            raise
+        url = getattr(args, "database_url", None) or os.environ.get("PIPELINE_DATABASE_URL", "")
+        err.write(f"pipeline: database {_redacted(url)} unavailable: {db_problem}\n")
+        return EXIT_FAIL
+
+
+def _redacted(url: str) -> str:
+    from pipeline.store import redact_url
+
+    return redact_url(url) if url else "(configured)"
+

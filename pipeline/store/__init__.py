@@ -7,13 +7,14 @@ and gets plain records (``pipeline.store.records``) back.
 from __future__ import annotations
 
 from pipeline.store import migrate
-from pipeline.store.engine import redact_url
+from pipeline.store.engine import describe_db_error, redact_url
 from pipeline.store.history import HistoryMixin
+from pipeline.store.issues import IssuesMixin, LocalComment, LocalIssue, UnknownIssue
 from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
 from pipeline.store.repos import ReposMixin, UnknownRepo
 
 
-class Store(HistoryMixin, ReposMixin):
+class Store(HistoryMixin, ReposMixin, IssuesMixin):
     """All domain verbs over one engine."""
 
     def upgrade(self) -> None:
@@ -27,12 +28,16 @@ class Store(HistoryMixin, ReposMixin):
 __all__ = [
     "Escalation",
     "Issue",
+    "LocalComment",
+    "LocalIssue",
     "Repo",
     "Run",
     "RunEvent",
     "RunFilter",
     "Stats",
     "Store",
+    "UnknownIssue",
     "UnknownRepo",
+    "describe_db_error",
     "redact_url",
 ]

@@ -30,23 +30,41 @@ def _issue(store: Store, repo_id: int, number: int) -> int:
         return int(
             conn.execute(
                 insert(IssueRow)
-                .values(repo_id=repo_id, tracker="local", number=number, title=f"issue {number}",
-                        author="alice", url=f"local://{number}", created_at=_now(),
-                        updated_at=_now())
+                .values(
+                    repo_id=repo_id,
+                    tracker="local",
+                    number=number,
+                    title=f"issue {number}",
+                    author="alice",
+                    url=f"local://{number}",
+                    created_at=_now(),
+                    updated_at=_now(),
+                )
                 .returning(IssueRow.id)
             ).scalar_one()
         )
 
 
-def _run(store: Store, repo_id: int, issue_id: int | None, state: str = "queued",
-         created: datetime | None = None) -> int:
+def _run(
+    store: Store,
+    repo_id: int,
+    issue_id: int | None,
+    state: str = "queued",
+    created: datetime | None = None,
+) -> int:
     when = created or _now()
     with store.engine.begin() as conn:
         return int(
             conn.execute(
                 insert(RunRow)
-                .values(repo_id=repo_id, issue_id=issue_id, state=state, run_after=when,
-                        created_at=when, updated_at=when)
+                .values(
+                    repo_id=repo_id,
+                    issue_id=issue_id,
+                    state=state,
+                    run_after=when,
+                    created_at=when,
+                    updated_at=when,
+                )
                 .returning(RunRow.id)
             ).scalar_one()
         )
@@ -94,8 +112,9 @@ def test_list_runs_filters_by_repo_state_kind_and_time(store: Store) -> None:
     """History filters select by repo, state, kind and creation time, newest first."""
     web = store.ensure_repo("acme/web")
     api = store.ensure_repo("acme/api")
-    old = _run(store, web, _issue(store, web, 1), state="succeeded",
-               created=_now() - timedelta(days=3))
+    old = _run(
+        store, web, _issue(store, web, 1), state="succeeded", created=_now() - timedelta(days=3)
+    )
     new = _run(store, web, _issue(store, web, 2), state="failed")
     other = _run(store, api, _issue(store, api, 1))
     assert [r.id for r in store.list_runs()] == [other, new, old]
@@ -139,3 +158,52 @@ def test_unknown_repo_is_a_clear_error(store: Store) -> None:
     """Freezing a repo that is not enrolled names it."""
     with pytest.raises(UnknownRepo, match="acme/nope"):
         store.freeze_repo("acme/nope", "x", by="me")
+
+
+def test_upsert_issue_keeps_one_row_per_repo_and_number(store: Store) -> None:
+    """Seeing an issue again updates it in place and keeps the labeller once known."""
+    store.ensure_repo("acme/web")
+    first = store.upsert_issue(
+        "acme/web",
+        tracker="github",
+        number=7,
+        title="Crash",
+        author="alice",
+        url="https://example.test/7",
+        labeller="bob",
+    )
+    again = store.upsert_issue(
+        "acme/web",
+        tracker="github",
+        number=7,
+        title="Crash on save",
+        author="alice",
+        url="https://example.test/7",
+    )
+    assert again.id == first.id
+    assert again.title == "Crash on save" and again.labeller == "bob"
+
+
+def test_local_tracker_issues_labels_and_comments(store: Store) -> None:
+    """The embedded tracker keeps issues, label changes and comments in the database."""
+    issue = store.add_local_issue("demo/app", "Add a greeting", "body", author="alice")
+    assert store.list_local_issues(label="ready-for-agent") == []
+    store.change_local_labels(issue.id, add=("ready-for-agent",), by="alice")
+    ready = store.list_local_issues(label="ready-for-agent")
+    assert [i.id for i in ready] == [issue.id] and ready[0].labeller == "alice"
+    store.change_local_labels(issue.id, add=("agent-working",), remove=("ready-for-agent",))
+    store.add_local_comment(issue.id, "working on it", author="afk-pipeline")
+    assert [c.body for c in store.local_comments(issue.id)] == ["working on it"]
+    store.close_local_issue(issue.id)
+    assert store.list_local_issues() == []
+
+
+def test_side_effects_and_deliveries_happen_once(store: Store) -> None:
+    """An idempotency key or webhook delivery id is accepted exactly once."""
+    assert store.claim_side_effect("comment:1:claimed")
+    assert not store.claim_side_effect("comment:1:claimed")
+    store.release_side_effect("comment:1:claimed")
+    assert store.claim_side_effect("comment:1:claimed")
+    assert store.record_delivery("github", "abc")
+    assert not store.record_delivery("github", "abc")
+    assert store.record_delivery("gitea", "abc")
