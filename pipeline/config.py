@@ -72,7 +72,8 @@ def _read_toml(path: Path, problems: Problems) -> dict[str, Any]:
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        problems.add_raw(f"{path}: cannot read the file: {exc}")
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        problems.add_raw(f"{path}: cannot read the file: {reason}")
         return {}
     try:
         return tomllib.loads(text)
@@ -97,8 +98,32 @@ def _data_dir(env: Mapping[str, str]) -> Path:
 
 def _build(root: Table, env: Mapping[str, str], path: Path | None) -> Settings:
     data_dir = _data_dir(env)
+    url = root.string("database_url")
+    top: dict[str, Any] = {
+        "database_url": _database_url(root, url) if url else
+        f"sqlite:///{data_dir / 'history.db'}",
+        "volume": root.path("volume") or data_dir / "volume",
+        "log_level": root.choice("log_level", sections.LOG_LEVELS, "info") or "info",
+        "log_format": root.choice("log_format", sections.LOG_FORMATS, "text") or "text",
+        "max_concurrency": root.integer("max_concurrency", 10, 1),
+        "max_queue_depth": root.integer("max_queue_depth", 100, 1),
+        "poll_interval_s": root.number("poll_interval_s", 60.0),
+        "run_migrations": root.boolean("run_migrations", True),
+        "scheduler": sections.scheduler(root.table("scheduler")),
+        "workspace": sections.workspace(root.table("workspace")),
+        "http": sections.http(root.table("http")),
+        "notify": sections.notify(root.table("notify")),
+    }
     trackers = _named(root, "trackers", sections.builtin_trackers(), sections.tracker)
     agents = _named(root, "agents", sections.builtin_agents(), sections.agent)
+    ctx = _repo_context(root, trackers, agents)
+    repos = [repo(name, table, ctx) for name, table in root.table("repos").named()]
+    root.finish()
+    return Settings(source=path, trackers=tuple(trackers.values()),
+                    agents=tuple(agents.values()), repos=tuple(repos), **top)
+
+
+def _repo_context(root: Table, trackers: dict[str, Any], agents: dict[str, Any]) -> RepoContext:
     budgets = root.table("budgets")
     ctx = RepoContext(
         trackers=trackers,
@@ -107,28 +132,7 @@ def _build(root: Table, env: Mapping[str, str], path: Path | None) -> Settings:
         default_daily_usd=budgets.optional_number("default_daily_usd_per_repo"),
     )
     budgets.finish()
-    repos = [repo(name, table, ctx) for name, table in root.table("repos").named()]
-    url = root.string("database_url")
-    settings = Settings(
-        database_url=_database_url(root, url) if url else f"sqlite:///{data_dir / 'history.db'}",
-        volume=root.path("volume") or data_dir / "volume",
-        source=path,
-        log_level=root.choice("log_level", sections.LOG_LEVELS, "info") or "info",
-        log_format=root.choice("log_format", sections.LOG_FORMATS, "text") or "text",
-        max_concurrency=root.integer("max_concurrency", 10, 1),
-        max_queue_depth=root.integer("max_queue_depth", 100, 1),
-        poll_interval_s=root.number("poll_interval_s", 60.0),
-        run_migrations=root.boolean("run_migrations", True),
-        scheduler=sections.scheduler(root.table("scheduler")),
-        workspace=sections.workspace(root.table("workspace")),
-        http=sections.http(root.table("http")),
-        trackers=tuple(trackers.values()),
-        agents=tuple(agents.values()),
-        repos=tuple(repos),
-        notify=sections.notify(root.table("notify")),
-    )
-    root.finish()
-    return settings
+    return ctx
 
 
 def _named(root: Table, section: str, builtins: dict[str, Any], build: Any) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.config_reader import Table, suggest
+from pipeline.config_reader import Table
+from pipeline.config_sections import agent as agent_builder
 from pipeline.config_sections import url
 from pipeline.settings import (
     DEFAULT_KEEP_DIRS,
@@ -29,8 +30,8 @@ WORKSPACE_KINDS = ("worktree", "clone")
 _SLUG = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$")
 _SCP_REMOTE = re.compile(r"^[\w.-]+@[\w.-]+:.+$")
 _API_SUFFIX = re.compile(r"/api(/v\d+)?/?$")
-# Preset fields a repository may not override through agent_options.
-_NOT_OVERRIDABLE = frozenset({"name", "kind", "api_key"})
+# Option keys whose preset field has another name.
+_OPTION_FIELDS = {"api_key_env": "api_key", "api_key_file": "api_key"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ def repo(name: str, table: Table, ctx: RepoContext) -> RepoSettings:
     git_crypt_key = table.secret("git_crypt_key")
     if git_crypt_key.configured and workspace != "clone":
         table.error("git_crypt_key_env", 'needs workspace = "clone" (worktrees share the key)')
+    agent_name = _agent(table, ctx)
     max_budget = table.optional_number("max_budget_usd")
     daily_budget = table.optional_number("daily_budget_usd")
     result = RepoSettings(
@@ -72,8 +74,8 @@ def repo(name: str, table: Table, ctx: RepoContext) -> RepoSettings:
         test_timeout_s=table.number("test_timeout_s", 900.0),
         setup_commands=table.strings("setup_commands"),
         workdir=table.relative("workdir", "."),
-        agent=_agent(table, ctx),
-        agent_overrides=_overrides(table.table("agent_options")),
+        agent=agent_name,
+        agent_overrides=_overrides(table.table("agent_options"), ctx.agents.get(agent_name)),
         workspace=workspace,
         git_crypt_key=git_crypt_key,
         keep_dirs=table.strings("keep_dirs", DEFAULT_KEEP_DIRS),
@@ -112,7 +114,9 @@ def _agent(table: Table, ctx: RepoContext) -> str:
 
 
 def _remote_url(table: Table, tracker: TrackerSettings | None, slug: str) -> str:
-    needs = tracker is not None and (tracker.kind == "local" or tracker.base_url is None)
+    # A tracker with an invalid kind (already reported) is "" and needs nothing more.
+    needs = tracker is not None and tracker.kind != "" and (
+        tracker.kind == "local" or tracker.base_url is None)
     value = table.string("remote_url", required=needs)
     if value is not None:
         return _check_remote(table, value)
@@ -139,18 +143,25 @@ def _check_remote(table: Table, value: str) -> str:
     return str(table.resolve(value))
 
 
-def _overrides(table: Table) -> tuple[tuple[str, object], ...]:
-    """``[repos.NAME.agent_options]``: preset fields this repository changes."""
-    allowed = sorted(f.name for f in dataclasses.fields(AgentPreset)
-                     if f.name not in _NOT_OVERRIDABLE)
-    pairs: list[tuple[str, object]] = []
-    for key, value in table.data.items():
-        table.known.add(key)
-        if key not in allowed:
-            table.error(key, "not an agent option" + suggest(key, allowed))
-            continue
-        pairs.append((key, tuple(value) if isinstance(value, list) else value))
-    return tuple(sorted(pairs, key=lambda pair: pair[0]))
+def _overrides(table: Table, preset: AgentPreset | None) -> tuple[tuple[str, object], ...]:
+    """``[repos.NAME.agent_options]``: preset fields this repository changes.
+
+    The options are read by the preset builder itself, so they get the same
+    type checks, path resolution and messages as an ``[agents.NAME]`` table.
+    """
+    if "kind" in table.data:
+        table.error("kind", "cannot be changed per repository; define another preset "
+                    "and name it in `agent`")
+    kind = preset.kind if preset is not None else "claude"
+    merged: dict[str, object] = {**table.data, "kind": kind}
+    if kind == "command" and "command" not in table.data:
+        # Satisfies the builder's "required" check; only keys the table sets are kept.
+        merged["command"] = ["unchanged"]
+    options = Table(merged, table.where, table.problems, table.base)
+    built = agent_builder("options", options)
+    fields = {_OPTION_FIELDS.get(key, key) for key in table.data if key != "kind"}
+    names = {f.name for f in dataclasses.fields(AgentPreset)}
+    return tuple((name, getattr(built, name)) for name in sorted(fields & names))
 
 
 def _copy_file(table: Table) -> CopyFile:

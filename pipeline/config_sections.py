@@ -152,7 +152,7 @@ def http(table: Table) -> HttpSettings:
 
 def tracker(name: str, table: Table) -> TrackerSettings:
     defaults = TrackerSettings(name=name, kind="local")
-    kind = table.choice("kind", TRACKER_KINDS, "local", required=True) or "local"
+    kind = table.choice("kind", TRACKER_KINDS, "", required=True) or ""
     base_url = url(table, "base_url", required=kind in ("gitea", "forgejo", "gitlab"))
     if kind == "github" and base_url is None and not table.has("base_url"):
         base_url = GITHUB_API

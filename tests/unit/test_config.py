@@ -1,0 +1,275 @@
+"""Loading configuration: the example, defaults, overrides, paths and show/check."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ENV_VARS, check_command, load_settings, show_command
+from pipeline.errors import ConfigError
+from pipeline.settings import (
+    AgentPreset,
+    CiSettings,
+    CopyFile,
+    DeploySettings,
+    HttpSettings,
+    NotifySettings,
+    ProbeSettings,
+    PushSettings,
+    RepoSettings,
+    SchedulerSettings,
+    SecretRef,
+    Settings,
+    TrackerSettings,
+    WorkspaceSettings,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "pipeline.example.toml"
+SENTINEL = "sentinel-secret-5f2c9a"
+
+
+def write(tmp_path: Path, text: str, name: str = "pipeline.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_example_loads_with_every_section() -> None:
+    """The shipped example loads cleanly and fills every section."""
+    settings = load_settings(EXAMPLE, environ={})
+    assert {t.name for t in settings.trackers} == {"github", "local"}
+    web = settings.repo("web")
+    assert web is not None and web.ci.kind == "woodpecker"
+    assert [p.kind for p in web.deploy.probes] == ["http", "command"]
+    assert web.agent_overrides == (("max_turns", 100), ("model", "claude-opus-4-1"))
+    aider = settings.agent("aider")
+    assert aider is not None and "{prompt_file}" in aider.command
+    assert settings.workspace.capacity_bytes == 50 * 2**30
+
+
+def _option_keys() -> set[str]:
+    """Config keys for every settings field (secrets as <key>_env, renamed fields mapped)."""
+    renamed = {"capacity_bytes": "capacity", "listen_host": "listen", "listen_port": "listen",
+               "agent_overrides": "agent_options", "source": "from", "target": "to"}
+    skip = {"name", "trackers", "agents", "repos", "probes", "push", "ci", "deploy",
+            "scheduler", "workspace", "http", "notify"}
+    keys: set[str] = set()
+    classes = [Settings, SchedulerSettings, WorkspaceSettings, HttpSettings, TrackerSettings,
+               AgentPreset, RepoSettings, PushSettings, CiSettings, DeploySettings,
+               ProbeSettings, CopyFile, NotifySettings]
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            if f.name in skip or (cls is Settings and f.name == "source"):
+                continue
+            secret = "SecretRef" in str(f.type)
+            keys.add(f"{f.name}_env" if secret else renamed.get(f.name, f.name))
+    return keys | {"default_max_run_usd", "default_daily_usd_per_repo"}
+
+
+def test_example_documents_every_option() -> None:
+    """Every option of every section appears in the example, set or commented out."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    # `key = ...`, `# key = ...`, inside an inline table, or a `[...key]` header.
+    pattern = r"^(# )?{0} = |{{ {0} = |, {0} = |\.{0}\]$"
+    missing = [key for key in sorted(_option_keys())
+               if not re.search(pattern.format(key), text, re.MULTILINE)]
+    assert missing == []
+
+
+def test_no_file_gives_defaults_and_builtins(tmp_path: Path) -> None:
+    """Without a file: SQLite under the data dir, the local tracker, claude and codex."""
+    settings = load_settings(None, environ={"PIPELINE_DATA_DIR": str(tmp_path)})
+    assert settings.database_url == f"sqlite:///{tmp_path / 'history.db'}"
+    assert settings.volume == tmp_path / "volume"
+    assert [t.name for t in settings.trackers] == ["local"]
+    assert {a.name: a.kind for a in settings.agents} == {"claude": "claude", "codex": "codex"}
+
+
+def test_pipeline_config_names_the_file(tmp_path: Path) -> None:
+    """PIPELINE_CONFIG is read when no path is given."""
+    path = write(tmp_path, "max_concurrency = 7\n")
+    settings = load_settings(None, environ={"PIPELINE_CONFIG": str(path)})
+    assert settings.max_concurrency == 7 and settings.source == path
+
+
+def test_env_overrides_win_over_file(tmp_path: Path) -> None:
+    """Every PIPELINE_* override replaces the value written in the file."""
+    path = write(tmp_path, 'log_level = "info"\nmax_concurrency = 2\n[http]\nlisten = "[::]:1"\n')
+    env = {
+        "PIPELINE_DATABASE_URL": "postgresql://afk@db.internal:5432/afk",
+        "PIPELINE_VOLUME": str(tmp_path / "vol"),
+        "PIPELINE_LOG_LEVEL": "debug",
+        "PIPELINE_LOG_FORMAT": "json",
+        "PIPELINE_MAX_CONCURRENCY": "5",
+        "PIPELINE_MAX_QUEUE_DEPTH": "9",
+        "PIPELINE_POLL_INTERVAL_S": "2.5",
+        "PIPELINE_HTTP_LISTEN": "127.0.0.1:9999",
+        "PIPELINE_RUN_MIGRATIONS": "false",
+    }
+    s = load_settings(path, environ=env)
+    assert (s.database_url, s.volume) == (env["PIPELINE_DATABASE_URL"], tmp_path / "vol")
+    assert (s.log_level, s.log_format, s.max_concurrency) == ("debug", "json", 5)
+    assert (s.max_queue_depth, s.poll_interval_s, s.run_migrations) == (9, 2.5, False)
+    assert (s.http.listen_host, s.http.listen_port) == ("127.0.0.1", 9999)
+
+
+def test_env_var_table_lists_every_override() -> None:
+    """ENV_VARS documents each variable the loader reads."""
+    from pipeline.config import _ENV_PARSERS
+
+    assert set(_ENV_PARSERS) | {"PIPELINE_CONFIG", "PIPELINE_DATA_DIR"} == set(ENV_VARS)
+    assert all(description for description in ENV_VARS.values())
+
+
+def test_env_errors_name_the_variable(tmp_path: Path) -> None:
+    """Bad overrides are reported by variable name, together with file problems."""
+    path = write(tmp_path, "max_queue_depth = 0\n")
+    env = {"PIPELINE_MAX_CONCURRENCY": "x", "PIPELINE_HTTP_LISTEN": "nowhere",
+           "PIPELINE_LOG_FORMAT": "xml", "PIPELINE_DATABASE_URL": "mysql://h/db"}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, environ=env)
+    assert caught.value.problems == [
+        f"{path}:max_queue_depth: must be an integer >= 1, got integer 0",
+        "PIPELINE_DATABASE_URL: must start with sqlite:/// or postgresql://, got 'mysql://h/db'",
+        "PIPELINE_LOG_FORMAT: must be one of text, json, got 'xml'",
+        "PIPELINE_MAX_CONCURRENCY: must be an integer >= 1, got 'x'",
+        "PIPELINE_HTTP_LISTEN: must be host:port with a port 0-65535, got 'nowhere'",
+    ]
+
+
+def test_relative_paths_resolve_against_the_file(tmp_path: Path) -> None:
+    """Paths in the file are relative to the file's directory, not the cwd."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    path = write(conf, """
+database_url = "sqlite:///state/history.db"
+volume = "vol"
+[trackers.gh]
+kind = "github"
+token_file = "secrets/gh"
+[agents.claude]
+mcp_config = "mcp.json"
+[repos.notes]
+tracker = "local"
+slug = "me/notes"
+remote_url = "../repos/notes.git"
+prompt_template = "prompts/notes.md"
+copy_files = [{ from = "files/env", to = "sub/.env" }]
+""")
+    s = load_settings(path, environ={})
+    assert s.database_url == f"sqlite:///{conf / 'state/history.db'}"
+    assert s.volume == conf / "vol"
+    tracker, agent, repo = s.tracker("gh"), s.agent("claude"), s.repo("notes")
+    assert tracker is not None and tracker.token == SecretRef(file=conf / "secrets/gh")
+    assert agent is not None and agent.mcp_config == conf / "mcp.json"
+    assert repo is not None and repo.remote_url == str(conf / "../repos/notes.git")
+    assert repo.prompt_template == conf / "prompts/notes.md"
+    copied = repo.copy_files[0]
+    assert (copied.source, copied.target) == (conf / "files/env", "sub/.env")
+
+
+def test_remote_url_derives_from_the_tracker(tmp_path: Path) -> None:
+    """Forge repositories default to <web base>/<slug>.git from the tracker's API URL."""
+    path = write(tmp_path, """
+[trackers.gh]
+kind = "github"
+[trackers.tea]
+kind = "gitea"
+base_url = "https://git.example.com/api/v1"
+[repos.a]
+tracker = "gh"
+slug = "o/a"
+[repos.b]
+tracker = "tea"
+slug = "o/b"
+""")
+    s = load_settings(path, environ={})
+    assert [r.remote_url for r in s.repos] == [
+        "https://github.com/o/a.git", "https://git.example.com/o/b.git"]
+
+
+def test_budget_defaults_apply_to_repos_without_their_own(tmp_path: Path) -> None:
+    """[budgets] fills max_budget_usd/daily_budget_usd only where a repo sets none."""
+    path = write(tmp_path, """
+[budgets]
+default_max_run_usd = 4
+default_daily_usd_per_repo = 40
+[repos.a]
+tracker = "local"
+slug = "o/a"
+remote_url = "a.git"
+[repos.b]
+tracker = "local"
+slug = "o/b"
+remote_url = "b.git"
+max_budget_usd = 1.5
+""")
+    s = load_settings(path, environ={})
+    assert [(r.max_budget_usd, r.daily_budget_usd) for r in s.repos] == [(4.0, 40.0), (1.5, 40.0)]
+
+
+def test_declared_preset_replaces_builtin(tmp_path: Path) -> None:
+    """[agents.claude] replaces the built-in preset; its kind is implied by the name."""
+    path = write(tmp_path, '[agents.claude]\nmodel = "m1"\ncommand = "npx claude"\n')
+    agent = load_settings(path, environ={}).agent("claude")
+    assert agent is not None
+    assert (agent.kind, agent.model, agent.command) == ("claude", "m1", ("npx", "claude"))
+
+
+@pytest.mark.parametrize(("written", "size"), [
+    ('"10GiB"', 10 * 2**30), ('"500MB"', 500 * 10**6), ("4096", 4096), ('"1.5KiB"', 1536)])
+def test_capacity_accepts_sizes(tmp_path: Path, written: str, size: int) -> None:
+    """[workspace] capacity takes bytes or a size with a unit."""
+    path = write(tmp_path, f"[workspace]\ncapacity = {written}\n")
+    assert load_settings(path, environ={}).workspace.capacity_bytes == size
+
+
+def test_check_prints_summary(tmp_path: Path) -> None:
+    """check_command prints OK with counts and returns 0."""
+    out, err = io.StringIO(), io.StringIO()
+    assert check_command(EXAMPLE, out, err) == 0
+    assert out.getvalue() == f"OK: {EXAMPLE}: 2 trackers, 2 repos\n" and err.getvalue() == ""
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_show_never_prints_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
+) -> None:
+    """show describes SecretRefs and redacts a database password; no sentinel leaks."""
+    (tmp_path / "key").write_text(SENTINEL, encoding="utf-8")
+    path = write(tmp_path, """
+[trackers.gh]
+kind = "github"
+token_env = "GITHUB_TOKEN"
+webhook_secret_file = "key"
+[notify]
+urls_env = "NOTIFY_URLS"
+[repos.a]
+tracker = "gh"
+slug = "o/a"
+""")
+    for name in ("GITHUB_TOKEN", "NOTIFY_URLS"):
+        monkeypatch.setenv(name, SENTINEL)
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", f"postgresql://afk:{SENTINEL}@db/afk")
+    out, err = io.StringIO(), io.StringIO()
+    assert show_command(path, out, err, as_json=as_json) == 0
+    text = out.getvalue()
+    assert SENTINEL not in text and err.getvalue() == ""
+    assert "<env GITHUB_TOKEN>" in text and f"<file {tmp_path / 'key'}>" in text
+    parsed = json.loads(text) if as_json else tomllib.loads(text)
+    assert parsed["database_url"] == "postgresql://afk:***@db/afk"
+
+
+def test_show_reports_problems_like_check(tmp_path: Path) -> None:
+    """show returns 2 and prints the problems when the file is invalid."""
+    path = write(tmp_path, "max_concurrency = 0\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert show_command(path, out, err) == 2
+    assert out.getvalue() == ""
+    assert err.getvalue() == f"{path}:max_concurrency: must be an integer >= 1, got integer 0\n"
