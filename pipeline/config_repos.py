@@ -28,6 +28,7 @@ CI_KINDS = ("github", "gitea", "gitlab", "woodpecker", "none")
 PROBE_KINDS = ("http", "command")
 WORKSPACE_KINDS = ("worktree", "clone")
 _SLUG = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$")
+_REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SCP_REMOTE = re.compile(r"^[\w.-]+@[\w.-]+:.+$")
 _API_SUFFIX = re.compile(r"/api(/v\d+)?/?$")
 # Option keys whose preset field has another name.
@@ -53,6 +54,9 @@ def web_base(api_url: str) -> str:
 
 
 def repo(name: str, table: Table, ctx: RepoContext) -> RepoSettings:
+    if not _REPO_NAME.match(name):
+        table.problems.add(table.where, "a repository name may hold only letters, digits, "
+                           "'.', '_' and '-', starting with a letter or digit")
     tracker = _tracker(table, ctx)
     slug = table.string("slug", required=True) or ""
     if slug and not _SLUG.match(slug):

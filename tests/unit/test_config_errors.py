@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,10 @@ CASES: list[tuple[str, str, str]] = [
     ("woodpecker needs repo id", REPO + '[repos.web.ci]\nkind = "woodpecker"\n'
      'base_url = "https://ci.example.com"\n',
      "repos.web.ci.repo_id: missing required value"),
+    ("bad repository name", '[repos."my repo"]\ntracker = "local"\nslug = "o/w"\n'
+     'remote_url = "w.git"\n',
+     "repos.my repo: a repository name may hold only letters, digits, '.', '_' and '-', "
+     "starting with a letter or digit"),
     ("section not a table", "scheduler = 3\n",
      "scheduler: must be a table, got integer 3"),
 ]
@@ -204,3 +210,17 @@ def test_table_where_a_value_belongs_names_that_key(tmp_path: Path) -> None:
             if not any(p.startswith(f"{path}:{'.'.join(where)}: ") for p in exc.problems):
                 unreported.append(where)
     assert len(_leaves(data)) > 100 and unreported == []
+
+
+def test_cli_config_check_prints_problems_without_traceback(tmp_path: Path) -> None:
+    """`python -m pipeline config check FILE` exits 2 with the problem lines only."""
+    path = tmp_path / "pipeline.toml"
+    path.write_text(REPO + "test_command = 3\n[trackers.t]\nkind = \"github\"\ntoken = \"x\"\n",
+                    encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pipeline", "config", "check", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"{path}:trackers.t.token: " + SECRET_HINT.format("token"),
+        f"{path}:repos.web.test_command: must be a non-empty string, got integer 3",
+    ]
