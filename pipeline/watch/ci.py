@@ -1,0 +1,267 @@
+"""CI sources and the watch that waits for a pushed SHA's CI verdict.
+
+A ``CiSource`` answers one question: what does CI say about this commit right
+now (``pending``, ``success``, ``failure`` or ``none`` = nothing reported yet).
+The forge's own CI comes through the tracker (``TrackerCiSource``); Woodpecker
+is asked directly over its REST API; ``NoCi`` is for repos without CI.
+``watch_ci`` polls a source until a verdict, a timeout for CI to appear at
+all, or the overall timeout; the last two are inconclusive.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import httpx
+
+from pipeline.errors import FatalError, RetryableError
+from pipeline.events import EventSink
+from pipeline.proc import StopToken
+from pipeline.settings import CiSettings, SecretRef
+from pipeline.trackers.base import CiState, CiStatus
+
+__all__ = [
+    "CiOutcome",
+    "CiSource",
+    "CiState",
+    "CiStatus",
+    "NoCi",
+    "TrackerCiSource",
+    "WoodpeckerCiSource",
+    "judge_github",
+    "judge_woodpecker",
+    "watch_ci",
+]
+
+# GitHub check-run conclusions (octokit openapi ``check-run.conclusion``).
+_GH_OK = frozenset({"success", "neutral", "skipped"})
+_GH_FAILED = frozenset(
+    {"failure", "timed_out", "cancelled", "action_required", "startup_failure"}
+)
+# Woodpecker ``StatusValue`` (server/model/const.go).
+_WP_OK = frozenset({"success", "skipped"})
+_WP_FAILED = frozenset({"failure", "error", "killed", "declined", "canceled"})
+_WP_PENDING = frozenset({"pending", "running", "blocked", "created"})
+
+
+class CiSource(Protocol):
+    """What CI says about one commit right now."""
+
+    def state(self, sha: str) -> CiState: ...
+
+
+class SupportsCommitCiState(Protocol):
+    def commit_ci_state(self, slug: str, sha: str) -> CiState: ...
+
+
+class NoCi:
+    """A repo without CI: there is never anything to wait for."""
+
+    def state(self, sha: str) -> CiState:
+        return CiState("none", ("no CI configured",))
+
+
+@dataclass(frozen=True)
+class TrackerCiSource:
+    """The forge's CI as its tracker reports it (GitHub, Gitea/Forgejo, GitLab)."""
+
+    tracker: SupportsCommitCiState
+    slug: str
+
+    def state(self, sha: str) -> CiState:
+        return self.tracker.commit_ci_state(self.slug, sha)
+
+
+def _sum(failed: list[str], pending: bool, details: list[str], hint: str) -> CiState:
+    """Failure beats pending beats success; nothing at all is ``none``."""
+    if failed:
+        return CiState("failure", tuple(details), hint)
+    if pending:
+        return CiState("pending", tuple(details), hint)
+    if not details:
+        return CiState("none")
+    return CiState("success", tuple(details), hint)
+
+
+def _latest_by_name(runs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One check run per name, the newest (highest id): a re-run supersedes the first."""
+    newest: dict[str, Mapping[str, Any]] = {}
+    for run in runs:
+        name = str(run.get("name"))
+        if name not in newest or int(run.get("id") or 0) > int(newest[name].get("id") or 0):
+            newest[name] = run
+    return list(newest.values())
+
+
+def judge_github(check_runs: Mapping[str, Any], combined: Mapping[str, Any]) -> CiState:
+    """Judge GitHub's check runs and combined status together.
+
+    An Actions-only repo reports check runs and no statuses; its combined
+    status then says ``pending`` with ``total_count`` 0, which means "no
+    statuses", not "waiting" — so the combined state is read only when it has
+    statuses behind it.
+    """
+    details: list[str] = []
+    failed: list[str] = []
+    pending, hint = False, ""
+    for run in _latest_by_name(check_runs.get("check_runs") or []):
+        name, status, conclusion = run.get("name"), run.get("status"), run.get("conclusion")
+        details.append(f"check {name}: {conclusion or status}")
+        if status != "completed" or conclusion not in _GH_OK | _GH_FAILED:
+            pending = True
+        elif conclusion in _GH_FAILED:
+            failed.append(str(name))
+            hint = hint or str(run.get("html_url") or run.get("details_url") or "")
+    for status in combined.get("statuses") or []:
+        state, context = status.get("state"), status.get("context")
+        details.append(f"status {context}: {state}")
+        if state in ("failure", "error"):
+            failed.append(str(context))
+            hint = hint or str(status.get("target_url") or "")
+        elif state != "success":
+            pending = True
+    return _sum(failed, pending, details, hint)
+
+
+def judge_woodpecker(pipelines: Iterable[Mapping[str, Any]], sha: str,
+                     link: Callable[[Mapping[str, Any]], str] = lambda p: "") -> CiState:
+    """The newest Woodpecker pipeline (highest ``number``) whose ``commit`` is ``sha``."""
+    mine = [p for p in pipelines if p.get("commit") == sha]
+    if not mine:
+        return CiState("none")
+    newest = max(mine, key=lambda p: int(p.get("number") or 0))
+    status = str(newest.get("status"))
+    detail = f"woodpecker pipeline #{newest.get('number')} ({newest.get('event')}): {status}"
+    errors = [str(e.get("message")) for e in newest.get("errors") or [] if isinstance(e, dict)]
+    details = (detail, *(f"error: {message}" for message in errors))
+    if status in _WP_FAILED:
+        return CiState("failure", details, link(newest))
+    if status in _WP_OK:
+        return CiState("success", details, link(newest))
+    return CiState("pending", details, link(newest))
+
+
+class WoodpeckerCiSource:
+    """Woodpecker's pipelines for a repo (``GET /api/repos/{repo_id}/pipelines``).
+
+    The list has no commit filter, so the newest pages are read and matched on
+    the ``commit`` field here.
+    """
+
+    def __init__(self, base_url: str, token: SecretRef | str | None, repo_id: str, *,
+                 pages: int = 2, per_page: int = 50, timeout_s: float = 15.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token, self.repo_id = token, repo_id
+        self.pages, self.per_page, self.timeout_s = pages, per_page, timeout_s
+        self.transport = transport
+
+    def _headers(self) -> dict[str, str]:
+        token = self.token.resolve() if isinstance(self.token, SecretRef) else self.token
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _page(self, client: httpx.Client, page: int) -> list[Mapping[str, Any]]:
+        path = f"/api/repos/{self.repo_id}/pipelines"
+        try:
+            response = client.get(path, params={"page": page, "perPage": self.per_page})
+        except httpx.HTTPError as exc:
+            raise RetryableError("ci_network", f"woodpecker {self.base_url}{path}: {exc}") from exc
+        if response.status_code in (401, 403, 404):
+            raise FatalError("ci_config", f"woodpecker {self.base_url}{path} answered "
+                             f"{response.status_code}; check ci.base_url, ci.repo_id, ci.token")
+        if response.status_code >= 400:
+            raise RetryableError("ci_http", f"woodpecker {path} answered {response.status_code}")
+        data = response.json()
+        if not isinstance(data, list):
+            raise RetryableError("ci_bad_response", f"woodpecker {path}: expected a JSON list")
+        return [item for item in data if isinstance(item, dict)]
+
+    def link(self, pipeline: Mapping[str, Any]) -> str:
+        return f"{self.base_url}/repos/{self.repo_id}/pipeline/{pipeline.get('number')}"
+
+    def state(self, sha: str) -> CiState:
+        with httpx.Client(base_url=self.base_url, headers=self._headers(),
+                          timeout=self.timeout_s, transport=self.transport) as client:
+            for page in range(1, self.pages + 1):
+                pipelines = self._page(client, page)
+                verdict = judge_woodpecker(pipelines, sha, self.link)
+                if verdict.state != "none" or len(pipelines) < self.per_page:
+                    return verdict
+        return CiState("none")
+
+
+def ci_source(ci: CiSettings, *, tracker: SupportsCommitCiState | None, slug: str) -> CiSource:
+    """The source a repo's ``[ci]`` settings name."""
+    if ci.kind == "none":
+        return NoCi()
+    if ci.kind == "woodpecker":
+        if not ci.base_url or not ci.repo_id:
+            raise FatalError("ci_config", "ci.kind = 'woodpecker' needs ci.base_url and ci.repo_id")
+        return WoodpeckerCiSource(ci.base_url, ci.token, ci.repo_id)
+    if tracker is None:
+        raise FatalError("ci_config", f"ci.kind = {ci.kind!r} needs the repo's tracker")
+    return TrackerCiSource(tracker, slug)
+
+
+OutcomeState = Literal["success", "failure", "skipped", "none_appeared", "timeout", "stopped"]
+
+
+@dataclass(frozen=True)
+class CiOutcome:
+    state: OutcomeState
+    detail: str
+    log_hint: str = ""
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.state in ("none_appeared", "timeout")
+
+
+def watch_ci(source: CiSource, sha: str, ci: CiSettings, events: EventSink,
+             stop: StopToken | None, *, clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], object] | None = None) -> CiOutcome:
+    """Poll ``source`` for ``sha`` until a verdict or a timeout.
+
+    Transient source errors are recorded and polled through; configuration
+    errors (``FatalError``) propagate. One ``ci`` event per change of state.
+    """
+    if isinstance(source, NoCi):
+        events("ci", "no CI configured; skipping", {"sha": sha})
+        return CiOutcome("skipped", "no CI configured")
+    pause = sleep or (stop.wait if stop is not None else time.sleep)
+    started, seen_any, last = clock(), False, ""
+    while not (stop is not None and stop.stopped):
+        try:
+            current = source.state(sha)
+        except RetryableError as exc:
+            events("ci", f"CI source error (will poll again): {exc}", {"kind": exc.kind})
+            current = CiState("pending" if seen_any else "none")
+        if current.state != last:
+            last = current.state
+            events("ci", f"CI for {sha[:12]}: {current.state}",
+                   {"state": current.state, "details": list(current.details)[:20],
+                    "log_hint": current.log_hint})
+        if current.state in ("success", "failure"):
+            return CiOutcome(current.state, "\n".join(current.details), current.log_hint)
+        seen_any = seen_any or current.state == "pending"
+        elapsed = clock() - started
+        if not seen_any and elapsed >= ci.appear_timeout_s:
+            return _give_up(events, "none_appeared",
+                            f"no CI appeared for {sha[:12]} within {ci.appear_timeout_s:.0f}s")
+        if elapsed >= ci.timeout_s:
+            return _give_up(events, "timeout",
+                            f"CI for {sha[:12]} still pending after {ci.timeout_s:.0f}s:\n"
+                            + "\n".join(current.details))
+        pause(ci.poll_interval_s)
+    return CiOutcome("stopped", f"stopped: {stop.reason if stop else ''}")
+
+
+def _give_up(events: EventSink, state: OutcomeState, detail: str) -> CiOutcome:
+    events("ci", detail, {"state": state})
+    return CiOutcome(state, detail)
