@@ -1,0 +1,406 @@
+"""Workspaces on the volume: persistent checkouts, warm worktree slots, caches, evidence.
+
+Layout (``docs/adr/0004-warm-worktree-slots.md`` says why)::
+
+    <volume>/repos/<forge>/<owner>/<name>/checkout     persistent clone, fetch debounced
+    <volume>/repos/<forge>/<owner>/<name>/worktrees/   slot-0 (reused worktree) or clone
+    <volume>/repos/<forge>/<owner>/<name>/kept/        dependency dirs between clone runs
+    <volume>/cache/<tool>                              shared package caches
+    <volume>/frozen/<run-id>/                          evidence, never touched again
+
+A run gets the repo's reusable worktree slot reset to ``origin/<default>`` with
+``git reset --hard`` + ``git checkout -f -B`` + ``git clean -ffdx -e <keep_dir>``:
+the previous run's edits are gone, its ``.venv``/``node_modules`` stay.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipeline.errors import FatalError
+from pipeline.events import EventSink
+from pipeline.gitcrypt import prepare_clone, save_kept
+from pipeline.gitutil import DiskFull, branch_name, git, is_enospc, relative_inside, safe_component
+from pipeline.housekeeping import (
+    HousekeepingReport,
+    check_volume,
+    evict_caches,
+    remove_tree,
+    tidy_repo,
+    volume_capacity,
+    volume_usage,
+)
+from pipeline.proc import StopToken
+from pipeline.settings import RepoSettings, WorkspaceSettings
+from pipeline.worksetup import copy_files, run_setup
+
+# Environment variable -> directory under <volume>/cache.
+CACHE_DIRS: tuple[tuple[str, str], ...] = (
+    ("PIP_CACHE_DIR", "pip"),
+    ("UV_CACHE_DIR", "uv"),
+    ("npm_config_cache", "npm"),
+    ("npm_config_store_dir", "pnpm-store"),
+    ("PNPM_STORE_DIR", "pnpm-store"),
+    ("YARN_CACHE_FOLDER", "yarn"),
+    ("CARGO_HOME", "cargo"),
+    ("GOMODCACHE", "go-mod"),
+    ("GOCACHE", "go-build"),
+    ("GRADLE_USER_HOME", "gradle"),
+)
+SLOT_PREFIX = "slot-"
+
+
+@dataclass(frozen=True)
+class PreparedWorkspace:
+    """A worktree ready for the agent: on ``branch`` at ``base_sha``, set up."""
+
+    repo: str
+    path: Path  # the worktree (or clone) root
+    workdir: Path  # where the agent and tests run: path / repo.workdir
+    branch: str
+    base_sha: str
+    env: dict[str, str]  # the cache environment for agent, setup and test processes
+    setup_s: float
+    strategy: str  # worktree | clone
+    prepare_s: float = 0.0
+    keep_dirs: tuple[str, ...] = ()
+
+
+class Workspaces:
+    """Checkouts, worktrees and caches of every repo on one volume."""
+
+    def __init__(
+        self,
+        volume: Path,
+        settings: WorkspaceSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.volume = check_volume(volume)
+        self.settings = settings
+        self._clock = clock
+        self.repos_root = self.volume / "repos"
+        self.cache_root = self.volume / "cache"
+        self.frozen_root = self.volume / "frozen"
+        for directory in (self.repos_root, self.cache_root, self.frozen_root):
+            directory.mkdir(exist_ok=True)
+        self.fetches: dict[str, int] = {}  # repo name -> clones + fetches done
+        self._last_fetch: dict[str, float] = {}
+        self._guard = threading.Lock()
+        self._thread_locks: dict[Path, threading.Lock] = {}
+        self._busy: set[Path] = set()
+        self.last_eviction: HousekeepingReport | None = None
+
+    # -- layout -------------------------------------------------------------
+
+    def repo_dir(self, repo: RepoSettings) -> Path:
+        """``<volume>/repos/<forge>/<owner>/<name>``, every part sanitised."""
+        parts = [p for p in repo.slug.strip("/").split("/") if p]
+        name = parts[-1] if parts else repo.name
+        owner = "-".join(parts[:-1]) or "_"
+        return (
+            self.repos_root
+            / safe_component(repo.tracker)
+            / safe_component(owner)
+            / safe_component(name)
+        )
+
+    def cache_env(self) -> dict[str, str]:
+        """Variables pointing every package manager's cache under ``<volume>/cache``."""
+        env: dict[str, str] = {}
+        for variable, directory in CACHE_DIRS:
+            path = self.cache_root / directory
+            path.mkdir(exist_ok=True)
+            env[variable] = str(path)
+        return env
+
+    # -- checkout -----------------------------------------------------------
+
+    def fetch_count(self, repo: RepoSettings) -> int:
+        """Clones plus fetches done for ``repo`` by this instance."""
+        return self.fetches.get(repo.name, 0)
+
+    def ensure_checkout(
+        self, repo: RepoSettings, *, fetch_env: Mapping[str, str] | None = None
+    ) -> Path:
+        """The repo's persistent checkout: cloned once, fetched at most once per debounce."""
+        repo_dir = self.repo_dir(repo)
+        with self._repo_lock(repo_dir):
+            return self._ensure_checkout_locked(repo, repo_dir, fetch_env)
+
+    def _ensure_checkout_locked(
+        self, repo: RepoSettings, repo_dir: Path, fetch_env: Mapping[str, str] | None
+    ) -> Path:
+        checkout = repo_dir / "checkout"
+        if not (checkout / ".git").is_dir():
+            self._clone(repo, repo_dir, checkout, fetch_env)
+        elif self._fetch_due(repo):
+            git(["fetch", "--prune", "--quiet", "origin"], cwd=checkout, env=fetch_env,
+                kind="git_fetch", retryable=True)
+            self._fetched(repo)
+        return checkout
+
+    def _clone(
+        self, repo: RepoSettings, repo_dir: Path, checkout: Path,
+        fetch_env: Mapping[str, str] | None,
+    ) -> None:
+        staging = repo_dir / f"checkout.tmp-{os.getpid()}"
+        if staging.exists():
+            remove_tree(staging)
+        git(["clone", "--no-checkout", "--quiet", repo.remote_url, str(staging)],
+            cwd=repo_dir, env=fetch_env, kind="git_fetch", retryable=True)
+        if checkout.exists():
+            remove_tree(checkout)
+        staging.rename(checkout)
+        self._fetched(repo)
+
+    def _fetch_due(self, repo: RepoSettings) -> bool:
+        last = self._last_fetch.get(repo.name)
+        return last is None or self._clock() - last >= self.settings.fetch_debounce_s
+
+    def _fetched(self, repo: RepoSettings) -> None:
+        self._last_fetch[repo.name] = self._clock()
+        self.fetches[repo.name] = self.fetches.get(repo.name, 0) + 1
+
+    # -- prepare ------------------------------------------------------------
+
+    def prepare(
+        self,
+        repo: RepoSettings,
+        *,
+        run_id: int,
+        issue_ref: str,
+        base_env: Mapping[str, str],
+        events: EventSink,
+        stop: StopToken | None = None,
+        fetch_env: Mapping[str, str] | None = None,
+    ) -> PreparedWorkspace:
+        """A clean, warm worktree for one run on ``afk/<issue>-<run>``, set up."""
+        started = time.monotonic()
+        branch = branch_name(issue_ref, run_id)
+        try:
+            path, base_sha = self._checkout_run_tree(repo, branch, fetch_env)
+            try:
+                workdir = self._workdir(repo, path, base_sha)
+                env = self.cache_env()
+                setup_s = run_setup(repo, workdir, {**base_env, **env}, events, stop)
+            except BaseException:
+                self._abandon(repo, path)
+                raise
+        except DiskFull as exc:
+            raise self._disk_full(exc, events) from exc
+        except OSError as exc:
+            if is_enospc(exc):
+                raise self._disk_full(DiskFull(f"no space left on device: {exc}"), events) from exc
+            raise
+        ws = PreparedWorkspace(
+            repo=repo.name, path=path, workdir=workdir, branch=branch, base_sha=base_sha,
+            env=env, setup_s=setup_s, strategy=repo.workspace, keep_dirs=repo.keep_dirs,
+            prepare_s=time.monotonic() - started,
+        )
+        events("setup", f"workspace ready on {branch} at {base_sha[:12]}",
+               {"strategy": ws.strategy, "base_sha": base_sha, "setup_s": round(setup_s, 3),
+                "prepare_s": round(ws.prepare_s, 3), "path": str(path)})
+        return ws
+
+    @staticmethod
+    def _workdir(repo: RepoSettings, path: Path, base_sha: str) -> Path:
+        workdir = relative_inside(path, repo.workdir, what=f"repos.{repo.name}.workdir")
+        if not workdir.is_dir():
+            raise FatalError("config", f"repos.{repo.name}.workdir {repo.workdir!r} "
+                             f"does not exist at {base_sha[:12]} of {repo.slug}")
+        return workdir
+
+    def _abandon(self, repo: RepoSettings, path: Path) -> None:
+        """Free a tree whose preparation failed; a clone (maybe decrypted) is deleted."""
+        with self._repo_lock(path.parent.parent):
+            self._drop_tree(repo, path)
+
+    def _drop_tree(self, repo: RepoSettings, path: Path) -> None:
+        self._busy.discard(path)
+        if repo.workspace == "clone" and path.exists():
+            save_kept(path, path.parent.parent / "kept", repo.keep_dirs)
+            remove_tree(path)
+
+    def _checkout_run_tree(
+        self, repo: RepoSettings, branch: str, fetch_env: Mapping[str, str] | None
+    ) -> tuple[Path, str]:
+        repo_dir = self.repo_dir(repo)
+        with self._repo_lock(repo_dir):
+            checkout = self._ensure_checkout_locked(repo, repo_dir, fetch_env)
+            base = f"refs/remotes/origin/{repo.default_branch}"
+            base_sha = git(["rev-parse", "--verify", f"{base}^{{commit}}"], cwd=checkout).strip()
+            worktrees = repo_dir / "worktrees"
+            worktrees.mkdir(exist_ok=True)
+            if repo.workspace == "clone":
+                path = worktrees / "clone"
+                prepare_clone(checkout, path, repo, branch, base_sha, repo_dir / "kept")
+            else:
+                path = self._reset_slot(checkout, worktrees, repo, branch, base_sha)
+            try:
+                copy_files(repo, path)
+            except BaseException:
+                self._drop_tree(repo, path)
+                raise
+            self._busy.add(path)
+        return path, base_sha
+
+    def _reset_slot(
+        self, checkout: Path, worktrees: Path, repo: RepoSettings, branch: str, base_sha: str
+    ) -> Path:
+        slot = self._free_slot(worktrees)
+        if not (slot / ".git").is_file():
+            if slot.exists():
+                remove_tree(slot)
+            git(["worktree", "prune"], cwd=checkout)
+            git(["worktree", "add", "--quiet", "--force", "-B", branch, str(slot), base_sha],
+                cwd=checkout)
+            return slot
+        git(["reset", "--hard", "--quiet"], cwd=slot)
+        git(["checkout", "--force", "--quiet", "-B", branch, base_sha], cwd=slot)
+        excludes = [arg for keep in repo.keep_dirs for arg in ("-e", _keep_pattern(keep))]
+        git(["clean", "-ffdxq", *excludes], cwd=slot)
+        return slot
+
+    def _free_slot(self, worktrees: Path) -> Path:
+        index = 0
+        while (worktrees / f"{SLOT_PREFIX}{index}") in self._busy:
+            index += 1
+        return worktrees / f"{SLOT_PREFIX}{index}"
+
+    def _disk_full(self, exc: DiskFull, events: EventSink) -> DiskFull:
+        report = self.evict()
+        message = (f"{exc} (volume {self.volume}); evicted {len(report.evicted)} cache "
+                   f"entries ({report.evicted_bytes} bytes); the run will be retried")
+        events("setup", "disk full: " + message, {"evicted_bytes": report.evicted_bytes})
+        return DiskFull(message)
+
+    # -- after the run ------------------------------------------------------
+
+    def release(self, ws: PreparedWorkspace, *, succeeded: bool) -> None:
+        """Free the run's tree; on success also delete its branch.
+
+        A slot stays on disk (it is the next run's warm start); a throwaway
+        clone is deleted after its dependency dirs are put aside.
+        """
+        repo_dir = ws.path.parent.parent
+        with self._repo_lock(repo_dir):
+            self._busy.discard(ws.path)
+            if ws.strategy == "clone":
+                save_kept(ws.path, repo_dir / "kept", ws.keep_dirs)
+                remove_tree(ws.path)
+                return
+            if not (ws.path / ".git").exists():
+                return
+            git(["checkout", "--quiet", "--detach"], cwd=ws.path)
+            if succeeded:
+                git(["branch", "-D", "--quiet", ws.branch], cwd=repo_dir / "checkout")
+
+    def keep_evidence(
+        self,
+        ws: PreparedWorkspace,
+        *,
+        run_id: int,
+        repo: str,
+        reason: str,
+        head_sha: str | None,
+        extra: Mapping[str, object] | None = None,
+    ) -> Path:
+        """Move the run's tree to ``<volume>/frozen/<run-id>/worktree`` with a manifest."""
+        repo_dir = ws.path.parent.parent
+        target_dir = self._evidence_dir(run_id)
+        worktree = target_dir / "worktree"
+        with self._repo_lock(repo_dir):
+            self._busy.discard(ws.path)
+            if head_sha is None and ws.path.exists():
+                head_sha = git(["rev-parse", "HEAD"], cwd=ws.path).strip()
+            if ws.strategy == "clone":
+                ws.path.rename(worktree)
+            else:
+                checkout = repo_dir / "checkout"
+                git(["worktree", "move", str(ws.path), str(worktree)], cwd=checkout)
+                git(["worktree", "lock", "--reason", f"frozen evidence of run {run_id}",
+                     str(worktree)], cwd=checkout)
+        manifest = {
+            "run_id": run_id, "repo": repo, "reason": reason, "strategy": ws.strategy,
+            "branch": ws.branch, "base_sha": ws.base_sha, "head_sha": head_sha,
+            "frozen_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "worktree": "worktree", "original_path": str(ws.path), "extra": dict(extra or {}),
+        }
+        (target_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n",
+                                                  encoding="utf-8")
+        return target_dir
+
+    def _evidence_dir(self, run_id: int) -> Path:
+        base = self.frozen_root / str(int(run_id))
+        candidate, n = base, 1
+        while candidate.exists():
+            n += 1
+            candidate = base.with_name(f"{int(run_id)}-{n}")
+        candidate.mkdir(parents=True)
+        return candidate
+
+    # -- housekeeping -------------------------------------------------------
+
+    def housekeeping(self, active_paths: Collection[Path]) -> HousekeepingReport:
+        """Prune, gc, drop orphaned run trees, then evict caches if over the watermark."""
+        active = {p.resolve() for p in active_paths} | {p.resolve() for p in self._busy}
+        report = HousekeepingReport()
+        for checkout in sorted(self.repos_root.glob("*/*/*/checkout")):
+            try:
+                with self._repo_lock(checkout.parent):
+                    tidy_repo(checkout.parent, active, report, keep_prefix=SLOT_PREFIX)
+            except (FatalError, OSError) as exc:
+                report.errors.append(f"{checkout.parent}: {exc}")
+        self.evict(report, protected=active)
+        return report
+
+    def evict(
+        self, report: HousekeepingReport | None = None, *, protected: Collection[Path] = ()
+    ) -> HousekeepingReport:
+        """Evict package caches, oldest first, from the high down to the low watermark."""
+        report = report or HousekeepingReport()
+        capacity = volume_capacity(self.volume, self.settings.capacity_bytes)
+        usage = volume_usage(self.volume, self.settings.capacity_bytes)
+        evicted, freed = evict_caches(
+            self.cache_root, usage=usage, capacity=capacity,
+            high_watermark=self.settings.high_watermark,
+            low_watermark=self.settings.low_watermark, protected=protected,
+        )
+        report.capacity, report.usage_before = capacity, usage
+        report.evicted.extend(evicted)
+        report.evicted_bytes += freed
+        report.usage_after = volume_usage(self.volume, self.settings.capacity_bytes)
+        self.last_eviction = report
+        return report
+
+    # -- locking ------------------------------------------------------------
+
+    @contextmanager
+    def _repo_lock(self, repo_dir: Path) -> Iterator[None]:
+        """A short per-repo lock: threads of this process, then other processes (flock)."""
+        with self._guard:
+            thread_lock = self._thread_locks.setdefault(repo_dir, threading.Lock())
+        with thread_lock:
+            repo_dir.mkdir(parents=True, exist_ok=True)
+            with open(repo_dir / ".lock", "a+b") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _keep_pattern(keep_dir: str) -> str:
+    """A ``git clean -e`` pattern: bare names match at any depth, paths from the root."""
+    keep = keep_dir.strip("/")
+    return f"/{keep}/" if "/" in keep else f"{keep}/"
