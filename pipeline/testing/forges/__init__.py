@@ -1,0 +1,33 @@
+"""Stateful loopback fakes of GitHub, Gitea/Forgejo and GitLab for tests and benchmarks.
+
+    fake = FakeGitHub(token="t")
+    fake.add_issue("o/r", "Fix it", labels=["ready-for-agent"])
+    with fake.serve():
+        ...  # point a client at fake.url
+
+See ``base.FakeForge`` for fault injection, the request log and rate counters.
+"""
+
+from __future__ import annotations
+
+from pipeline.testing.forges.base import (
+    FakeForge,
+    RecordedRequest,
+    ServedApp,
+    send_webhook,
+    serve_app,
+)
+from pipeline.testing.forges.gitea import FakeGitea
+from pipeline.testing.forges.github import FakeGitHub
+from pipeline.testing.forges.gitlab import FakeGitLab
+
+__all__ = [
+    "FakeForge",
+    "FakeGitHub",
+    "FakeGitLab",
+    "FakeGitea",
+    "RecordedRequest",
+    "ServedApp",
+    "send_webhook",
+    "serve_app",
+]
