@@ -24,7 +24,8 @@ MAX_FIX_OUTPUT_CHARS = 4_000
 
 TEST_FIRST = """\
 Work test-first:
-1. Write a test that captures the issue and fails for the right reason.
+1. First write a failing test that captures the issue (it must fail for the
+   reason the issue describes).
 2. Make the change that makes it pass.
 3. Run the whole test suite ($test_command) and keep it green."""
 
@@ -44,10 +45,8 @@ Resolve issue $ref in this repository.
 # $title
 
 $body
-$comments
-$instructions
-$extra
-$test_first
+
+$comments$instructions$extra$test_first
 
 $contract
 """
@@ -80,8 +79,8 @@ def repo_instructions(repo_root: Path, workdir: Path) -> str:
             label = path.relative_to(repo_root.resolve()) if path.is_relative_to(
                 repo_root.resolve()
             ) else path.name
-            sections.append(f"## The repository's instructions ({label})\n\n{text.strip()}\n")
-    return "\n".join(sections)
+            sections.append(f"## The repository's instructions ({label})\n\n{text.strip()}\n\n")
+    return "".join(sections)
 
 
 def load_template(repo: RepoSettings, repo_root: Path) -> Template:
@@ -125,7 +124,7 @@ def build_prompt(
         "instructions": repo_instructions(repo_root, workdir),
         "test_first": Template(TEST_FIRST).safe_substitute(common),
         "contract": Template(CONTRACT).safe_substitute(common),
-        "extra": f"## Failure evidence\n\n{extra_prompt.strip()}\n" if extra_prompt else "",
+        "extra": f"## Failure evidence\n\n{extra_prompt.strip()}\n\n" if extra_prompt else "",
     }
     return load_template(repo, repo_root).safe_substitute(values)
 
@@ -134,7 +133,7 @@ def _comments(comments: tuple[str, ...]) -> str:
     if not comments:
         return ""
     joined = "\n\n---\n\n".join(comment.strip() for comment in comments)
-    return f"## Comments on the issue\n\n{joined}\n"
+    return f"## Comments on the issue\n\n{joined}\n\n"
 
 
 def fix_prompt(

@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _ids = itertools.count(1)
+_NOT_FOUND = {"type": "error", "error": {"type": "not_found_error", "message": "unknown path"}}
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._record_unknown()
-        self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
+        self._json(404, _NOT_FOUND)
 
     def do_POST(self) -> None:
         body = self._body()
@@ -165,7 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._messages(body)
         else:
             self._record_unknown()
-            self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
+            self._json(404, _NOT_FOUND)
 
     def _record_unknown(self) -> None:
         self.state.unknown.append(f"{self.command} {self.path}")

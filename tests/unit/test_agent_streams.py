@@ -1,0 +1,137 @@
+"""Stream parsing: Claude ``stream-json`` lines and Codex ``exec --json`` fixtures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.agents import classify_result
+from pipeline.agents.claude import ClaudeStreamParser
+from pipeline.agents.codex import CodexStreamParser
+from pipeline.agents.streams import MAX_GARBAGE_EVENTS
+from pipeline.errors import RetryableError
+from pipeline.proc import CommandResult
+from pipeline.testing.sinks import RecordingSink
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
+EXITED = CommandResult(returncode=0, output_tail="", duration_s=1.0)
+
+CLAUDE_LINES = [
+    {"type": "system", "subtype": "init", "session_id": "sess-1", "tools": ["Bash"]},
+    {
+        "type": "assistant",
+        "session_id": "sess-1",
+        "message": {
+            "content": [
+                {"type": "text", "text": "Writing the test first."},
+                {"type": "tool_use", "id": "t1", "name": "Write",
+                 "input": {"file_path": "/wt/test_a.py", "content": "x" * 5000}},
+                {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "pytest"}},
+            ]
+        },
+    },
+    {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1"}]}},
+    {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "num_turns": 3,
+        "session_id": "sess-1",
+        "total_cost_usd": 0.0123,
+        "result": "Done.\nBLOCKED: needs a database",
+        "usage": {
+            "input_tokens": 100,
+            "cache_creation_input_tokens": 20,
+            "cache_read_input_tokens": 5,
+            "output_tokens": 50,
+        },
+        "permission_denials": [
+            {"tool_name": "Bash", "tool_use_id": "t9", "tool_input": {"command": "rm -rf /"}}
+        ],
+        "api_error_status": None,
+    },
+]
+
+
+def _feed(parser: ClaudeStreamParser | CodexStreamParser, lines: list[str]) -> None:
+    for line in lines:
+        parser.feed(line)
+
+
+def test_claude_stream_gives_session_tools_usage_and_denials() -> None:
+    """Each field of the final result and each tool call is recorded."""
+    sink = RecordingSink()
+    parser = ClaudeStreamParser(sink, Path("/wt"))
+    _feed(parser, [json.dumps(line) for line in CLAUDE_LINES])
+    assert parser.done.is_set()
+    result = parser.result(EXITED)
+    assert result is not None
+    assert (result.session_id, result.subtype, result.num_turns) == ("sess-1", "success", 3)
+    assert (result.tokens_in, result.tokens_out, result.cost_usd) == (125, 50, 0.0123)
+    assert result.tool_calls == 2 and result.blocked_reason == "needs a database"
+    assert result.permission_denials == ("Bash rm -rf /",)
+    assert [message for _, message, _ in sink.of_kind("tool")] == ["Write test_a.py", "Bash pytest"]
+    assert any("permission denied" in message for _, message, _ in sink.events)
+
+
+def test_claude_garbage_lines_are_logged_boundedly_and_skipped() -> None:
+    """Non-JSON lines never stop parsing; only the first few are logged, each bounded."""
+    sink = RecordingSink()
+    parser = ClaudeStreamParser(sink)
+    _feed(parser, ["<html>oops " + "y" * 1000, "[1, 2]", ""] * 30)
+    _feed(parser, [json.dumps(CLAUDE_LINES[0]), json.dumps(CLAUDE_LINES[-1])])
+    logs = sink.of_kind("log")
+    assert len(logs) == MAX_GARBAGE_EVENTS and all(len(m) < 300 for _, m, _ in logs)
+    result = parser.result(EXITED)
+    assert result is not None and result.session_id == "sess-1"
+
+
+def test_claude_without_result_gives_none() -> None:
+    """A stream cut before its result yields no result (the caller calls it a crash)."""
+    parser = ClaudeStreamParser(RecordingSink())
+    _feed(parser, [json.dumps(CLAUDE_LINES[0])])
+    assert parser.result(EXITED) is None and not parser.done.is_set()
+
+
+def _codex(name: str) -> tuple[CodexStreamParser, RecordingSink]:
+    sink = RecordingSink()
+    parser = CodexStreamParser(sink)
+    _feed(parser, (FIXTURES / name).read_text(encoding="utf-8").splitlines())
+    return parser, sink
+
+
+def test_codex_fixture_parses_thread_items_and_usage() -> None:
+    """The documented event shapes give the thread id, tool items, message and usage."""
+    parser, sink = _codex("exec_success.jsonl")
+    result = parser.result(EXITED)
+    assert result is not None and parser.done.is_set()
+    assert result.session_id == "0199a213-81c0-7800-8aa1-bbab2a035a53"
+    assert (result.subtype, result.is_error, result.num_turns) == ("success", False, 1)
+    assert (result.tokens_in, result.tokens_out, result.cost_usd) == (24763, 122, 0.0)
+    assert result.result_text.startswith("Added a failing test")
+    assert [message for _, message, _ in sink.of_kind("tool")] == [
+        "Bash bash -lc 'python3 -m unittest discover -q'",
+        "Patch update calc.py, add test_calc.py",
+        "MCP docs.search",
+    ]
+    assert len(sink.of_kind("log")) == 1  # the stray line
+
+
+def test_codex_failed_turn_is_a_retryable_error() -> None:
+    """``turn.failed`` with a rate-limit message classifies as retryable."""
+    parser, _ = _codex("exec_failed.jsonl")
+    result = parser.result(EXITED)
+    assert result is not None and result.is_error
+    with pytest.raises(RetryableError) as caught:
+        classify_result("codex", result, None)
+    assert caught.value.kind in ("agent_rate_limited", "network")
+
+
+def test_codex_blocked_message_gives_the_reason() -> None:
+    """A ``BLOCKED:`` line in the agent message is the blocked reason."""
+    parser, _ = _codex("exec_blocked.jsonl")
+    result = parser.result(EXITED)
+    assert result is not None
+    assert result.blocked_reason == "the issue does not say which endpoint to change"
