@@ -1,0 +1,130 @@
+"""Agent processes and the hang rules: a stand-in CLI that speaks ``stream-json``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.agents import Agent, AgentRequest, build_agent
+from pipeline.errors import CancelRequested, FatalError, RetryableError
+from pipeline.proc import StopToken
+from pipeline.settings import AgentPreset, SecretRef
+from pipeline.testing.sinks import RecordingSink
+
+_FAKE_CLI = """\
+import json, os, sys, time
+mode = os.environ["FAKE_MODE"]
+prompt = sys.stdin.read()
+open(os.environ["FAKE_OUT"], "w").write(json.dumps({"argv": sys.argv[1:], "prompt": prompt}))
+def emit(event):
+    print(json.dumps(event), flush=True)
+emit({"type": "system", "subtype": "init", "session_id": "fake-1"})
+if mode == "crash":
+    sys.exit(3)
+if mode == "idle":
+    time.sleep(60)
+print("this line is not JSON", flush=True)
+emit({"type": "assistant", "message": {"content": [
+    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "make test"}}]}})
+emit({"type": "result", "subtype": "success", "is_error": False, "num_turns": 2,
+      "total_cost_usd": 0.25, "result": "All done",
+      "usage": {"input_tokens": 10, "output_tokens": 3}})
+if mode == "linger":
+    time.sleep(60)
+"""
+
+
+def _agent(tmp_path: Path, mode: str, **preset: object) -> tuple[Agent, Path]:
+    script = tmp_path / "fake_cli.py"
+    script.write_text(_FAKE_CLI)
+    out = tmp_path / "seen.json"
+    settings: dict[str, object] = {
+        "name": "claude",
+        "kind": "claude",
+        "command": (sys.executable, str(script)),
+        "env": (("FAKE_MODE", mode), ("FAKE_OUT", str(out))),
+        "idle_timeout_s": 30.0,
+        "exit_grace_s": 0.5,
+    }
+    settings.update(preset)
+    return build_agent(AgentPreset(**settings)), out  # type: ignore[arg-type]
+
+
+def _request(tmp_path: Path, prompt: str = "fix it; $(touch /tmp/x) `id`") -> AgentRequest:
+    return AgentRequest(prompt, tmp_path, {"PATH": "/usr/bin:/bin"}, tmp_path / "home")
+
+
+def test_result_is_parsed_and_the_prompt_arrives_on_stdin(tmp_path: Path) -> None:
+    """The prompt reaches stdin verbatim (not argv); garbage is skipped; figures are kept."""
+    agent, out = _agent(tmp_path, "ok")
+    sink = RecordingSink()
+    result = agent.run(_request(tmp_path), events=sink, stop=None)
+    seen = json.loads(out.read_text())
+    assert seen["prompt"] == "fix it; $(touch /tmp/x) `id`"
+    assert not any("fix it" in arg for arg in seen["argv"])
+    assert (result.session_id, result.cost_usd, result.tool_calls) == ("fake-1", 0.25, 1)
+    assert sink.of_kind("tool")[0][1] == "Bash make test" and len(sink.of_kind("log")) == 1
+
+
+def test_process_lingering_after_its_result_is_killed_and_the_result_kept(
+    tmp_path: Path,
+) -> None:
+    """A CLI still alive ``exit_grace_s`` after its result is killed; the run goes on."""
+    agent, _ = _agent(tmp_path, "linger")
+    sink = RecordingSink()
+    started = time.monotonic()
+    result = agent.run(_request(tmp_path), events=sink, stop=None)
+    assert time.monotonic() - started < 20
+    assert result.lingered and result.result_text == "All done"
+    assert any("killed" in message for _, message, _ in sink.of_kind("agent"))
+
+
+def test_silent_process_is_killed_as_idle(tmp_path: Path) -> None:
+    """No output for ``idle_timeout_s`` kills the agent: retryable ``idle_timeout``."""
+    agent, _ = _agent(tmp_path, "idle", idle_timeout_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(RetryableError) as caught:
+        agent.run(_request(tmp_path), events=RecordingSink(), stop=None)
+    assert caught.value.kind == "idle_timeout" and time.monotonic() - started < 20
+
+
+def test_process_exiting_without_result_is_a_crash(tmp_path: Path) -> None:
+    """An agent that exits before its result event is retryable ``agent_crash``."""
+    agent, _ = _agent(tmp_path, "crash")
+    with pytest.raises(RetryableError) as caught:
+        agent.run(_request(tmp_path), events=RecordingSink(), stop=None)
+    assert caught.value.kind == "agent_crash" and "code 3" in str(caught.value)
+
+
+def test_stop_token_ends_the_agent_as_cancelled(tmp_path: Path) -> None:
+    """A stop requested by the worker kills the agent and raises CancelRequested."""
+    agent, _ = _agent(tmp_path, "idle")
+    stop = StopToken()
+    stop.stop("cancel")
+    with pytest.raises(CancelRequested, match="cancel"):
+        agent.run(_request(tmp_path), events=RecordingSink(), stop=stop)
+
+
+def test_missing_configured_key_is_fatal(tmp_path: Path) -> None:
+    """A configured API key that is not set is a fatal error naming where it was looked for."""
+    agent, _ = _agent(tmp_path, "ok", api_key=SecretRef(env="AFK_ABSENT_API_KEY"))
+    with pytest.raises(FatalError, match="AFK_ABSENT_API_KEY"):
+        agent.run(_request(tmp_path), events=RecordingSink(), stop=None)
+
+
+def test_codex_preset_runs_and_parses_a_stand_in(tmp_path: Path) -> None:
+    """The codex preset reads ``exec --json`` output of a process (a fixture replayed)."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "codex" / "exec_success.jsonl"
+    script = tmp_path / "fake_codex.py"
+    script.write_text(
+        "import sys\nsys.stdin.read()\n"
+        f"sys.stdout.write(open({str(fixture)!r}).read())\n"
+    )
+    preset = AgentPreset(name="codex", kind="codex", command=(sys.executable, str(script)))
+    result = build_agent(preset).run(_request(tmp_path), events=RecordingSink(), stop=None)
+    assert result.session_id == "0199a213-81c0-7800-8aa1-bbab2a035a53"
+    assert result.tool_calls == 3 and result.tokens_in == 24763
