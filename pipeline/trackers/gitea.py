@@ -197,14 +197,27 @@ def _repo(slug: str) -> str:
 
 
 def _next_page(page: Page, params: Params) -> tuple[str, Params] | None:
-    """Next ``page`` until ``X-Total-Count`` is reached or a short page ends the list."""
+    """Next ``page`` until ``X-Total-Count`` is reached or a short page ends the list.
+
+    A first page shorter than asked while the total says there is more means the
+    server capped ``limit`` lower than we thought; later pages use that size.
+    """
     number, limit = int(params["page"]), int(params["limit"])
     count = len(page.data) if isinstance(page.data, list) else 0
-    total = page.headers.get("x-total-count", "")
-    done = number * limit >= int(total) if total.isdigit() else count < limit
-    if done or count == 0:
+    total_header = page.headers.get("x-total-count", "")
+    if count == 0:
         return None
-    return page.url.split("?", 1)[0], {**params, "page": str(number + 1)}
+    if not total_header.isdigit():
+        done = count < limit
+    else:
+        total = int(total_header)
+        if number == 1 and count < min(limit, total):
+            limit = count
+        done = number * limit >= total
+    if done:
+        return None
+    following = {**params, "page": str(number + 1), "limit": str(limit)}
+    return page.url.split("?", 1)[0], following
 
 
 def parse_issue(item: dict[str, Any]) -> TrackerIssue:
