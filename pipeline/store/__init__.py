@@ -7,14 +7,23 @@ and gets plain records (``pipeline.store.records``) back.
 from __future__ import annotations
 
 from pipeline.store import migrate
+from pipeline.store.claim import ClaimMixin, SweepReport
 from pipeline.store.engine import describe_db_error, redact_url
 from pipeline.store.history import HistoryMixin
 from pipeline.store.issues import IssuesMixin, LocalComment, LocalIssue, UnknownIssue
 from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
 from pipeline.store.repos import ReposMixin, UnknownRepo
+from pipeline.store.runs import (
+    EnqueueResult,
+    Heartbeat,
+    QueueFull,
+    RunNotRetryable,
+    RunsMixin,
+    UnknownRun,
+)
 
 
-class Store(HistoryMixin, ReposMixin, IssuesMixin):
+class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, ClaimMixin):
     """All domain verbs over one engine."""
 
     def upgrade(self) -> None:
@@ -26,18 +35,24 @@ class Store(HistoryMixin, ReposMixin, IssuesMixin):
 
 
 __all__ = [
+    "EnqueueResult",
     "Escalation",
+    "Heartbeat",
     "Issue",
     "LocalComment",
     "LocalIssue",
+    "QueueFull",
     "Repo",
     "Run",
     "RunEvent",
     "RunFilter",
+    "RunNotRetryable",
     "Stats",
     "Store",
+    "SweepReport",
     "UnknownIssue",
     "UnknownRepo",
+    "UnknownRun",
     "describe_db_error",
     "redact_url",
 ]

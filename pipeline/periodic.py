@@ -1,0 +1,103 @@
+"""Periodic jobs (poll, sweep, housekeeping) under APScheduler 3.
+
+The job store stays in memory: the durable queue is ours, in the database
+(docs/adr/0002). Every job coalesces missed ticks into one, never runs twice
+at once, and tolerates a late start up to its misfire grace, so a busy
+machine neither loses ticks nor doubles them. ``run_once`` calls jobs
+directly so tests need no clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from apscheduler.executors.pool import ThreadPoolExecutor  # type: ignore[import-untyped]
+from apscheduler.jobstores.memory import MemoryJobStore  # type: ignore[import-untyped]
+from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
+
+log = logging.getLogger(__name__)
+# APScheduler logs every tick at INFO; a sweep every few seconds would drown the log.
+logging.getLogger("apscheduler.executors.default").setLevel(logging.WARNING)
+
+MIN_MISFIRE_GRACE_S = 1
+
+
+@dataclass(frozen=True)
+class PeriodicJob:
+    name: str
+    func: Callable[[], object]
+    interval_s: float
+
+
+def misfire_grace_s(interval_s: float) -> int:
+    """A late tick still runs if it is at most one interval (at least 1 s) late."""
+    return max(MIN_MISFIRE_GRACE_S, math.ceil(interval_s))
+
+
+class Periodic:
+    """A named set of interval jobs on one background APScheduler."""
+
+    def __init__(self, name: str = "periodic", max_workers: int = 4) -> None:
+        self.name = name
+        self._jobs: dict[str, PeriodicJob] = {}
+        self._lock = threading.Lock()
+        self._scheduler = BackgroundScheduler(
+            jobstores={"default": MemoryJobStore()},
+            executors={"default": ThreadPoolExecutor(max_workers)},
+            job_defaults={"coalesce": True, "max_instances": 1},
+            timezone=UTC,
+        )
+
+    def add(self, name: str, func: Callable[[], object], interval_s: float, *,
+            run_now: bool = False) -> None:
+        """Run ``func`` every ``interval_s``; ``run_now`` also runs it right after start."""
+        if interval_s <= 0:
+            raise ValueError(f"periodic job {name!r}: interval_s must be > 0, got {interval_s}")
+        job = PeriodicJob(name, func, interval_s)
+        with self._lock:
+            self._jobs[name] = job
+        options: dict[str, object] = {}
+        if run_now:
+            options["next_run_time"] = datetime.now(UTC)
+        self._scheduler.add_job(
+            self._guarded(job), "interval", seconds=interval_s, id=name, name=name,
+            replace_existing=True, misfire_grace_time=misfire_grace_s(interval_s), **options,
+        )
+
+    def start(self) -> None:
+        if not self._scheduler.running:
+            self._scheduler.start()
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop ticking; with ``wait`` the jobs running now finish first."""
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=wait)
+
+    def run_once(self, name: str | None = None) -> None:
+        """Run one job (or all) now, in this thread (tests, burst mode)."""
+        with self._lock:
+            jobs = [self._jobs[name]] if name is not None else list(self._jobs.values())
+        for job in jobs:
+            self._guarded(job)()
+
+    @property
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._jobs)
+
+    @staticmethod
+    def _guarded(job: PeriodicJob) -> Callable[[], None]:
+        """The job with its errors logged, so one failing tick never stops the next."""
+
+        def tick() -> None:
+            try:
+                job.func()
+            except Exception:
+                log.exception("periodic job %s failed; it runs again next tick", job.name)
+
+        return tick

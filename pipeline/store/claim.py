@@ -1,0 +1,223 @@
+"""Claiming runs and sweeping expired leases: the queue's guarantees in SQL.
+
+Claim picks the highest-priority, then oldest, queued run whose ``run_after``
+has come, of a repo that is not frozen and has no busy run, while fewer than
+``max_concurrency`` runs are busy in total.
+
+- SQLite: the write transaction starts with ``BEGIN IMMEDIATE``, so claims of
+  every process on the host are serialised; one ``UPDATE ... WHERE id =
+  (SELECT ...) RETURNING`` both checks the cap and takes the run.
+- PostgreSQL: a transaction-level advisory lock serialises the cap count
+  across replicas; the candidate row is taken with ``FOR UPDATE SKIP LOCKED``.
+  ``uq_runs_busy_repo`` backs the serial-per-repo rule: a unique violation
+  means "nothing claimed".
+
+The sweeper runs on every replica with no leader: each change is a
+conditional UPDATE that re-checks the expired lease, so two sweepers (or a
+late heartbeat) can never both win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, exists, func, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from pipeline.store.base import StoreBase
+from pipeline.store.engine import db_now
+from pipeline.store.models import BUSY_STATES, RepoRow, RunRow
+from pipeline.store.records import Run
+from pipeline.store.runs import read_run
+
+CLAIM_LOCK_KEY = 7_316_243_002
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    recovered: list[int] = field(default_factory=list)  # expired lease -> retry_wait
+    failed: list[int] = field(default_factory=list)  # expired lease, recoveries used up
+    cancelled: list[int] = field(default_factory=list)  # expired lease, cancel was requested
+    timed_out: list[int] = field(default_factory=list)  # expired lease past its deadline
+    requeued: list[int] = field(default_factory=list)  # retry_wait -> queued
+
+    @property
+    def changed(self) -> int:
+        return sum(map(len, (self.recovered, self.failed, self.cancelled, self.timed_out,
+                             self.requeued)))
+
+
+def _candidates(now: datetime, exclude_repo_ids: Collection[int]) -> Any:
+    busy = RunRow.__table__.alias("busy")
+    query = (
+        select(RunRow.id)
+        .join(RepoRow, RepoRow.id == RunRow.repo_id)
+        .where(
+            RunRow.state == "queued",
+            RunRow.run_after <= now,
+            RepoRow.state != "frozen",
+            ~exists().where(and_(busy.c.repo_id == RunRow.repo_id,
+                                 busy.c.state.in_(BUSY_STATES))),
+        )
+        .order_by(RunRow.priority.desc(), RunRow.id)
+        .limit(1)
+    )
+    if exclude_repo_ids:
+        query = query.where(RunRow.repo_id.not_in(list(exclude_repo_ids)))
+    return query
+
+
+def _busy_count() -> Any:
+    busy = RunRow.__table__.alias("busy_all")
+    return select(func.count(busy.c.id)).where(busy.c.state.in_(BUSY_STATES)).correlate(None)
+
+
+def _claim_values(owner: str, now: datetime, lease_s: float) -> dict[str, Any]:
+    return {
+        "state": "preparing", "owner": owner, "attempt": RunRow.attempt + 1,
+        "lease_until": now + timedelta(seconds=lease_s), "started_at": now,
+        "finished_at": None, "updated_at": now,
+    }
+
+
+class ClaimMixin(StoreBase):
+    """``claim_next`` and ``sweep``."""
+
+    def claim_next(
+        self, owner: str, *, max_concurrency: int, lease_s: float,
+        exclude_repo_ids: Collection[int] = (),
+    ) -> Run | None:
+        """Take the next claimable run for ``owner``, or None when nothing may start now."""
+        try:
+            with self._write() as conn:
+                now = db_now(conn)
+                if conn.dialect.name == "postgresql":
+                    run_id = self._claim_postgres(conn, owner, now, max_concurrency, lease_s,
+                                                  exclude_repo_ids)
+                else:
+                    run_id = self._claim_sqlite(conn, owner, now, max_concurrency, lease_s,
+                                                exclude_repo_ids)
+                if run_id is None:
+                    return None
+                return self._claimed(conn, run_id, owner, now)
+        except IntegrityError:
+            return None  # uq_runs_busy_repo: another claimer took this repo first
+
+    @staticmethod
+    def _claim_sqlite(
+        conn: Connection, owner: str, now: datetime, cap: int, lease_s: float,
+        exclude: Collection[int],
+    ) -> int | None:
+        pick = _candidates(now, exclude).where(_busy_count().scalar_subquery() < cap)
+        claimed = conn.execute(
+            update(RunRow)
+            .where(RunRow.id == pick.correlate(None).scalar_subquery(), RunRow.state == "queued")
+            .values(**_claim_values(owner, now, lease_s))
+            .returning(RunRow.id)
+        ).scalar_one_or_none()
+        return int(claimed) if claimed is not None else None
+
+    @staticmethod
+    def _claim_postgres(
+        conn: Connection, owner: str, now: datetime, cap: int, lease_s: float,
+        exclude: Collection[int],
+    ) -> int | None:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CLAIM_LOCK_KEY})
+        if int(conn.execute(_busy_count()).scalar_one()) >= cap:
+            return None
+        run_id = conn.execute(
+            _candidates(now, exclude).with_for_update(skip_locked=True, of=RunRow)
+        ).scalar_one_or_none()
+        if run_id is None:
+            return None
+        conn.execute(
+            update(RunRow).where(RunRow.id == run_id).values(**_claim_values(owner, now, lease_s))
+        )
+        return int(run_id)
+
+    def _claimed(self, conn: Connection, run_id: int, owner: str, now: datetime) -> Run:
+        """Set the deadline (execution time only: it starts now) and log the claim."""
+        timeout_s = conn.execute(select(RunRow.timeout_s).where(RunRow.id == run_id)).scalar_one()
+        if timeout_s is not None:
+            conn.execute(update(RunRow).where(RunRow.id == run_id)
+                         .values(deadline_at=now + timedelta(seconds=float(timeout_s))))
+        else:
+            conn.execute(update(RunRow).where(RunRow.id == run_id).values(deadline_at=None))
+        run = read_run(conn, run_id)
+        self._append_event(conn, run_id, run.attempt, "claimed",
+                           f"claimed by {owner} (attempt {run.attempt})",
+                           {"owner": owner, "attempt": run.attempt}, now)
+        return run
+
+    def sweep(self, *, max_recoveries: int) -> SweepReport:
+        """Recover expired leases and requeue runs whose retry time has come."""
+        report = SweepReport()
+        with self._write() as conn:
+            now = db_now(conn)
+            expired = conn.execute(
+                select(RunRow.id, RunRow.owner, RunRow.attempt, RunRow.cancel_requested,
+                       RunRow.deadline_at, RunRow.recoveries)
+                .where(RunRow.state.in_(BUSY_STATES), RunRow.lease_until < now)
+                .order_by(RunRow.id)
+            ).all()
+            for row in expired:
+                self._recover(conn, row, now, max_recoveries, report)
+            self._requeue(conn, now, report)
+        return report
+
+    def _recover(
+        self, conn: Connection, row: Any, now: datetime, max_recoveries: int, report: SweepReport
+    ) -> None:
+        run_id, owner, attempt, cancel, deadline, recoveries = row
+        ended = {"owner": None, "lease_until": None, "finished_at": now, "updated_at": now}
+        if cancel:
+            values = {**ended, "state": "cancelled", "error_class": "cancelled",
+                      "error": f"cancelled; its worker {owner} stopped renewing the lease"}
+            bucket = report.cancelled
+        elif deadline is not None and deadline <= now:
+            values = {**ended, "state": "failed", "error_class": "timeout",
+                      "error": f"timed out; its worker {owner} stopped renewing the lease"}
+            bucket = report.timed_out
+        elif recoveries >= max_recoveries:
+            values = {**ended, "state": "failed", "error_class": "lease_expired",
+                      "error": f"worker {owner} lost the run {recoveries + 1} times "
+                               f"(max_recoveries={max_recoveries})"}
+            bucket = report.failed
+        else:
+            values = {"state": "retry_wait", "owner": None, "lease_until": None,
+                      "deadline_at": None, "run_after": now, "recoveries": recoveries + 1,
+                      "updated_at": now}
+            bucket = report.recovered
+        changed = conn.execute(
+            update(RunRow)
+            .where(RunRow.id == run_id, RunRow.owner == owner, RunRow.attempt == attempt,
+                   RunRow.state.in_(BUSY_STATES), RunRow.lease_until < now)
+            .values(**values)
+        ).rowcount
+        if changed == 1:
+            bucket.append(int(run_id))
+            message = f"lease of {owner} expired: {values['state']}"
+            self._append_event(conn, run_id, attempt, "state", message,
+                               {"state": values["state"], "owner": owner, "sweep": True}, now)
+
+    def _requeue(self, conn: Connection, now: datetime, report: SweepReport) -> None:
+        rows = conn.execute(
+            update(RunRow)
+            .where(RunRow.state == "retry_wait", RunRow.run_after <= now)
+            .values(state="queued", updated_at=now)
+            .returning(RunRow.id, RunRow.attempt)
+        ).all()
+        for run_id, attempt in sorted(rows):
+            report.requeued.append(int(run_id))
+            self._append_event(conn, run_id, attempt, "state", "back in the queue",
+                               {"state": "queued"}, now)
+
+    def claimed_by(self, owner: str) -> list[int]:
+        """Ids of busy runs held by ``owner`` (diagnostics and tests)."""
+        with self._read() as conn:
+            rows = conn.execute(select(RunRow.id).where(RunRow.owner == owner,
+                                                        RunRow.state.in_(BUSY_STATES)))
+            return [int(r[0]) for r in rows]
