@@ -160,7 +160,7 @@ class ForgeHttp:
     # -- internals ---------------------------------------------------------
 
     def _get_conditional(self, path: str, params: Params, not_found: str) -> tuple[Page, bool]:
-        key = str(self._client.build_request("GET", path, params=params).url)
+        key = str(self._client.build_request("GET", path, params=params or None).url)
         cached = self._state.etags.get(key)
         headers = {"If-None-Match": cached.etag} if cached else None
         response = self._send("GET", path, params=params, headers=headers, not_found=not_found)
@@ -190,8 +190,9 @@ class ForgeHttp:
         headers: Mapping[str, str] | None = None,
         not_found: str | None,
     ) -> httpx.Response:
+        # ``params=None``, never ``{}``: httpx replaces a URL's query with empty params.
         request = self._client.build_request(
-            method, path, params=params, json=json, headers=headers
+            method, path, params=params or None, json=json, headers=headers
         )
         where = f"{self.forge} {method} {request.url}"
         self._refuse_if_limited(where)

@@ -2,8 +2,8 @@
 
     fake = FakeGitHub(token="t")
     fake.add_issue("o/r", "Fix it", labels=["ready-for-agent"])
-    with fake.serve():
-        ...  # point a client at fake.url
+    with fake:  # served on 127.0.0.1; stopping closes clients made by client_for
+        tracker = client_for(fake)
 
 See ``base.FakeForge`` for fault injection, the request log and rate counters.
 """

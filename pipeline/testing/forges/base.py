@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qsl, unquote
 
 import httpx
@@ -129,6 +129,7 @@ class FakeForge(ForgeState):
         self.requests: list[RecordedRequest] = []
         self.faults: list[Fault] = []
         self.served: ServedApp | None = None
+        self._on_stop: list[Callable[[], None]] = []
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self.app = Starlette(routes=[Route("/{path:path}", self._endpoint, methods=METHODS)])
 
@@ -151,9 +152,22 @@ class FakeForge(ForgeState):
         return self.served
 
     def stop(self) -> None:
+        """Stop serving and run the ``on_stop`` callbacks (closing clients)."""
+        while self._on_stop:
+            self._on_stop.pop()()
         if self.served is not None:
             self.served.stop()
             self.served = None
+
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        self._on_stop.append(callback)
+
+    def __enter__(self) -> Self:
+        self.serve()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def inject(
         self,

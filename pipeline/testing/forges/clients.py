@@ -52,4 +52,6 @@ def client_for(
     classes: dict[str, type[RemoteTracker]] = {
         "github": GitHubTracker, "gitea": GiteaTracker, "gitlab": GitLabTracker,
     }
-    return classes[fake.forge](settings, token or fake.token, options=opts)
+    client = classes[fake.forge](settings, token or fake.token, options=opts)
+    fake.on_stop(client.close_client)  # its connections close when the fake stops
+    return client
