@@ -1,0 +1,63 @@
+"""Notifications over real sockets: apprise json:// to a loopback receiver."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pipeline.notify import Notifier
+from pipeline.settings import NotifySettings, SecretRef
+from pipeline.testing.deploy_target import free_port
+from pipeline.testing.receiver import Receiver
+from pipeline.testing.sinks import RecordingSink
+
+
+def settings(monkeypatch: pytest.MonkeyPatch, *urls: str, retries: int = 2) -> NotifySettings:
+    monkeypatch.setenv("AFK_NOTIFY_URLS", "\n".join(urls))
+    return NotifySettings(urls=SecretRef(env="AFK_NOTIFY_URLS"), retries=retries,
+                          retry_delay_s=0.0)
+
+
+def test_escalation_reaches_a_json_webhook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An apprise json:// URL delivers title and message to the loopback receiver."""
+    sink = RecordingSink()
+    with Receiver() as receiver:
+        notifier = Notifier(settings(monkeypatch, f"json://127.0.0.1:{receiver.port}/afk/hook"))
+        notifier.notify("run 3 escalated", "conflict in a.py\nresume: pipeline runs retry 3",
+                        kind="escalation", events=sink)
+        assert notifier.flush(timeout_s=20)
+        (request,) = receiver.received
+    assert request.method == "POST" and request.path.startswith("/afk/hook")
+    payload = request.json()
+    assert isinstance(payload, dict)
+    assert payload["title"] == "run 3 escalated"
+    assert "pipeline runs retry 3" in payload["message"] and payload["type"] == "failure"
+    assert sink.of_kind("notify")[0][2] == {"kind": "escalation", "ok": True, "attempts": 1,
+                                            "channel": "json://127.0.0.1"}
+
+
+def test_failing_channel_is_retried_and_others_still_get_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A channel answering 500 is retried, then given up; a healthy one still receives."""
+    sink = RecordingSink()
+    with Receiver(default_status=500) as failing, Receiver() as healthy:
+        notifier = Notifier(settings(monkeypatch, f"json://127.0.0.1:{failing.port}/down",
+                                     f"json://127.0.0.1:{healthy.port}/up"))
+        notifier.notify("repo frozen", "evidence kept", kind="freeze", events=sink)
+        assert notifier.flush(timeout_s=30)
+        assert len(failing.received) == 3 and len(healthy.received) == 1
+    outcomes = [data["ok"] for _, _, data in sink.of_kind("notify")]
+    assert outcomes == [False, True]
+
+
+def test_dead_channel_never_blocks_or_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A channel nobody listens on: notify returns at once, the give-up is an event."""
+    sink = RecordingSink()
+    notifier = Notifier(settings(monkeypatch, f"json://127.0.0.1:{free_port()}/dead"))
+    started = time.monotonic()
+    notifier.notify("t", "b", kind="escalation", events=sink)
+    assert time.monotonic() - started < 0.5
+    assert notifier.flush(timeout_s=30)
+    (_, message, data), = sink.of_kind("notify")
+    assert data["ok"] is False and data["attempts"] == 3 and "failed after 3" in message
