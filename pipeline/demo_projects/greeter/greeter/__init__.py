@@ -1,0 +1,5 @@
+"""A tiny greeting library with a command line."""
+
+from greeter.core import greet
+
+__all__ = ["greet"]

@@ -1,0 +1,7 @@
+"""``python -m greeter NAME``."""
+
+import sys
+
+from greeter.cli import main
+
+sys.exit(main())

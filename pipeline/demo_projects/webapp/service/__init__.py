@@ -1,0 +1,3 @@
+"""The demo web service."""
+
+RELEASE = "1.4.0"
