@@ -9,82 +9,26 @@ Human output is aligned tables; ``--json`` prints machine-readable JSON.
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
-from pipeline import __version__, render
+from pipeline import __version__, cli_ops, render
+from pipeline.cli_common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Handler,
+    add_command,
+    load,
+    open_store,
+    who,
+)
 from pipeline.errors import ConfigError
-from pipeline.settings import Settings
-
-Handler = Callable[[argparse.Namespace, TextIO, TextIO], int]
-
-EXIT_OK = 0
-EXIT_FAIL = 1
-EXIT_USAGE = 2
-
-
-class CliError(Exception):
-    """A problem the user can fix; printed as one line, exit code 2."""
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        help="config file (default: $PIPELINE_CONFIG, else embedded defaults)",
-    )
-    parser.add_argument(
-        "--database-url",
-        default=None,
-        help="history database (default: $PIPELINE_DATABASE_URL, the config's, "
-        "else sqlite under the data directory)",
-    )
-
-
-def _add(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    name: str,
-    handler: Handler,
-    help_text: str,
-    common: bool = True,
-) -> argparse.ArgumentParser:
-    parser = sub.add_parser(name, help=help_text, description=help_text)
-    if common:
-        _common(parser)
-    parser.set_defaults(handler=handler)
-    return parser
-
-
-def load(args: argparse.Namespace) -> Settings:
-    """Settings from ``--config``/``$PIPELINE_CONFIG`` plus env, with ``--database-url`` on top."""
-    from dataclasses import replace
-
-    from pipeline.config import load_settings
-
-    path: Path | None = getattr(args, "config", None)
-    settings = load_settings(path)
-    url = getattr(args, "database_url", None)
-    return replace(settings, database_url=url) if url else settings
-
-
-def open_store(args: argparse.Namespace, *, require_schema: bool = True) -> object:
-    from pipeline.store import Store, redact_url
-
-    settings = load(args)
-    store = Store(settings.database_url)
-    if require_schema and not store.schema_current():
-        store.close()
-        raise CliError(
-            f"{redact_url(settings.database_url)}: the schema is missing or out of date; "
-            "run `pipeline db upgrade` first"
-        )
-    return store
 
 
 def cmd_db_upgrade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -132,10 +76,9 @@ def _since(value: str | None) -> datetime | None:
 
 
 def cmd_runs_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.store import RunFilter, Store
+    from pipeline.store import RunFilter
 
     store = open_store(args)
-    assert isinstance(store, Store)
     try:
         flt = RunFilter(
             repo=args.repo,
@@ -155,10 +98,8 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_runs_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.store import Store
 
     store = open_store(args)
-    assert isinstance(store, Store)
     try:
         run = store.get_run(args.id)
         if run is None:
@@ -174,11 +115,9 @@ def cmd_runs_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_repos_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.store import Store
 
     settings = load(args)
     store = open_store(args)
-    assert isinstance(store, Store)
     try:
         store.sync_repos(settings.repos)
         repos = store.list_repos()
@@ -191,22 +130,13 @@ def cmd_repos_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _who() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return os.environ.get("USER", "operator")
-
-
 def cmd_repos_freeze(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.store import Store
 
     settings = load(args)
     store = open_store(args)
-    assert isinstance(store, Store)
     try:
         store.sync_repos(settings.repos)
-        changed = store.freeze_repo(args.repo, args.note, by=_who())
+        changed = store.freeze_repo(args.repo, args.note, by=who())
     finally:
         store.close()
     out.write(f"repo {args.repo} {'frozen' if changed else 'was already frozen'}\n")
@@ -214,14 +144,12 @@ def cmd_repos_freeze(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_repos_unfreeze(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.store import Store
 
     settings = load(args)
     store = open_store(args)
-    assert isinstance(store, Store)
     try:
         store.sync_repos(settings.repos)
-        changed = store.unfreeze_repo(args.repo, args.note, by=_who())
+        changed = store.unfreeze_repo(args.repo, args.note, by=who())
     finally:
         store.close()
     out.write(
@@ -250,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     top = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     db = top.add_parser("db", help="database schema").add_subparsers(dest="sub", metavar="SUB")
-    _add(db, "upgrade", cmd_db_upgrade, "apply migrations up to the latest schema (idempotent)")
+    add_command(
+        db, "upgrade", cmd_db_upgrade, "apply migrations up to the latest schema (idempotent)"
+    )
 
     cfg_parser = top.add_parser(
         "config",
@@ -259,45 +189,42 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cfg = cfg_parser.add_subparsers(dest="sub", metavar="SUB")
-    check = _add(cfg, "check", cmd_config_check, "validate a config file; exit 2 on problems")
+    check = add_command(
+        cfg, "check", cmd_config_check, "validate a config file; exit 2 on problems"
+    )
     check.add_argument("file", nargs="?", type=Path, help="config file")
-    show = _add(cfg, "show", cmd_config_show, "print the effective config, secrets redacted")
+    show = add_command(cfg, "show", cmd_config_show, "print the effective config, secrets redacted")
     show.add_argument("file", nargs="?", type=Path, help="config file")
     show.add_argument("--json", action="store_true", help="print JSON")
 
     runs = top.add_parser("runs", help="review and steer runs").add_subparsers(
         dest="sub", metavar="SUB"
     )
-    lst = _add(runs, "list", cmd_runs_list, "list runs, newest first")
+    lst = add_command(runs, "list", cmd_runs_list, "list runs, newest first")
     lst.add_argument("--repo", help="only this repo")
     lst.add_argument("--state", help="only runs in this state")
     lst.add_argument("--kind", choices=("issue", "fix_forward", "manual"), help="only this kind")
     lst.add_argument("--since", help="created since an ISO time or an age (30m, 2h, 7d)")
     lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     lst.add_argument("--json", action="store_true", help="print JSON")
-    one = _add(runs, "show", cmd_runs_show, "one run with its timeline")
+    one = add_command(runs, "show", cmd_runs_show, "one run with its timeline")
     one.add_argument("id", type=int)
     one.add_argument("--json", action="store_true", help="print JSON")
 
     repos = top.add_parser("repos", help="enrolled repos; freeze and unfreeze").add_subparsers(
         dest="sub", metavar="SUB"
     )
-    rl = _add(repos, "list", cmd_repos_list, "list enrolled repos and their state")
+    rl = add_command(repos, "list", cmd_repos_list, "list enrolled repos and their state")
     rl.add_argument("--json", action="store_true", help="print JSON")
-    fr = _add(repos, "freeze", cmd_repos_freeze, "stop a repo's queue (the manual brake)")
+    fr = add_command(repos, "freeze", cmd_repos_freeze, "stop a repo's queue (the manual brake)")
     fr.add_argument("repo")
     fr.add_argument("--note", required=True, help="why; recorded with who did it")
-    uf = _add(repos, "unfreeze", cmd_repos_unfreeze, "resume a frozen repo's queue")
+    uf = add_command(repos, "unfreeze", cmd_repos_unfreeze, "resume a frozen repo's queue")
     uf.add_argument("repo")
     uf.add_argument("--note", required=True, help="what was done; recorded with who did it")
 
-    for extend in _EXTENSIONS:
-        extend(top)
+    cli_ops.register(top, runs)
     return parser
-
-
-# Later command groups (daemon, demo, local issues, run control) register here.
-_EXTENSIONS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
 
 
 def main(
@@ -338,4 +265,3 @@ def _redacted(url: str) -> str:
     from pipeline.store import redact_url
 
     return redact_url(url) if url else "(configured)"
-

@@ -1,0 +1,243 @@
+"""The composition root: builds every part from settings and runs them together.
+
+One process: migrations, intake (polling under APScheduler and webhooks),
+the scheduler and its workers, housekeeping, and the HTTP server. SIGTERM
+stops claiming, gives running agents a grace period, then leaves their leases
+to recovery by any replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Collection
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline.agents import Agent, build_agent
+from pipeline.errors import ConfigError
+from pipeline.flow import FlowDeps, RunFlow
+from pipeline.intake import Intake
+from pipeline.lifecycle import Lifecycle
+from pipeline.logs import register_settings_secrets
+from pipeline.notify import Notifier
+from pipeline.periodic import Periodic
+from pipeline.queue import Scheduler
+from pipeline.recovery import Recovery
+from pipeline.settings import RepoSettings, Settings
+from pipeline.store import RunFilter, Store, redact_url
+from pipeline.store.models import BUSY_STATES
+from pipeline.trackers import build_tracker
+from pipeline.trackers.base import Tracker
+from pipeline.trackers.local import LocalTracker
+from pipeline.workspace import Workspaces
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_S = 30.0
+
+
+def build_trackers(settings: Settings, store: Store) -> dict[str, Tracker]:
+    """A client per tracker that an enrolled repo uses, plus the local one."""
+    used = {repo.tracker for repo in settings.repos} | {"local"}
+    trackers: dict[str, Tracker] = {}
+    for tracker in settings.trackers:
+        if tracker.name not in used:
+            continue
+        if tracker.kind == "local":
+            trackers[tracker.name] = LocalTracker(tracker, store)
+        else:
+            trackers[tracker.name] = build_tracker(tracker)
+    return trackers
+
+
+class BudgetGuard:
+    """Repos over their daily budget start no new runs today; one escalation says so."""
+
+    def __init__(self, settings: Settings, store: Store, notifier: Notifier) -> None:
+        self.settings = settings
+        self.store = store
+        self.notifier = notifier
+        self._cached: tuple[float, frozenset[int]] = (0.0, frozenset())
+
+    def over_budget(self) -> Collection[int]:
+        stamp, ids = self._cached
+        if time.monotonic() - stamp < 5.0:
+            return ids
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        over: set[int] = set()
+        for repo in self.settings.repos:
+            if repo.daily_budget_usd is None:
+                continue
+            record = self.store.get_repo(repo.name)
+            if record is None:
+                continue
+            spent = self.store.repo_cost_since(record.id, midnight.replace(tzinfo=None))
+            if spent >= repo.daily_budget_usd:
+                over.add(record.id)
+                self._escalate_once(repo, spent, midnight)
+        self._cached = (time.monotonic(), frozenset(over))
+        return self._cached[1]
+
+    def _escalate_once(self, repo: RepoSettings, spent: float, day: datetime) -> None:
+        key = f"budget:{repo.name}:{day.date().isoformat()}"
+        if not self.store.claim_side_effect(key):
+            return
+        detail = (
+            f"{repo.name} spent ${spent:.2f} today, over its daily budget of "
+            f"${repo.daily_budget_usd:.2f}; no new runs start until tomorrow (UTC). "
+            "Raise daily_budget_usd in the config to resume sooner."
+        )
+        self.store.add_escalation(repo.name, "daily_budget", detail)
+        self.notifier.notify(
+            f"{repo.name}: daily budget reached",
+            detail,
+            kind="escalation",
+            events=lambda *a, **k: None,
+        )
+
+
+class Daemon:
+    """Every part of the pipeline, wired."""
+
+    def __init__(self, settings: Settings, *, http: bool = True) -> None:
+        self.settings = settings
+        register_settings_secrets(settings)
+        self.store = Store(settings.database_url)
+        if settings.run_migrations:
+            self.store.upgrade()
+        elif not self.store.schema_current():
+            raise ConfigError(
+                f"{redact_url(settings.database_url)}: the schema is out of date and "
+                "run_migrations is off; run `pipeline db upgrade`"
+            )
+        self.store.sync_repos(settings.repos)
+        self.trackers = build_trackers(settings, self.store)
+        self.workspaces = Workspaces(settings.volume, settings.workspace)
+        self.notifier = Notifier(settings.notify)
+        self.http_enabled = http
+        self.dashboard_url = f"http://{settings.http.listen_host}:{settings.http.listen_port}"
+        self.lifecycle = Lifecycle(
+            self.store,
+            self.trackers,
+            {t.name: t for t in settings.trackers},
+            dashboard_url=self.dashboard_url if http else None,
+        )
+        self.recovery = Recovery(
+            settings, self.store, self.lifecycle, self.workspaces, self.notifier
+        )
+        self.budget = BudgetGuard(settings, self.store, self.notifier)
+        self.flow = RunFlow(
+            FlowDeps(
+                settings=settings,
+                store=self.store,
+                trackers=self.trackers,
+                lifecycle=self.lifecycle,
+                workspaces=self.workspaces,
+                recovery=self.recovery,
+                agent_factory=self.agent_for,
+                base_env=dict(os.environ),
+                homes_root=settings.volume / "homes",
+            )
+        )
+        self.scheduler = Scheduler(
+            self.store,
+            self.flow,
+            settings=settings.scheduler,
+            max_concurrency=settings.max_concurrency,
+            excluded_repos=self.budget.over_budget,
+        )
+        self.intake = Intake(self.store, settings, self.trackers, self.lifecycle)
+        self.periodic = Periodic(name="daemon")
+        self.server: Any = None
+        self._stopped = threading.Event()
+
+    def agent_for(self, repo: RepoSettings) -> Agent:
+        preset = self.settings.agent(repo.agent)
+        if preset is None:
+            raise ConfigError(f"repos.{repo.name}.agent: no agent preset named {repo.agent!r}")
+        return build_agent(preset, repo.agent_overrides)
+
+    def active_paths(self) -> list[Path]:
+        paths: list[Path] = []
+        for state in BUSY_STATES:
+            for run in self.store.list_runs(RunFilter(state=state, limit=1000)):
+                if run.worktree:
+                    paths.append(Path(run.worktree))
+        return paths
+
+    def summary(self) -> str:
+        lines = [
+            f"history: {redact_url(self.settings.database_url)}",
+            f"volume: {self.settings.volume}",
+            f"capacity: {self.settings.max_concurrency} concurrent runs, "
+            f"queue depth {self.settings.max_queue_depth}",
+        ]
+        for repo in self.settings.repos:
+            lines.append(
+                f"repo {repo.name}: {repo.tracker}:{repo.slug} -> {repo.default_branch}, "
+                f"agent {repo.agent}, ci {repo.ci.kind}, {len(repo.deploy.probes)} deploy probe(s)"
+            )
+        if not self.settings.repos:
+            lines.append("no repos enrolled: add [repos.NAME] tables to the config")
+        if self.http_enabled:
+            lines.append(f"dashboard and API: {self.dashboard_url}/")
+        return "\n".join(lines)
+
+    def start(self) -> None:
+        for name in self.trackers:
+            cfg = self.settings.tracker(name)
+            interval = (cfg.poll_interval_s if cfg else None) or self.settings.poll_interval_s
+            self.periodic.add(f"poll:{name}", self._poller(name), interval)
+        self.periodic.add(
+            "housekeeping",
+            lambda: self.workspaces.housekeeping(self.active_paths()),
+            self.settings.workspace.housekeeping_interval_s,
+        )
+        if self.http_enabled:
+            self._start_http()
+        self.scheduler.start()
+        self.periodic.start()
+        self.intake.poll_all()
+
+    def _poller(self, name: str) -> Callable[[], object]:
+        return lambda: self.intake.poll(name)
+
+    def _start_http(self) -> None:
+        from pipeline.api import create_app, serve
+
+        app = create_app(self.store, self.settings, webhook_handler=self.intake.handle_webhook)
+        metrics = app.state.metrics
+        self.intake.on_poll_error = metrics.poll_error
+        self.intake.on_webhook_rejected = metrics.webhook_rejected
+        self.server = serve(app, self.settings.http.listen_host, self.settings.http.listen_port)
+        self.dashboard_url = self.server.url
+
+    def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        log.info("stopping: no new claims; giving running agents %.0fs", grace_s)
+        self.periodic.shutdown(wait=False)
+        self.scheduler.stop(grace_s)
+        if self.server is not None:
+            self.server.stop()
+        self.store.close()
+
+    def run_forever(self) -> None:
+        """Run until SIGTERM or SIGINT."""
+        done = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            log.info("received %s", signal.Signals(signum).name)
+            done.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        done.wait()
+        self.stop()

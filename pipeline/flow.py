@@ -1,0 +1,204 @@
+"""One run from claim to verdict: prepare, implement, publish, watch, recover.
+
+This is the callable the scheduler runs for each claimed run. It holds no
+database lock; every write goes through the ``RunContext`` and is fenced on
+the run's lease. A retried run never pushes twice: a recorded ``pushed_sha``
+skips straight to watching, and before implementing again the remote is
+searched for a commit carrying this run's ``Afk-Run`` trailer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.agents import Agent, AgentResult
+from pipeline.errors import EscalationError, FatalError
+from pipeline.gitutil import safe_component
+from pipeline.implement import IssueInfo, implement, run_test_gate
+from pipeline.lifecycle import Lifecycle
+from pipeline.publish import find_pushed, publish
+from pipeline.recovery import Recovery, Verdict
+from pipeline.settings import RepoSettings, Settings
+from pipeline.store import Run, Store
+from pipeline.trackers.base import Tracker
+from pipeline.watch.ci import ci_source, watch_ci
+from pipeline.watch.deploy import watch_deploy
+from pipeline.worker import RunContext
+from pipeline.workspace import PreparedWorkspace, Workspaces
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FlowDeps:
+    """Everything a run needs, built once by the daemon."""
+
+    settings: Settings
+    store: Store
+    trackers: Mapping[str, Tracker]
+    lifecycle: Lifecycle
+    workspaces: Workspaces
+    recovery: Recovery
+    agent_factory: Callable[[RepoSettings], Agent]
+    base_env: Mapping[str, str]
+    homes_root: Path
+
+
+class RunFlow:
+    """The run pipeline: ``flow(ctx)`` returns ``None`` on success or raises classified."""
+
+    def __init__(self, deps: FlowDeps) -> None:
+        self.deps = deps
+
+    def __call__(self, ctx: RunContext) -> str | None:
+        run = ctx.run
+        repo = self.deps.settings.repo(run.repo_name)
+        if repo is None:
+            raise FatalError("missing_repo", f"repo {run.repo_name!r} is no longer in the config")
+        issue = self._issue_info(run, repo)
+        if run.kind == "issue":
+            self.deps.lifecycle.claimed(run, repo, ctx.events)
+        if run.pushed_sha:
+            ctx.events("publish", f"already pushed {run.pushed_sha[:12]}; watching again")
+            return self._watch_and_decide(ctx, repo, None, run.pushed_sha)
+        ws = self.deps.workspaces.prepare(
+            repo,
+            run_id=run.id,
+            issue_ref=issue.ref,
+            base_env=self.deps.base_env,
+            events=ctx.events,
+            stop=ctx.stop,
+        )
+        ctx.update(
+            base_sha=ws.base_sha, branch=ws.branch, worktree=str(ws.path), setup_s=ws.setup_s
+        )
+        try:
+            sha = self._implement_and_publish(ctx, repo, ws, issue)
+        except EscalationError as exc:
+            self.deps.recovery.escalate(ctx, repo, ws, exc)
+            raise
+        except BaseException:
+            self.deps.workspaces.release(ws, succeeded=False)
+            raise
+        return self._watch_and_decide(ctx, repo, ws, sha)
+
+    def _implement_and_publish(
+        self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace, issue: IssueInfo
+    ) -> str:
+        run = ctx.run
+        remote_ref = f"origin/{repo.default_branch}"
+        found = find_pushed(ws.path, remote_ref, run.id, ws.env)
+        if found:
+            ctx.events(
+                "publish",
+                f"found this run's commit {found[:12]} on the remote; "
+                "recording it instead of implementing again",
+            )
+            ctx.update(pushed_sha=found)
+            return found
+        ctx.set_state("implementing")
+        outcome = implement(
+            run_id=run.id,
+            issue=issue,
+            repo=repo,
+            agent=self.deps.agent_factory(repo),
+            workdir=ws.workdir,
+            repo_root=ws.path,
+            env=ws.env,
+            home=self._home(repo),
+            events=ctx.events,
+            stop=ctx.stop,
+            extra_prompt=self._evidence(run),
+            on_agent_result=lambda result: self._record_agent(ctx, result),
+        )
+        ctx.update(
+            head_sha=outcome.head_sha,
+            cost_usd=outcome.cost_usd,
+            tokens_in=outcome.tokens_in,
+            tokens_out=outcome.tokens_out,
+        )
+        ctx.set_state("publishing")
+        result = publish(
+            run_id=run.id,
+            repo=repo,
+            repo_root=ws.path,
+            branch=ws.branch,
+            base_sha=ws.base_sha,
+            events=ctx.events,
+            stop=ctx.stop,
+            retest=lambda: run_test_gate(repo, ws.workdir, ws.env, ctx.events, ctx.stop).ok,
+            resolve_conflict=None,
+            record_pushed=lambda sha: ctx.update(pushed_sha=sha),
+            title=f"{issue.title} ({issue.ref})",
+            env=ws.env,
+        )
+        return result.pushed_sha
+
+    def _watch_and_decide(
+        self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace | None, sha: str
+    ) -> str | None:
+        ctx.set_state("watching")
+        verdict = self._watch(ctx, repo, sha)
+        return self.deps.recovery.decide(ctx, repo, ws, sha, verdict)
+
+    def _watch(self, ctx: RunContext, repo: RepoSettings, sha: str) -> Verdict:
+        tracker = self.deps.trackers.get(repo.tracker)
+        source = ci_source(repo.ci, tracker=tracker, slug=repo.slug)
+        ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop)
+        if ci.state == "failure":
+            return Verdict("broken", f"CI failed for {sha[:12]}: {ci.detail}", ci.detail, "-")
+        if ci.inconclusive and repo.ci.kind != "none":
+            return Verdict("inconclusive", f"CI: {ci.detail}", ci.detail, "not watched")
+        ci_text = "no CI configured" if repo.ci.kind == "none" else f"green ({ci.detail})"
+        if not repo.deploy.probes:
+            return Verdict("healthy", "no deploy probes configured", ci_text, "not configured")
+        deploy = watch_deploy(repo.deploy, sha, ctx.events, ctx.stop)
+        deploy_text = f"{deploy.verdict} after {deploy.measurements} measurement(s)"
+        return Verdict(deploy.verdict, deploy.evidence, ci_text, deploy_text)
+
+    def _issue_info(self, run: Run, repo: RepoSettings) -> IssueInfo:
+        if run.kind == "fix_forward" or run.issue_number is None:
+            root = self.deps.recovery.chain_root(run)
+            title = f"Fix forward: the deploy of run {run.parent_id} is broken"
+            ref = f"fix-{run.id}"
+            body = f"Heal the broken deploy of {repo.name} (chain started by run {root.id})."
+            return IssueInfo(
+                ref=ref,
+                number=root.issue_number or 0,
+                title=title,
+                body=body,
+                comments=(),
+                url=root.issue_url or "",
+                author="afk-pipeline",
+            )
+        tracker = self.deps.trackers[repo.tracker]
+        detail = tracker.get_issue(repo.slug, run.issue_number)
+        return IssueInfo(
+            ref=f"#{detail.number}",
+            number=detail.number,
+            title=detail.title,
+            body=detail.body,
+            comments=tuple(f"{c.author}: {c.body}" for c in detail.comments),
+            url=detail.url,
+            author=detail.author,
+        )
+
+    def _evidence(self, run: Run) -> str | None:
+        if run.kind != "fix_forward":
+            return None
+        return self.deps.recovery.evidence_for(run)
+
+    def _home(self, repo: RepoSettings) -> Path:
+        home = self.deps.homes_root / safe_component(repo.name)
+        home.mkdir(parents=True, exist_ok=True)
+        return home
+
+    @staticmethod
+    def _record_agent(ctx: RunContext, result: AgentResult) -> None:
+        fields: dict[str, object] = {"num_turns": result.num_turns}
+        if result.session_id:
+            fields["agent_session"] = result.session_id
+        ctx.update(**fields)

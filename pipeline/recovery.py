@@ -1,0 +1,270 @@
+"""After the watch: resolve, fix forward, or freeze; and every escalation's bookkeeping.
+
+A broken deploy starts a fix-forward run: an ordinary run of kind
+``fix_forward`` whose parent is the run that broke it, queued above every
+issue run of the repo, its prompt carrying the failure evidence and the diff
+of the breaking commit. A chain of at most ``max_fix_forwards`` such runs is
+tried; if the deploy is still broken the repo is frozen with the worktree and
+logs kept under ``<volume>/frozen/<run-id>/``, nothing is reverted, and a
+human is called with the exact command to resume.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pipeline.errors import EscalationError, FatalError, PipelineError
+from pipeline.events import EventSink
+from pipeline.gitutil import git
+from pipeline.lifecycle import Lifecycle
+from pipeline.settings import RepoSettings, Settings
+from pipeline.store import Run, Store
+from pipeline.worker import RunContext
+from pipeline.workspace import PreparedWorkspace, Workspaces
+
+log = logging.getLogger(__name__)
+
+FIX_FORWARD_PRIORITY = 1_000_000
+NotifyKind = Literal["escalation", "freeze", "success"]
+EVIDENCE_CHARS = 6_000
+DIFF_CHARS = 8_000
+
+
+class Notifies(Protocol):
+    def notify(
+        self, title: str, body: str, *, kind: NotifyKind, events: EventSink
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The watch's conclusion for one pushed SHA."""
+
+    state: str  # healthy | broken | inconclusive
+    evidence: str
+    ci: str
+    deploy: str
+
+
+class Recovery:
+    """Decides what follows a verdict and does the escalation bookkeeping."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        lifecycle: Lifecycle,
+        workspaces: Workspaces,
+        notifier: Notifies,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.lifecycle = lifecycle
+        self.workspaces = workspaces
+        self.notifier = notifier
+
+    # The chain ------------------------------------------------------------------
+
+    def chain(self, run: Run) -> list[Run]:
+        """``run`` and its ancestors, newest first."""
+        runs = [run]
+        while runs[-1].parent_id is not None and len(runs) < 50:
+            parent = self.store.get_run(runs[-1].parent_id)
+            if parent is None:
+                break
+            runs.append(parent)
+        return runs
+
+    def chain_root(self, run: Run) -> Run:
+        return self.chain(run)[-1]
+
+    def evidence_for(self, run: Run) -> str | None:
+        for event in self.store.run_events(run.id):
+            if event.kind == "evidence":
+                return str(event.data.get("prompt", event.message))
+        return None
+
+    # Verdicts -------------------------------------------------------------------
+
+    def decide(
+        self,
+        ctx: RunContext,
+        repo: RepoSettings,
+        ws: PreparedWorkspace | None,
+        sha: str,
+        verdict: Verdict,
+    ) -> str | None:
+        if verdict.state == "healthy":
+            self._healthy(ctx, repo, ws, sha, verdict)
+            return None
+        if verdict.state == "broken":
+            self._broken(ctx, repo, ws, sha, verdict)
+        exc = EscalationError(
+            "deploy_inconclusive",
+            f"The watch of {sha[:12]} was inconclusive: {verdict.evidence}\n"
+            "Check CI and the deploy by hand; nothing was reverted.",
+        )
+        self.escalate(ctx, repo, ws, exc)
+        raise exc
+
+    def _healthy(
+        self,
+        ctx: RunContext,
+        repo: RepoSettings,
+        ws: PreparedWorkspace | None,
+        sha: str,
+        verdict: Verdict,
+    ) -> None:
+        run = ctx.run
+        if run.kind == "issue":
+            self.lifecycle.succeeded(run, repo, sha, verdict.ci, verdict.deploy)
+        else:
+            root = self.chain_root(run)
+            if root.issue_number is not None:
+                self.lifecycle.resolve_issue(
+                    root.id,
+                    root.issue_number,
+                    repo,
+                    sha,
+                    verdict.ci,
+                    f"{verdict.deploy} (healed by fix-forward run {run.id})",
+                )
+        ctx.update(summary=f"pushed {sha[:12]}; CI {verdict.ci}; deploy {verdict.deploy}")
+        if ws is not None:
+            self.workspaces.release(ws, succeeded=True)
+        if self.settings.notify.notify_success:
+            self.notifier.notify(
+                f"{repo.name}: run {run.id} succeeded",
+                f"Pushed {sha} to {repo.default_branch}. CI: {verdict.ci}. "
+                f"Deploy: {verdict.deploy}.",
+                kind="success",
+                events=ctx.events,
+            )
+
+    def _broken(
+        self,
+        ctx: RunContext,
+        repo: RepoSettings,
+        ws: PreparedWorkspace | None,
+        sha: str,
+        verdict: Verdict,
+    ) -> None:
+        run = ctx.run
+        fix_forwards = sum(1 for r in self.chain(run) if r.kind == "fix_forward")
+        if fix_forwards >= repo.max_fix_forwards:
+            self._freeze(ctx, repo, ws, sha, verdict, fix_forwards)
+        prompt = self._fix_prompt(repo, ws, sha, verdict)
+        child = self.store.enqueue(
+            repo.name,
+            kind="fix_forward",
+            priority=FIX_FORWARD_PRIORITY,
+            parent_id=run.id,
+            max_attempts=self.settings.scheduler.max_attempts,
+            timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
+            requested_by="afk-pipeline",
+        ).run
+        self.store.add_event(
+            child.id,
+            "evidence",
+            f"deploy of {sha[:12]} broken: fix forward",
+            {"prompt": prompt, "broken_sha": sha},
+        )
+        ctx.events(
+            "recovery",
+            f"deploy broken; fix-forward run {child.id} queued first in line",
+            {"fix_forward_run": child.id, "sha": sha},
+        )
+        if ws is not None:
+            self.workspaces.release(ws, succeeded=False)
+        raise FatalError(
+            "deploy_broken",
+            f"the deploy of {sha[:12]} is broken; fix-forward run {child.id} is healing it",
+        )
+
+    def _freeze(
+        self,
+        ctx: RunContext,
+        repo: RepoSettings,
+        ws: PreparedWorkspace | None,
+        sha: str,
+        verdict: Verdict,
+        fix_forwards: int,
+    ) -> None:
+        run = ctx.run
+        reason = (
+            f"deploy of {sha[:12]} still broken after {fix_forwards} fix-forward run(s) "
+            f"(run {run.id})"
+        )
+        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run.id)
+        ctx.events("recovery", f"repo {repo.name} frozen: {reason}", {"frozen": True})
+        exc = EscalationError(
+            "frozen",
+            f"{reason}.\nLast evidence:\n{verdict.evidence[-EVIDENCE_CHARS:]}\n"
+            f"The repo's queue is stopped and nothing was reverted. After fixing "
+            f"{repo.default_branch} by hand, resume with:\n"
+            f'  pipeline repos unfreeze {repo.name} --note "what you did"',
+        )
+        self.escalate(ctx, repo, ws, exc, extra={"broken_sha": sha, "frozen": True})
+        raise exc
+
+    def _fix_prompt(
+        self, repo: RepoSettings, ws: PreparedWorkspace | None, sha: str, verdict: Verdict
+    ) -> str:
+        diff = self._diff(ws, sha)
+        return (
+            f"Fix-forward: the deploy of commit {sha} on {repo.default_branch} is broken.\n"
+            "Do not revert it blindly: find the cause and fix it forward, test first.\n\n"
+            f"Failure evidence (CI log tail or probe output):\n{verdict.evidence[-EVIDENCE_CHARS:]}"
+            f"\n\nThe commit that broke it:\n{diff}"
+        )
+
+    def _diff(self, ws: PreparedWorkspace | None, sha: str) -> str:
+        if ws is None:
+            return f"(see `git show {sha}`)"
+        try:
+            text = git(["show", "--stat", "--patch", "-U3", sha], cwd=ws.path, env=ws.env)
+        except PipelineError as exc:
+            text = f"(git show {sha} failed: {exc})"
+        return text[:DIFF_CHARS]
+
+    # Escalation -----------------------------------------------------------------
+
+    def escalate(
+        self,
+        ctx: RunContext,
+        repo: RepoSettings,
+        ws: PreparedWorkspace | None,
+        exc: EscalationError,
+        extra: Mapping[str, object] | None = None,
+    ) -> None:
+        """Keep the evidence, record the escalation, label the issue, call a human."""
+        run = ctx.run
+        kept: Path | None = None
+        if ws is not None:
+            kept = self.workspaces.keep_evidence(
+                ws,
+                run_id=run.id,
+                repo=repo.name,
+                reason=f"{exc.reason}: {exc}",
+                head_sha=run.pushed_sha or run.head_sha,
+                extra=dict(extra or {}),
+            )
+        where = f"\nEvidence kept in {kept}" if kept else ""
+        message = f"{exc}{where}"
+        self.store.add_escalation(repo.name, exc.reason, message, run.id)
+        root = self.chain_root(run)
+        try:
+            self.lifecycle.escalated(root, repo, exc.reason, message)
+        except Exception as err:  # the tracker being down must not hide the escalation
+            ctx.events("tracker", f"could not label the issue as blocked: {err}")
+        self.notifier.notify(
+            f"{repo.name}: run {run.id} needs a human ({exc.reason})",
+            f"{message}\n\nReview: pipeline runs show {run.id}\n"
+            f"Retry once fixed: pipeline runs retry {run.id}",
+            kind="freeze" if exc.reason == "frozen" else "escalation",
+            events=ctx.events,
+        )

@@ -1,0 +1,262 @@
+"""Issues seen on trackers, the embedded local tracker, and idempotency keys."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from pipeline.store.base import StoreBase
+from pipeline.store.engine import db_now
+from pipeline.store.models import (
+    IssueRow,
+    LocalCommentRow,
+    LocalIssueRow,
+    SideEffectRow,
+    WebhookDeliveryRow,
+)
+from pipeline.store.records import Issue, from_mapping
+from pipeline.store.repos import UnknownRepo
+
+
+@dataclass(frozen=True)
+class LocalIssue:
+    id: int
+    repo: str
+    title: str
+    body: str
+    author: str
+    state: str
+    labels: tuple[str, ...]
+    labeller: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class LocalComment:
+    id: int
+    issue_id: int
+    author: str
+    body: str
+    created_at: datetime
+
+
+class UnknownIssue(LookupError):
+    def __init__(self, issue_id: int) -> None:
+        super().__init__(f"local issue {issue_id} does not exist (see `pipeline issue list`)")
+
+
+def _local(row: dict[str, object]) -> LocalIssue:
+    labels = json.loads(str(row["labels_json"]) or "[]")
+    return from_mapping(LocalIssue, {**row, "labels": tuple(labels)})
+
+
+class IssuesMixin(StoreBase):
+    """Domain verbs for issues, local-tracker issues, side effects and deliveries."""
+
+    def upsert_issue(
+        self,
+        repo: str,
+        *,
+        tracker: str,
+        number: int,
+        title: str,
+        author: str,
+        url: str,
+        external_id: str = "",
+        labeller: str | None = None,
+        remote_updated_at: str | None = None,
+    ) -> Issue:
+        """Record an issue as last seen on its tracker; returns it with its id."""
+        values = {
+            "tracker": tracker,
+            "title": title,
+            "author": author,
+            "url": url,
+            "external_id": external_id,
+            "remote_updated_at": remote_updated_at,
+        }
+        if labeller is not None:
+            values["labeller"] = labeller
+        with self._write() as conn:
+            repo_id = self._repo_id(conn, repo)
+            if repo_id is None:
+                raise UnknownRepo(repo)
+            now = db_now(conn)
+            where = (IssueRow.repo_id == repo_id, IssueRow.number == number)
+            found = conn.execute(select(IssueRow.id).where(*where)).scalar_one_or_none()
+            if found is None:
+                conn.execute(
+                    insert(IssueRow).values(
+                        repo_id=repo_id, number=number, created_at=now, updated_at=now, **values
+                    )
+                )
+            else:
+                conn.execute(update(IssueRow).where(*where).values(updated_at=now, **values))
+            row = conn.execute(select(IssueRow.__table__).where(*where)).mappings().one()
+        return from_mapping(Issue, row)
+
+    def get_issue(self, issue_id: int) -> Issue | None:
+        with self._read() as conn:
+            row = (
+                conn.execute(select(IssueRow.__table__).where(IssueRow.id == issue_id))
+                .mappings()
+                .first()
+            )
+        return from_mapping(Issue, row) if row is not None else None
+
+    # The embedded local tracker ------------------------------------------------
+
+    def add_local_issue(
+        self, repo: str, title: str, body: str = "", author: str = "", labels: tuple[str, ...] = ()
+    ) -> LocalIssue:
+        with self._write() as conn:
+            now = db_now(conn)
+            new_id = conn.execute(
+                insert(LocalIssueRow)
+                .values(
+                    repo=repo,
+                    title=title,
+                    body=body,
+                    author=author,
+                    state="open",
+                    labels_json=json.dumps(sorted(set(labels))),
+                    labeller=author if labels else None,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .returning(LocalIssueRow.id)
+            ).scalar_one()
+        issue = self.get_local_issue(int(new_id))
+        assert issue is not None
+        return issue
+
+    def get_local_issue(self, issue_id: int) -> LocalIssue | None:
+        with self._read() as conn:
+            row = (
+                conn.execute(select(LocalIssueRow.__table__).where(LocalIssueRow.id == issue_id))
+                .mappings()
+                .first()
+            )
+        return _local(dict(row)) if row is not None else None
+
+    def list_local_issues(
+        self, repo: str | None = None, label: str | None = None, state: str | None = "open"
+    ) -> list[LocalIssue]:
+        query = select(LocalIssueRow.__table__).order_by(LocalIssueRow.id)
+        if repo:
+            query = query.where(LocalIssueRow.repo == repo)
+        if state:
+            query = query.where(LocalIssueRow.state == state)
+        with self._read() as conn:
+            rows = conn.execute(query).mappings().all()
+        issues = [_local(dict(r)) for r in rows]
+        return [i for i in issues if label is None or label in i.labels]
+
+    def change_local_labels(
+        self,
+        issue_id: int,
+        *,
+        add: tuple[str, ...] = (),
+        remove: tuple[str, ...] = (),
+        by: str = "",
+    ) -> LocalIssue:
+        with self._write() as conn:
+            row = conn.execute(
+                select(LocalIssueRow.labels_json).where(LocalIssueRow.id == issue_id)
+            ).first()
+            if row is None:
+                raise UnknownIssue(issue_id)
+            labels = (set(json.loads(row[0] or "[]")) | set(add)) - set(remove)
+            values: dict[str, object] = {
+                "labels_json": json.dumps(sorted(labels)),
+                "updated_at": db_now(conn),
+            }
+            if add:
+                values["labeller"] = by
+            conn.execute(update(LocalIssueRow).where(LocalIssueRow.id == issue_id).values(**values))
+        issue = self.get_local_issue(issue_id)
+        assert issue is not None
+        return issue
+
+    def close_local_issue(self, issue_id: int) -> None:
+        with self._write() as conn:
+            conn.execute(
+                update(LocalIssueRow)
+                .where(LocalIssueRow.id == issue_id)
+                .values(state="closed", updated_at=db_now(conn))
+            )
+
+    def add_local_comment(self, issue_id: int, body: str, author: str) -> None:
+        with self._write() as conn:
+            conn.execute(
+                insert(LocalCommentRow).values(
+                    issue_id=issue_id, author=author, body=body, created_at=db_now(conn)
+                )
+            )
+
+    def local_comments(self, issue_id: int) -> list[LocalComment]:
+        query = (
+            select(LocalCommentRow.__table__)
+            .where(LocalCommentRow.issue_id == issue_id)
+            .order_by(LocalCommentRow.id)
+        )
+        with self._read() as conn:
+            return [from_mapping(LocalComment, r) for r in conn.execute(query).mappings()]
+
+    # Idempotency ---------------------------------------------------------------
+
+    def claim_side_effect(self, key: str, run_id: int | None = None, detail: str = "") -> bool:
+        """True the first time ``key`` is claimed, False ever after (across replicas)."""
+        try:
+            with self._write() as conn:
+                exists = conn.execute(
+                    select(SideEffectRow.id).where(SideEffectRow.key == key)
+                ).first()
+                if exists is not None:
+                    return False
+                conn.execute(
+                    insert(SideEffectRow).values(
+                        key=key, run_id=run_id, detail=detail, created_at=db_now(conn)
+                    )
+                )
+            return True
+        except IntegrityError:
+            return False
+
+    def has_side_effect(self, key: str) -> bool:
+        with self._read() as conn:
+            found = conn.execute(select(SideEffectRow.id).where(SideEffectRow.key == key)).first()
+        return found is not None
+
+    def release_side_effect(self, key: str) -> None:
+        """Forget ``key`` after its effect failed, so a retry may perform it."""
+        from sqlalchemy import delete
+
+        with self._write() as conn:
+            conn.execute(delete(SideEffectRow).where(SideEffectRow.key == key))
+
+    def record_delivery(self, tracker: str, delivery_id: str) -> bool:
+        """True for a new webhook delivery id, False for a replay."""
+        try:
+            with self._write() as conn:
+                seen = conn.execute(
+                    select(WebhookDeliveryRow.id).where(
+                        WebhookDeliveryRow.tracker == tracker,
+                        WebhookDeliveryRow.delivery_id == delivery_id,
+                    )
+                ).first()
+                if seen is not None:
+                    return False
+                conn.execute(
+                    insert(WebhookDeliveryRow).values(
+                        tracker=tracker, delivery_id=delivery_id, received_at=db_now(conn)
+                    )
+                )
+            return True
+        except IntegrityError:
+            return False

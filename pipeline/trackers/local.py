@@ -1,0 +1,94 @@
+"""The embedded local tracker: issues kept in the daemon's own database.
+
+It speaks the same ``Tracker`` protocol as the forges, so the rest of the
+pipeline cannot tell it from a remote tracker. The slug of a local repo is the
+repo's name; an issue's number is its id in ``local_issues``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipeline.errors import FatalError
+from pipeline.settings import TrackerSettings
+from pipeline.store import LocalIssue, Store
+from pipeline.trackers.base import CiState, Comment, IssueDetail, TrackerIssue
+
+LOCAL_AUTHOR = "afk-pipeline"
+
+
+def local_url(repo: str, number: int) -> str:
+    return f"local://{repo}/issues/{number}"
+
+
+class LocalTracker:
+    """Tracker over the store's ``local_issues`` and ``local_comments`` tables."""
+
+    def __init__(self, settings: TrackerSettings, store: Store) -> None:
+        self.name = settings.name
+        self.settings = settings
+        self.store = store
+
+    def _issue(self, slug: str, number: int) -> LocalIssue:
+        issue = self.store.get_local_issue(number)
+        if issue is None or issue.repo != slug:
+            raise FatalError("missing_issue", f"local issue {number} of {slug} does not exist")
+        return issue
+
+    def _tracker_issue(self, issue: LocalIssue) -> TrackerIssue:
+        return TrackerIssue(
+            number=issue.id,
+            title=issue.title,
+            body=issue.body,
+            author=issue.author,
+            url=local_url(issue.repo, issue.id),
+            labels=issue.labels,
+            state=issue.state,
+            updated_at=issue.updated_at.isoformat(),
+            external_id=str(issue.id),
+        )
+
+    def list_ready(self, slug: str) -> list[TrackerIssue] | None:
+        issues = self.store.list_local_issues(repo=slug, label=self.settings.ready_label)
+        return [self._tracker_issue(i) for i in issues]
+
+    def get_issue(self, slug: str, number: int) -> IssueDetail:
+        issue = self._issue(slug, number)
+        base = self._tracker_issue(issue)
+        comments = tuple(
+            Comment(author=c.author, body=c.body, created_at=c.created_at.isoformat())
+            for c in self.store.local_comments(issue.id)
+        )
+        return IssueDetail(**{**base.__dict__, "comments": comments})
+
+    def labeller(self, slug: str, number: int, label: str) -> str | None:
+        issue = self._issue(slug, number)
+        return issue.labeller if label in issue.labels else None
+
+    def is_trusted(self, slug: str, actor: str) -> bool:
+        # Local issues are written by whoever can reach the daemon's database;
+        # a configured list narrows that down.
+        return not self.settings.trusted_actors or actor in self.settings.trusted_actors
+
+    def add_labels(self, slug: str, number: int, labels: Sequence[str]) -> None:
+        self._issue(slug, number)
+        self.store.change_local_labels(number, add=tuple(labels), by=LOCAL_AUTHOR)
+
+    def remove_label(self, slug: str, number: int, label: str) -> None:
+        self._issue(slug, number)
+        self.store.change_local_labels(number, remove=(label,))
+
+    def comment(self, slug: str, number: int, body: str) -> None:
+        self._issue(slug, number)
+        self.store.add_local_comment(number, body, author=LOCAL_AUTHOR)
+
+    def list_comments(self, slug: str, number: int) -> list[Comment]:
+        return list(self.get_issue(slug, number).comments)
+
+    def close(self, slug: str, number: int, comment: str | None) -> None:
+        if comment:
+            self.comment(slug, number, comment)
+        self.store.close_local_issue(number)
+
+    def commit_ci_state(self, slug: str, sha: str) -> CiState:
+        return CiState(state="none", details=("the local tracker runs no CI",))
