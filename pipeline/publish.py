@@ -28,6 +28,10 @@ from pipeline.settings import PushSettings, RepoSettings
 TRAILER = "Afk-Run"
 SEARCH_DEPTH = 200
 GIT_TIMEOUT_S = 300.0
+_AUTH_FAILURE = re.compile(
+    r"Authentication failed|Permission denied \(publickey|could not read (Username|Password)|"
+    r"The requested URL returned error: 40[13]|Host key verification failed"
+)
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,7 @@ class _Publisher:
         spec = f"+refs/heads/{self.default}:refs/remotes/origin/{self.default}"
         result = self.git_auth("fetch", "--no-tags", self.repo.remote_url, spec)
         if not result.ok:
+            self.raise_if_auth(result)
             raise RetryableError("git_fetch", f"fetching {self.default} for repo "
                                  f"{self.repo.name} failed: {self._tail(result)}")
         return self.rev(f"refs/remotes/origin/{self.default}")
@@ -251,12 +256,15 @@ class _Publisher:
         if "[remote rejected]" in text:
             raise EscalationError("push_rejected", f"the remote refused the push of run "
                                   f"{self.run_id}: {tail}" + self.human_steps())
-        if re.search(r"Authentication failed|Permission denied|could not read Username|"
-                     r"\b403\b", text):
-            raise FatalError("push_auth", f"pushing to repo {self.repo.name} was refused "
-                             f"for lack of credentials; check push.token / push.ssh_key_file: "
-                             f"{tail}")
+        self.raise_if_auth(result)
         raise RetryableError("git_push", f"push to repo {self.repo.name} failed: {tail}")
+
+    def raise_if_auth(self, result: CommandResult) -> None:
+        """A refusal for want of credentials is a configuration problem, not a retry."""
+        if _AUTH_FAILURE.search(result.output_tail):
+            raise FatalError("push_auth", f"repo {self.repo.name}: the remote refused git's "
+                             f"credentials; check push.token / push.ssh_key_file: "
+                             f"{self._tail(result)}")
 
     def pushed(self, sha: str, ref: str) -> None:
         self.record_pushed(sha)

@@ -1,0 +1,116 @@
+"""A loopback smart-HTTP git server that demands a token, for credential tests.
+
+Serves the bare repositories under ``root`` through ``git http-backend`` (CGI)
+on 127.0.0.1, answering 401 unless the request carries HTTP Basic auth with
+the expected password. It records the usernames it saw, never the passwords.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _GitServer
+
+    def _authorised(self) -> str | None:
+        header = self.headers.get("Authorization", "")
+        if not header.startswith("Basic "):
+            return None
+        user, _, password = base64.b64decode(header[6:]).decode("utf-8").partition(":")
+        return user if password == self.server.token else None
+
+    def _handle(self) -> None:
+        user = self._authorised()
+        if user is None:
+            self.server.refused += 1
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="afk-test"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.server.users.append(user)
+        self._cgi(user)
+
+    def _cgi(self, user: str) -> None:
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GIT_PROJECT_ROOT": str(self.server.root), "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": user, "REMOTE_ADDR": "127.0.0.1",
+            "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+            "GIT_CONFIG_NOSYSTEM": "1",
+        }
+        done = subprocess.run(["git", "http-backend"], input=body, env=env,
+                              capture_output=True, check=False)
+        head, _, payload = done.stdout.partition(b"\r\n\r\n")
+        status, headers = 200, []
+        for line in head.decode("latin-1").split("\r\n"):
+            name, _, value = line.partition(":")
+            if name.lower() == "status":
+                status = int(value.strip().split()[0])
+            elif name:
+                headers.append((name, value.strip()))
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _handle
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
+
+
+class _GitServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, root: Path, token: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.root, self.token = root, token
+        self.users: list[str] = []
+        self.refused = 0
+
+
+class GitHttpServer:
+    """``url(name)`` is the HTTP URL of bare repo ``root/name``."""
+
+    def __init__(self, root: Path, token: str) -> None:
+        self._server = _GitServer(root, token)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/{name}"
+
+    @property
+    def users(self) -> list[str]:
+        return list(self._server.users)
+
+    @property
+    def refused(self) -> int:
+        return self._server.refused
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> GitHttpServer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
