@@ -109,7 +109,7 @@ def test_429_retry_after_is_honoured(fake: FakeForge) -> None:
 
 
 def test_reset_header_is_honoured(fake: FakeForge) -> None:
-    """A limit with only a reset epoch waits until that epoch (x-ratelimit-reset / RateLimit-Reset)."""
+    """A limit with only a reset epoch (x-ratelimit-reset, RateLimit-Reset) waits until then."""
     clock = ManualClock()
     client = client_for(fake, clock=clock)
     reset = str(int(clock.now) + 120)
@@ -117,7 +117,8 @@ def test_reset_header_is_honoured(fake: FakeForge) -> None:
         headers, status = {"RateLimit-Remaining": "0", "RateLimit-Reset": reset}, 429
     else:
         headers, status = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": reset}, 403
-    fake.inject(ISSUES, status=status, headers=headers, body='{"message": "API rate limit exceeded"}')
+    body = '{"message": "API rate limit exceeded"}'
+    fake.inject(ISSUES, status=status, headers=headers, body=body)
     with pytest.raises(RetryableError) as info:
         client.list_ready(SLUG)
     assert info.value.kind == "forge_rate_limited"
