@@ -25,7 +25,7 @@ from pipeline.agents.base import (
     result_data,
     summarise,
 )
-from pipeline.agents.streams import JsonLines, run_stream
+from pipeline.agents.streams import JsonLines, RedactingSink, run_stream
 from pipeline.events import EventSink
 from pipeline.proc import CommandResult, StopToken
 from pipeline.settings import AgentPreset
@@ -168,6 +168,7 @@ class CodexAgent:
     def run(
         self, request: AgentRequest, *, events: EventSink, stop: StopToken | None
     ) -> AgentResult:
+        events = RedactingSink(events, self.preset)
         result = run_stream(
             self.preset,
             codex_argv(self.preset, request),

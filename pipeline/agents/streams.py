@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from pipeline.agents.base import AgentRequest, AgentResult, check_process, scrub_env, summarise
@@ -56,6 +56,20 @@ class JsonLines:
         if self.garbage <= MAX_GARBAGE_EVENTS:
             self.events("log", f"{self.agent}: skipped a non-JSON line: {summarise(line)}")
         return None
+
+
+class RedactingSink:
+    """Passes events on with the agent's own key masked, should a tool call echo it."""
+
+    def __init__(self, events: EventSink, preset: AgentPreset) -> None:
+        self.events = events
+        key = preset.api_key.resolve() if preset.api_key.configured else None
+        self.secret = key if key and len(key) >= 8 else None
+
+    def __call__(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
+        if self.secret is not None and self.secret in message:
+            message = message.replace(self.secret, "***")
+        self.events(kind, message, data)
 
 
 def agent_env(preset: AgentPreset, request: AgentRequest) -> dict[str, str]:

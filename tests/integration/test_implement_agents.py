@@ -29,7 +29,8 @@ if mode == "idle":
     time.sleep(60)
 print("this line is not JSON", flush=True)
 emit({"type": "assistant", "message": {"content": [
-    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "make test"}}]}})
+    {"type": "tool_use", "id": "t1", "name": "Bash",
+     "input": {"command": "make test " + os.environ.get("ANTHROPIC_API_KEY", "")}}]}})
 emit({"type": "result", "subtype": "success", "is_error": False, "num_turns": 2,
       "total_cost_usd": 0.25, "result": "All done",
       "usage": {"input_tokens": 10, "output_tokens": 3}})
@@ -114,6 +115,18 @@ def test_missing_configured_key_is_fatal(tmp_path: Path) -> None:
     agent, _ = _agent(tmp_path, "ok", api_key=SecretRef(env="AFK_ABSENT_API_KEY"))
     with pytest.raises(FatalError, match="AFK_ABSENT_API_KEY"):
         agent.run(_request(tmp_path), events=RecordingSink(), stop=None)
+
+
+def test_the_agents_key_is_masked_in_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool call that echoes the agent's key shows it masked in the timeline."""
+    monkeypatch.setenv("AFK_TEST_MODEL_API_KEY", "sk-very-secret-value")
+    agent, _ = _agent(tmp_path, "ok", api_key=SecretRef(env="AFK_TEST_MODEL_API_KEY"))
+    sink = RecordingSink()
+    agent.run(_request(tmp_path), events=sink, stop=None)
+    assert sink.of_kind("tool")[0][1] == "Bash make test ***"
+    assert "sk-very-secret-value" not in repr(sink.events)
 
 
 def test_codex_preset_runs_and_parses_a_stand_in(tmp_path: Path) -> None:
