@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pipeline.errors import FatalError
 from pipeline.events import EventSink
-from pipeline.gitcrypt import prepare_clone, save_kept
+from pipeline.gitcrypt import prepare_clone, restore_kept, save_kept
 from pipeline.gitutil import DiskFull, branch_name, git, is_enospc, relative_inside, safe_component
 from pipeline.housekeeping import (
     HousekeepingReport,
@@ -258,17 +258,23 @@ class Workspaces:
         self, checkout: Path, worktrees: Path, repo: RepoSettings, branch: str, base_sha: str
     ) -> Path:
         slot = self._free_slot(worktrees)
-        if not (slot / ".git").is_file():
-            if slot.exists():
-                remove_tree(slot)
-            git(["worktree", "prune"], cwd=checkout)
-            git(["worktree", "add", "--quiet", "--force", "-B", branch, str(slot), base_sha],
-                cwd=checkout)
-            return slot
-        git(["reset", "--hard", "--quiet"], cwd=slot)
-        git(["checkout", "--force", "--quiet", "-B", branch, base_sha], cwd=slot)
-        excludes = [arg for keep in repo.keep_dirs for arg in ("-e", _keep_pattern(keep))]
-        git(["clean", "-ffdxq", *excludes], cwd=slot)
+        if (slot / ".git").is_file():
+            try:
+                git(["reset", "--hard", "--quiet"], cwd=slot)
+                git(["checkout", "--force", "--quiet", "-B", branch, base_sha], cwd=slot)
+                excludes = [arg for keep in repo.keep_dirs for arg in ("-e", _keep_pattern(keep))]
+                git(["clean", "-ffdxq", *excludes], cwd=slot)
+                return slot
+            except FatalError:
+                pass  # a broken slot (e.g. its registration was pruned): rebuild it below
+        kept = worktrees.parent / "kept"
+        if slot.exists():
+            save_kept(slot, kept, repo.keep_dirs)
+            remove_tree(slot)
+        git(["worktree", "prune"], cwd=checkout)
+        git(["worktree", "add", "--quiet", "--force", "-B", branch, str(slot), base_sha],
+            cwd=checkout)
+        restore_kept(kept, slot, repo.keep_dirs)
         return slot
 
     def _free_slot(self, worktrees: Path) -> Path:

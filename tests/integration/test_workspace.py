@@ -125,6 +125,24 @@ def test_second_run_starts_warm_with_none_of_the_first_runs_edits(
     assert "afk/1-1" not in branches
 
 
+def test_a_broken_slot_is_rebuilt_keeping_its_dependency_dirs(
+    tmp_path: Path, workspaces: Workspaces
+) -> None:
+    """A slot whose git registration vanished is rebuilt clean, with .venv carried over."""
+    repo = make_repo(tmp_path)
+    first = prepare(workspaces, repo, 1)
+    made = (first.path / ".venv" / "made").read_text()
+    (first.path / "stray.txt").write_text("left over")
+    workspaces.release(first, succeeded=True)
+    registration = workspaces.repo_dir(repo) / "checkout" / ".git" / "worktrees" / "slot-0"
+    subprocess.run(["rm", "-rf", str(registration)], check=True)
+    second = prepare(workspaces, repo, 2)
+    assert second.path == first.path
+    assert (second.path / ".venv" / "made").read_text() == made
+    assert not (second.path / "stray.txt").exists()
+    assert status(second.path) == ""
+
+
 def test_fetches_are_debounced(tmp_path: Path, workspaces: Workspaces, clock: FakeClock) -> None:
     """A burst of runs shares one fetch; after the debounce a fetch sees new commits."""
     repo = make_repo(tmp_path)
