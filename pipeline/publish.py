@@ -202,6 +202,7 @@ class _Publisher:
                        f"{'resolved' if resolved else 'not resolved'}", resolved=resolved)
             if resolved and self.is_ancestor(target, "HEAD"):
                 return
+            self.git("rebase", "--abort")  # a rebase the agent left half done, if any
 
     def try_rebase(self, target: str) -> list[str]:
         """Rebase; [] on success, the conflicting files (rebase aborted) otherwise."""

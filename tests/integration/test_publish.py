@@ -273,3 +273,22 @@ def test_token_never_lands_in_config_or_events(world: World, monkeypatch: pytest
         assert sentinel not in config.read_text(encoding="utf-8", errors="replace")
     assert sentinel not in repr(world.events.events)
     assert world.recorded == [world.remote_main()]
+
+
+def test_unresolved_conflict_escalates_after_the_agent_attempts(world: World) -> None:
+    """An agent that leaves the rebase half done is tried the configured times, then escalated."""
+    mine = world.run_commit("README.md", "mine\n")
+    world.remote_commit("README.md", "theirs\n")
+    calls: list[str] = []
+
+    def give_up(description: str) -> bool:
+        calls.append(description)
+        subprocess.run(["git", "rebase", "origin/main"], cwd=world.worktree,
+                       capture_output=True, check=False)
+        return False
+
+    with pytest.raises(EscalationError) as caught:
+        world.publish(resolve=give_up, conflict_agent_attempts=2)
+    assert caught.value.reason == "conflict" and len(calls) == 2
+    assert git(world.worktree, "rev-parse", "afk/run-1") == mine
+    assert git(world.worktree, "status", "--porcelain") == ""
