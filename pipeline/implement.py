@@ -19,7 +19,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.agents.base import Agent, AgentRequest, AgentResult, scrub_env, summarise
+from pipeline.agents.base import (
+    Agent,
+    AgentRequest,
+    AgentResult,
+    classify_result,
+    scrub_env,
+    summarise,
+)
 from pipeline.commits import Git
 from pipeline.errors import CancelRequested, EscalationError
 from pipeline.events import EventSink
@@ -124,6 +131,7 @@ class _Run:
         if self.on_agent_result is not None:
             self.on_agent_result(result)
         self._check_budget()
+        classify_result(self.agent.name, result, request.max_budget_usd)
         if result.blocked_reason:
             raise EscalationError("blocked", f"the agent is blocked: {result.blocked_reason}")
         self.commit_pending()

@@ -106,7 +106,14 @@ class AgentResult:
 
 
 class Agent(Protocol):
-    """A coding agent the pipeline can run headless in a worktree."""
+    """A coding agent the pipeline can run headless in a worktree.
+
+    ``run`` returns the result of every invocation that reported one, failed
+    ones included, so the caller can record its cost before classifying it
+    with ``classify_result``. It raises only when there is no result: stopped
+    (``CancelRequested``), idle (``RetryableError("idle_timeout")``), crashed
+    (``RetryableError("agent_crash")``) or misconfigured (``FatalError``).
+    """
 
     name: str
 

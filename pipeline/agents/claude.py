@@ -20,7 +20,6 @@ from pipeline.agents.base import (
     AgentRequest,
     AgentResult,
     blocked_reason,
-    classify_result,
     effective_budget,
     result_data,
     summarise,
@@ -193,9 +192,6 @@ class ClaudeAgent:
             f"claude finished: {result.subtype}, {result.num_turns} turns, "
             f"${result.cost_usd:.4f}",
             result_data(result),
-        )
-        classify_result(
-            self.name, result, effective_budget(self.preset.max_budget_usd, request.max_budget_usd)
         )
         return result
 

@@ -21,7 +21,6 @@ from pipeline.agents.base import (
     AgentRequest,
     AgentResult,
     blocked_reason,
-    classify_result,
     result_data,
     summarise,
 )
@@ -180,5 +179,4 @@ class CodexAgent:
         )
         events("agent", f"codex finished: {result.subtype}, {result.num_turns} turns",
                result_data(result))
-        classify_result(self.name, result, None)
         return result

@@ -18,7 +18,6 @@ from pipeline.agents.base import (
     AgentResult,
     blocked_reason,
     check_process,
-    classify_result,
     summarise,
 )
 from pipeline.agents.streams import agent_env
@@ -60,7 +59,6 @@ class CommandAgent:
         finally:
             prompt_file.unlink(missing_ok=True)
         events("agent", f"{self.name} exited with code {result.exit_code}")
-        classify_result(self.name, result, None)
         return result
 
     def _run(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.agents import build_agent
+from pipeline.agents import AgentResult, build_agent
 from pipeline.errors import EscalationError, RetryableError
 from pipeline.implement import ImplementOutcome, implement
 from pipeline.settings import AgentPreset, RepoSettings, SecretRef
@@ -92,6 +92,7 @@ def _run(
     preset: AgentPreset,
     sink: RecordingSink,
     repo: RepoSettings | None = None,
+    recorded: list[AgentResult] | None = None,
 ) -> ImplementOutcome:
     return implement(
         run_id=42,
@@ -104,6 +105,7 @@ def _run(
         home=project.home,
         events=sink,
         stop=None,
+        on_agent_result=None if recorded is None else recorded.append,
     )
 
 
@@ -216,9 +218,13 @@ def test_budget_exceeded_escalates(
     api.state.script[:] = [
         Turn(tools=(bash("echo 1"),), input_tokens=2_000_000, output_tokens=50_000, sticky=True)
     ]
+    recorded: list[AgentResult] = []
     with pytest.raises(EscalationError) as caught:
-        _run(project, _preset(claude_bin, api), RecordingSink(), project.repo(max_budget_usd=0.5))
+        repo = project.repo(max_budget_usd=0.5)
+        _run(project, _preset(claude_bin, api), RecordingSink(), repo, recorded)
     assert caught.value.reason == "budget"
+    assert [result.subtype for result in recorded] == ["error_max_budget_usd"]
+    assert recorded[0].cost_usd > 0.5  # the spend is reported before the escalation
 
 
 def test_tests_never_green_escalate(
