@@ -111,7 +111,7 @@ class Tracker(Protocol):
 
 def split_slug(slug: str) -> tuple[str, str]:
     """``owner/name`` into its parts; nested groups stay in the owner (GitLab)."""
-    if not _SLUG.match(slug):
+    if not _SLUG.match(slug) or any(part in (".", "..") for part in slug.split("/")):
         raise ConfigError(f"repo slug {slug!r}: expected owner/name")
     owner, _, name = slug.rpartition("/")
     return owner, name
