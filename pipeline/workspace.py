@@ -57,6 +57,7 @@ CACHE_DIRS: tuple[tuple[str, str], ...] = (
     ("GRADLE_USER_HOME", "gradle"),
 )
 SLOT_PREFIX = "slot-"
+STRATEGIES = ("worktree", "clone")
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,9 @@ class Workspaces:
     ) -> PreparedWorkspace:
         """A clean, warm worktree for one run on ``afk/<issue>-<run>``, set up."""
         started = time.monotonic()
+        if repo.workspace not in STRATEGIES:
+            raise FatalError("config", f"repos.{repo.name}.workspace {repo.workspace!r}: "
+                             f"must be one of {', '.join(STRATEGIES)}")
         branch = branch_name(issue_ref, run_id)
         try:
             path, base_sha = self._checkout_run_tree(repo, branch, fetch_env)

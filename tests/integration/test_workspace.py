@@ -27,6 +27,7 @@ WARM_SETUP = (
     "if [ ! -f .venv/made ]; then mkdir -p .venv node_modules/pkg && "
     "echo $$ > .venv/made && echo dep > node_modules/pkg/index.js; fi"
 )
+NODE_SETUP = "test -d node_modules || { mkdir node_modules; echo $$ > node_modules/id; }"
 BASE_FILES = {
     "README.md": "hello\n",
     "src/app.py": "print('app')\n",
@@ -245,6 +246,30 @@ def test_setup_runs_in_the_workdir_with_cache_env(tmp_path: Path, workspaces: Wo
     setup_events = sink.of_kind("setup")
     assert any(e[2].get("command") == repo.setup_commands[0] for e in setup_events)
     assert any("setup_s" in e[2] for e in setup_events)
+
+
+def test_nested_dependency_dirs_of_a_monorepo_workdir_stay_warm(
+    tmp_path: Path, workspaces: Workspaces
+) -> None:
+    """node_modules inside the workdir survives the reset; other untracked files do not."""
+    repo = make_repo(
+        tmp_path, files={"web/package.json": "{}\n"}, workdir="web",
+        setup_commands=(NODE_SETUP,),
+    )
+    first = prepare(workspaces, repo, 1)
+    made = (first.workdir / "node_modules" / "id").read_text()
+    (first.workdir / "dist").mkdir()
+    workspaces.release(first, succeeded=True)
+    second = prepare(workspaces, repo, 2)
+    assert (second.workdir / "node_modules" / "id").read_text() == made
+    assert not (second.workdir / "dist").exists()
+
+
+def test_unknown_strategy_is_a_config_error(tmp_path: Path, workspaces: Workspaces) -> None:
+    """A workspace strategy other than worktree/clone fails naming the setting."""
+    repo = make_repo(tmp_path, workspace="docker")
+    with pytest.raises(FatalError, match=r"repos\.app\.workspace 'docker'"):
+        prepare(workspaces, repo, 1)
 
 
 def test_cache_env_points_every_tool_under_the_volume(workspaces: Workspaces) -> None:
