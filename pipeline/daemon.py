@@ -49,7 +49,8 @@ def build_trackers(settings: Settings, store: Store) -> dict[str, Tracker]:
         if tracker.name not in used:
             continue
         if tracker.kind == "local":
-            trackers[tracker.name] = LocalTracker(tracker, store)
+            names = {r.slug: r.name for r in settings.repos if r.tracker == tracker.name}
+            trackers[tracker.name] = LocalTracker(tracker, store, names)
         else:
             trackers[tracker.name] = build_tracker(tracker)
     return trackers

@@ -1,13 +1,15 @@
 """The embedded local tracker: issues kept in the daemon's own database.
 
 It speaks the same ``Tracker`` protocol as the forges, so the rest of the
-pipeline cannot tell it from a remote tracker. The slug of a local repo is the
-repo's name; an issue's number is its id in ``local_issues``.
+pipeline cannot tell it from a remote tracker. Local issues are filed under
+the repo's name (``pipeline issue add --repo NAME``); the tracker maps the
+slug the pipeline asks about to that name. An issue's number is its id in
+``local_issues``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pipeline.errors import FatalError
 from pipeline.settings import TrackerSettings
@@ -24,14 +26,20 @@ def local_url(repo: str, number: int) -> str:
 class LocalTracker:
     """Tracker over the store's ``local_issues`` and ``local_comments`` tables."""
 
-    def __init__(self, settings: TrackerSettings, store: Store) -> None:
+    def __init__(
+        self, settings: TrackerSettings, store: Store, repo_names: Mapping[str, str] | None = None
+    ) -> None:
         self.name = settings.name
         self.settings = settings
         self.store = store
+        self.repo_names = dict(repo_names or {})  # slug -> repo name
+
+    def _repo(self, slug: str) -> str:
+        return self.repo_names.get(slug, slug)
 
     def _issue(self, slug: str, number: int) -> LocalIssue:
         issue = self.store.get_local_issue(number)
-        if issue is None or issue.repo != slug:
+        if issue is None or issue.repo != self._repo(slug):
             raise FatalError("missing_issue", f"local issue {number} of {slug} does not exist")
         return issue
 
@@ -49,7 +57,9 @@ class LocalTracker:
         )
 
     def list_ready(self, slug: str) -> list[TrackerIssue] | None:
-        issues = self.store.list_local_issues(repo=slug, label=self.settings.ready_label)
+        issues = self.store.list_local_issues(
+            repo=self._repo(slug), label=self.settings.ready_label
+        )
         return [self._tracker_issue(i) for i in issues]
 
     def get_issue(self, slug: str, number: int) -> IssueDetail:

@@ -1,0 +1,84 @@
+"""Helpers for e2e tests: the ``pipeline`` command as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Cli:
+    """Runs ``python -m pipeline`` with one config file, as a user would."""
+
+    def __init__(self, config: Path, env: dict[str, str]) -> None:
+        self.config = config
+        self.env = env
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipeline", *args, "--config", str(self.config)],
+            env=self.env, capture_output=True, text=True, timeout=60,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"pipeline {' '.join(args)} exited {proc.returncode}:\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "--json").stdout)
+
+    def daemon(self, log: Path) -> subprocess.Popen[bytes]:
+        with log.open("wb") as handle:
+            return subprocess.Popen(
+                [sys.executable, "-m", "pipeline", "run", "--config", str(self.config)],
+                env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float,
+                 daemon: subprocess.Popen[bytes] | None = None, log: Path | None = None
+                 ) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        runs: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            runs = self.json("runs", "list")
+            if predicate(runs):
+                return runs
+            if daemon is not None and daemon.poll() is not None:
+                break
+            time.sleep(0.3)
+        tail = log.read_text(errors="replace")[-4000:] if log else ""
+        raise AssertionError(f"condition not met in {timeout_s}s; runs: {runs}\n{tail}")
+
+
+def stop_daemon(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> int:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    return proc.returncode
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    env = dict(os.environ)
+    env["HOME"] = str(tmp_path / "home")
+    yield env

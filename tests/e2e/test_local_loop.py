@@ -1,0 +1,125 @@
+"""The whole loop on embedded defaults: `pipeline issue add` to a pushed, closed issue."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pipeline.testing.gitrepos import git, make_remote
+
+from .conftest import Cli, free_port, stop_daemon
+
+PROJECT = {
+    "app/__init__.py": "",
+    "app/calc.py": "def add(a, b):\n    return a + b\n",
+    "test_calc.py": (
+        "import unittest\nfrom app.calc import add\n\n\n"
+        "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
+    ),
+}
+
+AGENT = '''
+import os, pathlib, sys
+prompt = pathlib.Path(sys.argv[1]).read_text()
+wd = pathlib.Path(sys.argv[2])
+pathlib.Path(os.environ["AGENT_ENV_DUMP"]).write_text("\\n".join(sorted(os.environ)))
+(wd / "test_mul.py").write_text(
+    "import unittest\\nfrom app.calc import mul\\n\\n\\nclass T(unittest.TestCase):\\n"
+    "    def test_mul(self):\\n        self.assertEqual(mul(2, 3), 6)\\n")
+with open(wd / "app" / "calc.py", "a") as f:
+    f.write("\\n\\ndef mul(a, b):\\n    return a * b\\n")
+print("wrote a test and the change")
+'''
+
+
+def _world(tmp_path: Path) -> tuple[Path, str]:
+    remote = make_remote(tmp_path, PROJECT)
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    config = tmp_path / "pipeline.toml"
+    config.write_text(f"""
+database_url = "sqlite:///{tmp_path / 'history.db'}"
+volume = "{tmp_path / 'volume'}"
+poll_interval_s = 0.5
+[scheduler]
+lease_s = 10
+heartbeat_s = 1
+sweep_interval_s = 0.5
+claim_interval_s = 0.2
+[http]
+listen = "127.0.0.1:{free_port()}"
+[trackers.local]
+kind = "local"
+[agents.scripted]
+kind = "command"
+command = [{json.dumps(sys.executable)}, "{agent}", "{{prompt_file}}", "{{workdir}}"]
+[agents.scripted.env]
+AGENT_ENV_DUMP = "{tmp_path / 'agent-env.txt'}"
+[repos.calc]
+tracker = "local"
+slug = "demo/calc"
+remote_url = "{remote}"
+test_command = "{sys.executable} -m unittest -q"
+agent = "scripted"
+""")
+    (tmp_path / "volume").mkdir()
+    return config, remote
+
+
+def test_local_issue_runs_end_to_end(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """A labelled local issue is implemented, tested, pushed with trailers and closed once."""
+    config, remote = _world(tmp_path)
+    cli_env["GITHUB_TOKEN"] = "sentinel-forge-token"
+    cli_env["PIPELINE_WEBHOOK_SECRET"] = "sentinel-webhook-secret"
+    cli = Cli(config, cli_env)
+    cli("db", "upgrade")
+    added = cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label",
+                "ready-for-agent")
+    assert "issue 1 added to calc" in added.stdout
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        runs = cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] == "succeeded", 60,
+                            daemon, log)
+    finally:
+        assert stop_daemon(daemon) == 0, log.read_text()[-3000:]
+    run = runs[0]
+    head = git(Path(remote), "log", "-1", "--format=%H%n%B", "main")
+    assert head.startswith(run["pushed_sha"])
+    assert f"Afk-Run: {run['id']}" in head and "Refs: local://calc/issues/1" in head
+    issues = cli.json("issue", "list", "--all")
+    assert issues[0]["state"] == "closed"
+    shown = cli("runs", "show", str(run["id"])).stdout
+    assert "pushed" in shown and "tests passed" in shown
+    seen = (tmp_path / "agent-env.txt").read_text().split()
+    assert "GITHUB_TOKEN" not in seen and "PIPELINE_WEBHOOK_SECRET" not in seen
+    assert "AGENT_ENV_DUMP" in seen
+
+
+def test_labelling_twice_enqueues_once(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Two ready issues and a relabel: one run per issue, never two for one issue."""
+    config, _ = _world(tmp_path)
+    cli = Cli(config, cli_env)
+    cli("db", "upgrade")
+    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
+    cli("issue", "label", "1", "ready-for-agent")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] == "succeeded", 60, daemon, log)
+    finally:
+        stop_daemon(daemon)
+    assert len(cli.json("runs", "list")) == 1
+
+
+def test_issue_add_refuses_a_repo_that_is_not_local(tmp_path: Path,
+                                                    cli_env: dict[str, str]) -> None:
+    """`pipeline issue add` names the problem when the repo is unknown."""
+    config, _ = _world(tmp_path)
+    cli = Cli(config, cli_env)
+    cli("db", "upgrade")
+    proc = cli("issue", "add", "--repo", "nope", "--title", "x", check=False)
+    assert proc.returncode == 2
+    assert "--repo nope: not an enrolled repo (enrolled: calc)" in proc.stderr
+    assert "Traceback" not in proc.stderr
