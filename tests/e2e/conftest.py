@@ -32,11 +32,15 @@ class Cli:
     def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [sys.executable, "-m", "pipeline", *args, "--config", str(self.config)],
-            env=self.env, capture_output=True, text=True, timeout=60,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if check and proc.returncode != 0:
-            raise AssertionError(f"pipeline {' '.join(args)} exited {proc.returncode}:\n"
-                                 f"{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"pipeline {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def json(self, *args: str) -> Any:
@@ -46,12 +50,19 @@ class Cli:
         with log.open("wb") as handle:
             return subprocess.Popen(
                 [sys.executable, "-m", "pipeline", "run", "--config", str(self.config)],
-                env=self.env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+                env=self.env,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float,
-                 daemon: subprocess.Popen[bytes] | None = None, log: Path | None = None
-                 ) -> list[dict[str, Any]]:
+    def wait_for(
+        self,
+        predicate: Callable[[list[dict[str, Any]]], bool],
+        timeout_s: float,
+        daemon: subprocess.Popen[bytes] | None = None,
+        log: Path | None = None,
+    ) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout_s
         runs: list[dict[str, Any]] = []
         while time.monotonic() < deadline:

@@ -15,11 +15,12 @@ PROJECT = {
     "app/calc.py": "def add(a, b):\n    return a + b\n",
     "test_calc.py": (
         "import unittest\nfrom app.calc import add\n\n\n"
-        "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
+        "class T(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
     ),
 }
 
-AGENT = '''
+AGENT = """
 import os, pathlib, sys
 prompt = pathlib.Path(sys.argv[1]).read_text()
 wd = pathlib.Path(sys.argv[2])
@@ -30,7 +31,7 @@ pathlib.Path(os.environ["AGENT_ENV_DUMP"]).write_text("\\n".join(sorted(os.envir
 with open(wd / "app" / "calc.py", "a") as f:
     f.write("\\n\\ndef mul(a, b):\\n    return a * b\\n")
 print("wrote a test and the change")
-'''
+"""
 
 
 def _world(tmp_path: Path) -> tuple[Path, str]:
@@ -39,8 +40,8 @@ def _world(tmp_path: Path) -> tuple[Path, str]:
     agent.write_text(AGENT)
     config = tmp_path / "pipeline.toml"
     config.write_text(f"""
-database_url = "sqlite:///{tmp_path / 'history.db'}"
-volume = "{tmp_path / 'volume'}"
+database_url = "sqlite:///{tmp_path / "history.db"}"
+volume = "{tmp_path / "volume"}"
 poll_interval_s = 0.5
 [scheduler]
 lease_s = 10
@@ -55,7 +56,7 @@ kind = "local"
 kind = "command"
 command = [{json.dumps(sys.executable)}, "{agent}", "{{prompt_file}}", "{{workdir}}"]
 [agents.scripted.env]
-AGENT_ENV_DUMP = "{tmp_path / 'agent-env.txt'}"
+AGENT_ENV_DUMP = "{tmp_path / "agent-env.txt"}"
 [repos.calc]
 tracker = "local"
 slug = "demo/calc"
@@ -74,14 +75,14 @@ def test_local_issue_runs_end_to_end(tmp_path: Path, cli_env: dict[str, str]) ->
     cli_env["PIPELINE_WEBHOOK_SECRET"] = "sentinel-webhook-secret"
     cli = Cli(config, cli_env)
     cli("db", "upgrade")
-    added = cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label",
-                "ready-for-agent")
+    added = cli(
+        "issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent"
+    )
     assert "issue 1 added to calc" in added.stdout
     log = tmp_path / "daemon.log"
     daemon = cli.daemon(log)
     try:
-        runs = cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] == "succeeded", 60,
-                            daemon, log)
+        runs = cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] == "succeeded", 60, daemon, log)
     finally:
         assert stop_daemon(daemon) == 0, log.read_text()[-3000:]
     run = runs[0]
@@ -113,8 +114,9 @@ def test_labelling_twice_enqueues_once(tmp_path: Path, cli_env: dict[str, str]) 
     assert len(cli.json("runs", "list")) == 1
 
 
-def test_issue_add_refuses_a_repo_that_is_not_local(tmp_path: Path,
-                                                    cli_env: dict[str, str]) -> None:
+def test_issue_add_refuses_a_repo_that_is_not_local(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
     """`pipeline issue add` names the problem when the repo is unknown."""
     config, _ = _world(tmp_path)
     cli = Cli(config, cli_env)
