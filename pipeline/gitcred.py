@@ -7,7 +7,8 @@ environment. An HTTPS token is handed over by a ``GIT_ASKPASS`` script living
 in a private 0700 directory; the script itself holds no secret, it prints a
 variable set only on that one git process. Any credential helper a user
 configured is switched off for the command (``credential.helper=`` through
-``GIT_CONFIG_COUNT``), so a stale cached credential cannot win over the token.
+``GIT_CONFIG_COUNT``), so a stale cached credential cannot win over the token,
+and hooks are switched off for it, so no script from the checkout sees the token.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def credential_env(push: PushSettings, base_env: Mapping[str, str]) -> Iterator[
     """
     env = dict(base_env)
     env["GIT_TERMINAL_PROMPT"] = "0"
+    # Hooks in the checkout are files the agent could have written; none may run
+    # with the credentials in its environment (this also skips git-lfs' pre-push).
+    _with_config(env, "core.hooksPath", os.devnull)
     if push.ssh_key_file is not None:
         if not push.ssh_key_file.is_file():
             raise FatalError(

@@ -292,3 +292,23 @@ def test_unresolved_conflict_escalates_after_the_agent_attempts(world: World) ->
     assert caught.value.reason == "conflict" and len(calls) == 2
     assert git(world.worktree, "rev-parse", "afk/run-1") == mine
     assert git(world.worktree, "status", "--porcelain") == ""
+
+
+def test_checkout_hooks_never_run_with_credentials(world: World,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pre-push hook planted in the checkout does not run during the daemon's push."""
+    monkeypatch.setenv("AFK_TEST_PUSH_TOKEN", "tok")
+    witness = world.tmp / "hook-ran"
+    hook = world.checkout / ".git" / "hooks" / "pre-push"
+    hook.write_text(f"#!/bin/sh\nenv > {witness}\n", encoding="utf-8")
+    hook.chmod(0o755)
+    world.run_commit()
+    from pipeline.settings import SecretRef
+
+    repo = world.repo()
+    repo = replace(repo, push=replace(repo.push, token=SecretRef(env="AFK_TEST_PUSH_TOKEN")))
+    publish(run_id=1, repo=repo, repo_root=world.worktree, branch=world.branch,
+            base_sha=world.base_sha, events=world.events, stop=None, retest=lambda: True,
+            resolve_conflict=None, record_pushed=world.recorded.append)
+    assert world.recorded == [world.remote_main()]
+    assert not witness.exists()

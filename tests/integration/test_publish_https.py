@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,5 +104,7 @@ def test_credential_env_is_private_and_removed(monkeypatch: pytest.MonkeyPatch) 
         script = Path(env["GIT_ASKPASS"])
         assert oct(script.parent.stat().st_mode & 0o777) == "0o700"
         assert TOKEN not in script.read_text(encoding="utf-8")
-        assert env["GIT_CONFIG_KEY_0"] == "credential.helper" and env["GIT_CONFIG_VALUE_0"] == ""
+        config = {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"]
+                  for i in range(int(env["GIT_CONFIG_COUNT"]))}
+        assert config == {"core.hooksPath": os.devnull, "credential.helper": ""}
     assert not script.parent.exists()
