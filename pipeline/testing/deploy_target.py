@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.settings import ProbeSettings
+
 DEMO_APP = '''"""Demo service deployed by the local deploy target."""
 import json
 import os
@@ -123,7 +125,7 @@ def deploy(sha):
                                start_new_session=True)
     PID_FILE.write_text(str(app.pid))
     (DEPLOY / "current").write_text(sha)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15
     while time.monotonic() < deadline and app.poll() is None and not listening(CONFIG["port"]):
         time.sleep(0.02)
     print(f"deployed {{sha[:12]}}: " + ("up" if app.poll() is None else "app exited"))
@@ -184,6 +186,11 @@ class DeployTarget:
     @property
     def health_url(self) -> str:
         return f"{self.url}/health"
+
+    def probe(self, timeout_s: float = 5.0) -> ProbeSettings:
+        """An http probe of the health endpoint that wants the pushed SHA as ``version``."""
+        return ProbeSettings(kind="http", url=self.health_url, json_field="version",
+                             timeout_s=timeout_s)
 
     @classmethod
     def create(cls, tmp: Path, files: Mapping[str, str] | None = None,

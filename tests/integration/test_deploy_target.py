@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,7 @@ def push_change(target: DeployTarget, tmp: Path, files: dict[str, str]) -> str:
 
 
 def deploy_settings(target: DeployTarget, **overrides: object) -> DeploySettings:
-    probe = ProbeSettings(kind="http", url=target.health_url, json_field="version",
-                          body_regex='"status": "ok"', timeout_s=2.0)
+    probe = replace(target.probe(timeout_s=2.0), body_regex='"status": "ok"')
     values: dict[str, object] = {"probes": (probe,), "interval_s": 0.05, "count": 3,
                                  "failure_limit": 0, "progress_deadline_s": 20.0}
     values.update(overrides)
