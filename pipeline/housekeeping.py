@@ -143,13 +143,15 @@ def cache_units(cache_root: Path) -> list[CacheUnit]:
 
 
 def _dir_unit(path: Path) -> CacheUnit:
+    """A directory unit: its size, and the last use of any file in it."""
     size = 0
-    last = 0.0
+    last: float | None = None
     for st in _walk_stats(path):
         size += st.st_blocks * 512
-        last = max(last, st.st_atime, st.st_mtime)
+        if not stat.S_ISDIR(st.st_mode):
+            last = max(last or 0.0, st.st_atime, st.st_mtime)
     own = path.lstat()
-    return CacheUnit(path, size + own.st_blocks * 512, max(last, own.st_mtime))
+    return CacheUnit(path, size + own.st_blocks * 512, own.st_mtime if last is None else last)
 
 
 def evict_caches(

@@ -16,18 +16,17 @@ the previous run's edits are gone, its ``.venv``/``node_modules`` stay.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.errors import FatalError
 from pipeline.events import EventSink
+from pipeline.evidence import TREE, discard_evidence, freeze_tree, new_evidence_dir, write_manifest
 from pipeline.gitcrypt import prepare_clone, restore_kept, save_kept
 from pipeline.gitutil import DiskFull, branch_name, git, is_enospc, relative_inside, safe_component
 from pipeline.housekeeping import (
@@ -327,37 +326,23 @@ class Workspaces:
     ) -> Path:
         """Move the run's tree to ``<volume>/frozen/<run-id>/worktree`` with a manifest."""
         repo_dir = ws.path.parent.parent
-        target_dir = self._evidence_dir(run_id)
-        worktree = target_dir / "worktree"
+        evidence = new_evidence_dir(self.frozen_root, run_id)
         with self._repo_lock(repo_dir):
             self._busy.discard(ws.path)
-            if head_sha is None and ws.path.exists():
+            if head_sha is None:
                 head_sha = git(["rev-parse", "HEAD"], cwd=ws.path).strip()
-            if ws.strategy == "clone":
-                ws.path.rename(worktree)
-            else:
-                checkout = repo_dir / "checkout"
-                git(["worktree", "move", str(ws.path), str(worktree)], cwd=checkout)
-                git(["worktree", "lock", "--reason", f"frozen evidence of run {run_id}",
-                     str(worktree)], cwd=checkout)
-        manifest = {
+            freeze_tree(ws.path, strategy=ws.strategy, checkout=repo_dir / "checkout",
+                        target=evidence / TREE, run_id=run_id)
+        write_manifest(evidence, {
             "run_id": run_id, "repo": repo, "reason": reason, "strategy": ws.strategy,
             "branch": ws.branch, "base_sha": ws.base_sha, "head_sha": head_sha,
-            "frozen_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "worktree": "worktree", "original_path": str(ws.path), "extra": dict(extra or {}),
-        }
-        (target_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n",
-                                                  encoding="utf-8")
-        return target_dir
+            "original_path": str(ws.path), "extra": dict(extra or {}),
+        })
+        return evidence
 
-    def _evidence_dir(self, run_id: int) -> Path:
-        base = self.frozen_root / str(int(run_id))
-        candidate, n = base, 1
-        while candidate.exists():
-            n += 1
-            candidate = base.with_name(f"{int(run_id)}-{n}")
-        candidate.mkdir(parents=True)
-        return candidate
+    def discard_evidence(self, evidence: Path) -> None:
+        """Delete frozen evidence (after a human unfroze the repo); nothing else does."""
+        discard_evidence(self.frozen_root, evidence)
 
     # -- housekeeping -------------------------------------------------------
 

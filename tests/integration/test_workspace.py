@@ -200,6 +200,30 @@ def test_runs_in_two_repos_at_once_do_not_interfere(tmp_path: Path, volume: Path
     assert ws.repo_dir(alpha) != ws.repo_dir(beta)
 
 
+def test_two_daemons_on_one_volume_clone_a_repo_once(tmp_path: Path, volume: Path) -> None:
+    """Two Workspaces (as two processes would) racing on one repo share one checkout."""
+    repo = make_repo(tmp_path)
+    daemons = [Workspaces(volume, WorkspaceSettings()) for _ in range(2)]
+    checkouts: list[Path] = []
+    errors: list[str] = []
+
+    def ensure(ws: Workspaces) -> None:
+        try:
+            checkouts.append(ws.ensure_checkout(repo))
+        except Exception as exc:
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=ensure, args=(ws,)) for ws in daemons]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == [] and len(set(checkouts)) == 1
+    clones = [p for p in checkouts[0].parent.iterdir() if p.name.startswith("checkout")]
+    assert clones == [checkouts[0]]
+    assert sorted(ws.fetch_count(repo) for ws in daemons) == [1, 1]
+
+
 def test_layout_sanitises_forge_owner_and_name(tmp_path: Path, workspaces: Workspaces) -> None:
     """Hostile tracker names and slugs stay under <volume>/repos and give a valid branch."""
     repo = make_repo(tmp_path, tracker="../../etc", slug="../..//.git/..lock")

@@ -7,6 +7,9 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
+from pipeline.errors import FatalError
 from pipeline.housekeeping import disk_usage
 from pipeline.settings import RepoSettings, WorkspaceSettings
 from pipeline.testing.gitrepos import git, make_remote
@@ -171,3 +174,20 @@ def test_evidence_keeps_edits_and_the_next_run_gets_a_fresh_slot(tmp_path: Path)
     assert (evidence / "worktree" / "README.md").read_text() == "half done\n"
     nxt = prepare(ws, repo, 6)
     assert (nxt.path / "README.md").read_text() == "hi\n"
+
+
+def test_discarding_evidence_unregisters_its_worktree(tmp_path: Path) -> None:
+    """discard_evidence deletes the frozen tree and its worktree registration, nothing else."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    ws = Workspaces(volume, WorkspaceSettings())
+    repo = make_repo(tmp_path, "app")
+    evidence = ws.keep_evidence(prepare(ws, repo, 3), run_id=3, repo="app", reason="r",
+                                head_sha=None)
+    with pytest.raises(FatalError, match="not a frozen run's evidence"):
+        ws.discard_evidence(ws.repo_dir(repo))
+    ws.discard_evidence(evidence)
+    assert not evidence.exists()
+    checkout = ws.repo_dir(repo) / "checkout"
+    assert "frozen" not in git(checkout, "worktree", "list", "--porcelain")
+    git(checkout, "branch", "-D", "afk/3-3")  # no longer checked out anywhere
