@@ -28,7 +28,7 @@ from pipeline.notify import Notifier
 from pipeline.periodic import Periodic
 from pipeline.queue import Scheduler
 from pipeline.recovery import Recovery
-from pipeline.settings import RepoSettings, Settings
+from pipeline.settings import RepoSettings, Settings, default_data_dir
 from pipeline.store import RunFilter, Store, redact_url
 from pipeline.store.models import BUSY_STATES
 from pipeline.trackers import build_tracker
@@ -117,6 +117,8 @@ class Daemon:
                 "run_migrations is off; run `pipeline db upgrade`"
             )
         self.store.sync_repos(settings.repos)
+        if settings.volume == default_data_dir() / "volume":
+            settings.volume.mkdir(parents=True, exist_ok=True)  # embedded default: zero setup
         self.trackers = build_trackers(settings, self.store)
         self.workspaces = Workspaces(settings.volume, settings.workspace)
         self.notifier = Notifier(settings.notify)
