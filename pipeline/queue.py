@@ -70,7 +70,9 @@ class Scheduler:
         self.on_finished = on_finished
         self.excluded_repos = excluded_repos
         self.clock = clock
-        self._workers: dict[int, Worker] = {}
+        # Keyed by (run id, attempt): a run recovered and claimed again by this same
+        # process must not hide the superseded worker, which still has an agent to stop.
+        self._workers: dict[tuple[int, int], Worker] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -111,6 +113,11 @@ class Scheduler:
         for worker in self._active():
             if worker.thread is not None:
                 worker.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    @property
+    def running(self) -> list[int]:
+        """Ids of the runs this scheduler is executing now."""
+        return sorted(w.run.id for w in self._active())
 
     def wait_idle(self, timeout_s: float) -> bool:
         """True once no run of ours is executing and nothing is claimable (tests)."""
@@ -172,7 +179,7 @@ class Scheduler:
                                   name=f"run-{run.id}", daemon=True)
         worker.thread = thread
         with self._lock:
-            self._workers[run.id] = worker
+            self._workers[(run.id, run.attempt)] = worker
         thread.start()
 
     # -- executing -----------------------------------------------------------------
@@ -206,8 +213,9 @@ class Scheduler:
 
     def _forget(self, worker: Worker) -> None:
         with self._lock:
-            if self._workers.get(worker.run.id) is worker:
-                del self._workers[worker.run.id]
+            key = (worker.run.id, worker.run.attempt)
+            if self._workers.get(key) is worker:
+                del self._workers[key]
         self._wake.set()
 
     def _active(self) -> list[Worker]:
@@ -246,7 +254,9 @@ class Scheduler:
             beat = self.store.heartbeat(run.id, self.owner, worker.ctx.attempt,
                                         self.settings.lease_s)
         except Exception as exc:
-            if now - worker.last_renewed > self.settings.lease_s:
+            # Give up one beat before the lease lapses, so a sweeper elsewhere finds the
+            # agent already stopping rather than still at work.
+            if now - worker.last_renewed > self.settings.lease_s - self._beat_s:
                 log.warning("run %s: lease not renewed for %.0f s (%s); stopping it",
                             run.id, now - worker.last_renewed, type(exc).__name__)
                 worker.request_stop("lease_lost", now)

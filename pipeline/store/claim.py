@@ -213,7 +213,7 @@ class ClaimMixin(StoreBase):
         for run_id, attempt in sorted(rows):
             report.requeued.append(int(run_id))
             self._append_event(conn, run_id, attempt, "state", "back in the queue",
-                               {"state": "queued"}, now)
+                               {"state": "queued", "sweep": True}, now)
 
     def claimed_by(self, owner: str) -> list[int]:
         """Ids of busy runs held by ``owner`` (diagnostics and tests)."""

@@ -1,0 +1,260 @@
+"""The Scheduler on SQLite and PostgreSQL: outcomes, retries, cancel, timeouts, lost leases."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from pipeline.errors import EscalationError, FatalError, RetryableError
+from pipeline.queue import RunContext, Scheduler
+from pipeline.settings import SchedulerSettings
+from pipeline.store import Run, Store
+from pipeline.store.models import RunRow
+from pipeline.testing.dummy_daemon import dummy_pipeline
+
+SETTINGS = SchedulerSettings(
+    lease_s=2.0, heartbeat_s=0.3, sweep_interval_s=0.2, claim_interval_s=0.1,
+    backoff_base_s=0.01, backoff_max_s=0.05, kill_grace_s=0.5, cancel_check_s=0.3,
+    max_recoveries=3,
+)
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Store]:
+    s = Store(database_url)
+    s.upgrade()
+    s.ensure_repo("alpha")
+    s.ensure_repo("beta")
+    yield s
+    s.close()
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split(")")[-1].split()[0] != "Z"
+
+
+def agent_pid(store: Store, run_id: int, attempt: int = 1) -> int | None:
+    for event in store.run_events(run_id):
+        if event.kind == "agent" and event.attempt == attempt:
+            return int(event.data["pid"])
+    return None
+
+
+def terminal(store: Store, run_id: int) -> Run | None:
+    run = store.get_run(run_id)
+    return run if run is not None and run.terminal else None
+
+
+@pytest.fixture
+def scheduler_factory(store: Store) -> Iterator[Callable[..., Scheduler]]:
+    made: list[Scheduler] = []
+
+    def make(pipeline: Callable[[RunContext], str | None], **kwargs: Any) -> Scheduler:
+        options: dict[str, Any] = {"settings": SETTINGS, "max_concurrency": 4, "owner": "w1"}
+        options.update(kwargs)
+        scheduler = Scheduler(options.pop("store", store), pipeline, **options)
+        made.append(scheduler)
+        scheduler.start()
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        scheduler.stop(0.0)
+
+
+def test_runs_succeed_and_on_finished_sees_them(store: Store, scheduler_factory: Any) -> None:
+    """Each run executes the pipeline once, ends succeeded and is reported to on_finished."""
+    finished: list[Run] = []
+
+    def pipeline(ctx: RunContext) -> None:
+        ctx.set_state("implementing")
+        ctx.update(head_sha="abc123")
+        ctx.events("log", "working")
+
+    ids = [store.enqueue(repo).run.id for repo in ("alpha", "beta", "alpha")]
+    scheduler = scheduler_factory(pipeline, on_finished=finished.append)
+    assert scheduler.wait_idle(WAIT_S)
+    assert sorted(r.id for r in finished) == ids
+    run = store.get_run(ids[0])
+    assert run is not None and (run.state, run.head_sha, run.attempt) == ("succeeded", "abc123", 1)
+    kinds = [e.kind for e in store.run_events(ids[0])]
+    assert kinds == ["queued", "claimed", "state", "log", "state"]
+
+
+@pytest.mark.parametrize(
+    ("error", "state", "error_class", "attempts"),
+    [
+        (FatalError("config", "no test command"), "failed", "config", 1),
+        (EscalationError("blocked", "agent is blocked"), "escalated", "blocked", 1),
+        (RetryableError("network", "connection reset"), "failed", "network", 2),
+        (ValueError("a bug"), "failed", "internal", 2),
+    ],
+)
+def test_classified_errors_decide_the_outcome(
+    store: Store, scheduler_factory: Any, error: Exception, state: str, error_class: str,
+    attempts: int,
+) -> None:
+    """Fatal fails, escalation escalates, retryable and internal errors retry up to max_attempts."""
+
+    def pipeline(ctx: RunContext) -> None:
+        raise error
+
+    run_id = store.enqueue("alpha", max_attempts=2).run.id
+    scheduler_factory(pipeline)
+    run = wait_for(lambda: terminal(store, run_id))
+    assert (run.state, run.error_class, run.attempt) == (state, error_class, attempts)
+    if error_class == "internal":
+        tracebacks = [e for e in store.run_events(run_id) if e.kind == "error"]
+        assert len(tracebacks) == 2 and "ValueError: a bug" in tracebacks[0].data["traceback"]
+
+
+def test_retryable_error_then_success(store: Store, scheduler_factory: Any) -> None:
+    """A transient failure retries after a backoff and the next attempt succeeds."""
+
+    def pipeline(ctx: RunContext) -> None:
+        if ctx.attempt == 1:
+            raise RetryableError("agent_overloaded", "529 overloaded", retry_after_s=0.2)
+
+    run_id = store.enqueue("alpha").run.id
+    scheduler_factory(pipeline)
+    run = wait_for(lambda: terminal(store, run_id))
+    assert (run.state, run.attempt, run.failures) == ("succeeded", 2, 1)
+    retry = [e for e in store.run_events(run_id) if e.data.get("state") == "retry_wait"]
+    assert retry and retry[0].data["delay_s"] >= 0.2
+
+
+def test_cancel_of_a_running_run_kills_its_agent(store: Store, scheduler_factory: Any) -> None:
+    """A cancelled running run ends cancelled within 5 s, its agent killed, never retried."""
+    run_id = store.enqueue("alpha").run.id
+    scheduler_factory(dummy_pipeline(60))
+    pid = wait_for(lambda: agent_pid(store, run_id))
+    store.cancel_run(run_id, by="alice")
+    asked = time.monotonic()
+    run = wait_for(lambda: terminal(store, run_id))
+    assert time.monotonic() - asked < 5.0 + SETTINGS.kill_grace_s + 5.0  # generous on a busy box
+    assert (run.state, run.attempt) == ("cancelled", 1)
+    assert not pid_alive(pid)
+    time.sleep(SETTINGS.sweep_interval_s * 3)
+    assert store.get_run(run_id).state == "cancelled"  # type: ignore[union-attr]
+
+
+def test_timeout_kills_the_agent_and_fails_when_attempts_are_used(
+    store: Store, scheduler_factory: Any
+) -> None:
+    """An execution timeout kills the agent's group and counts as a retryable timeout."""
+    run_id = store.enqueue("alpha", timeout_s=1.0, max_attempts=1).run.id
+    scheduler_factory(dummy_pipeline(60))
+    pid = wait_for(lambda: agent_pid(store, run_id))
+    run = wait_for(lambda: terminal(store, run_id))
+    assert (run.state, run.error_class) == ("failed", "timeout")
+    assert not pid_alive(pid)
+
+
+def test_queue_wait_does_not_count_toward_the_timeout(
+    store: Store, scheduler_factory: Any
+) -> None:
+    """A run that waited in the queue longer than its timeout still runs to completion."""
+
+    def pipeline(ctx: RunContext) -> None:
+        ctx.stop.wait(2.5 if ctx.run.timeout_s is None else 0.3)
+        ctx.check()
+
+    blocker = store.enqueue("alpha").run.id
+    patient = store.enqueue("alpha", timeout_s=1.5, max_attempts=1).run.id
+    scheduler_factory(pipeline)
+    run = wait_for(lambda: terminal(store, patient))
+    blocked = store.get_run(blocker)
+    assert blocked is not None and blocked.finished_at is not None
+    assert run.state == "succeeded"
+    assert run.started_at is not None and run.created_at is not None
+    assert (run.started_at - run.created_at).total_seconds() > 1.5
+
+
+def _steal(store: Store, run_id: int) -> None:
+    """Expire the lease in the database and let another owner claim the run."""
+    with store.engine.begin() as conn:
+        conn.execute(update(RunRow).where(RunRow.id == run_id)
+                     .values(lease_until=store.now().replace(year=2000)))
+    assert store.sweep(max_recoveries=3).recovered == [run_id]
+    thief = store.claim_next("thief", max_concurrency=10, lease_s=60)
+    assert thief is not None and thief.id == run_id
+
+
+def test_lost_lease_kills_the_agent_and_writes_nothing(
+    store: Store, scheduler_factory: Any
+) -> None:
+    """A worker superseded by another owner kills its agent and writes nothing more."""
+    finished: list[Run] = []
+    run_id = store.enqueue("alpha").run.id
+    scheduler = scheduler_factory(dummy_pipeline(60), on_finished=finished.append)
+    pid = wait_for(lambda: agent_pid(store, run_id))
+    _steal(store, run_id)
+    wait_for(lambda: not pid_alive(pid))
+    wait_for(lambda: scheduler.running == [])
+    run = store.get_run(run_id)
+    assert run is not None and (run.owner, run.attempt, run.state) == ("thief", 2, "preparing")
+    by_worker = [e.kind for e in store.run_events(run_id)
+                 if e.attempt == 1 and not e.data.get("sweep")]
+    assert by_worker == ["claimed", "state", "agent"] and finished == []
+
+
+class FlakyStore:
+    """A store whose heartbeats fail, as when the database is unreachable."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.down = False
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
+        if self.down:
+            raise ConnectionError("database unreachable")
+        return self._store.heartbeat(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_worker_that_cannot_renew_stops_on_its_own(store: Store, scheduler_factory: Any) -> None:
+    """Unable to renew its lease for longer than lease_s, a worker kills its agent."""
+    flaky = FlakyStore(store)
+    run_id = store.enqueue("alpha").run.id
+    scheduler_factory(dummy_pipeline(60), store=flaky)
+    pid = wait_for(lambda: agent_pid(store, run_id))
+    flaky.down = True
+    cut = time.monotonic()
+    wait_for(lambda: not pid_alive(pid))
+    assert time.monotonic() - cut >= SETTINGS.lease_s - SETTINGS.heartbeat_s
+
+
+def test_stop_leaves_running_work_to_lease_recovery(store: Store, scheduler_factory: Any) -> None:
+    """stop(grace) stops the agent and writes nothing; the sweeper requeues the run."""
+    run_id = store.enqueue("alpha").run.id
+    scheduler = scheduler_factory(dummy_pipeline(60))
+    pid = wait_for(lambda: agent_pid(store, run_id))
+    scheduler.stop(0.2)
+    assert not pid_alive(pid)
+    run = store.get_run(run_id)
+    assert run is not None and (run.state, run.owner) == ("implementing", "w1")
+    wait_for(lambda: store.sweep(max_recoveries=3).recovered == [run_id])
+    assert store.get_run(run_id).state == "queued"  # type: ignore[union-attr]
