@@ -64,6 +64,9 @@ def _point_at_base(path: Path, repo: RepoSettings, branch: str, base_sha: str) -
     git(["update-ref", default_ref, base_sha], cwd=path)
     git(["symbolic-ref", "refs/remotes/origin/HEAD", default_ref], cwd=path)
     git(["checkout", "--quiet", "-B", branch, base_sha], cwd=path)
+    if branch != repo.default_branch:  # the clone's own default branch is stale otherwise
+        git(["branch", "--quiet", "--force", "--no-track", repo.default_branch, base_sha],
+            cwd=path)
 
 
 def unlock_git_crypt(path: Path, repo: RepoSettings) -> None:

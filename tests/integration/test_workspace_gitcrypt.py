@@ -88,6 +88,7 @@ def test_encrypted_file_is_plaintext_in_the_clone_and_stays_encrypted_after_push
     assert (run.path / "secrets.env").read_text() == SECRET
     assert in_remote(url, "secrets.env").startswith(GITCRYPT_MAGIC)
     assert git(run.path, "remote", "get-url", "origin").strip() == url
+    assert git(run.path, "rev-parse", "main", "origin/main").split() == [run.base_sha] * 2
 
     (run.path / "secrets.env").write_text(SECRET + "NEW=also-secret\n")
     (run.path / "app.py").write_text("print('changed')\n")
