@@ -200,10 +200,10 @@ class Workspaces:
                 self._abandon(repo, path)
                 raise
         except DiskFull as exc:
-            raise self._disk_full(exc, events) from exc
+            raise self.disk_full(str(exc), events) from exc
         except OSError as exc:
             if is_enospc(exc):
-                raise self._disk_full(DiskFull(f"no space left on device: {exc}"), events) from exc
+                raise self.disk_full(f"no space left on device: {exc}", events) from exc
             raise
         ws = PreparedWorkspace(
             repo=repo.name, path=path, workdir=workdir, branch=branch, base_sha=base_sha,
@@ -286,9 +286,14 @@ class Workspaces:
             index += 1
         return worktrees / f"{SLOT_PREFIX}{index}"
 
-    def _disk_full(self, exc: DiskFull, events: EventSink) -> DiskFull:
+    def disk_full(self, detail: str, events: EventSink) -> DiskFull:
+        """Evict caches now and return the retryable ``disk_full`` error to raise.
+
+        For any step of a run that hits ENOSPC (setup here; agent or tests in
+        the caller): the message says where, and what eviction freed.
+        """
         report = self.evict()
-        message = (f"{exc} (volume {self.volume}); evicted {len(report.evicted)} cache "
+        message = (f"{detail} (volume {self.volume}); evicted {len(report.evicted)} cache "
                    f"entries ({report.evicted_bytes} bytes); the run will be retried")
         events("setup", "disk full: " + message, {"evicted_bytes": report.evicted_bytes})
         return DiskFull(message)
