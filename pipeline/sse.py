@@ -10,8 +10,10 @@ at the newest event: it sees what happens from now on.
 Event names, from the stored event's kind and data:
 
 =================  ==========================================================
-``run.queued``     kind ``queued`` (a run was enqueued or a retry queued)
-``run.started``    kind ``state`` with state ``preparing`` (a worker claimed it)
+``run.queued``     kind ``queued`` (a run was enqueued or a retry queued), or
+                   kind ``state`` with state ``queued`` (the sweeper requeued it)
+``run.started``    kind ``claimed`` (a worker claimed it), or kind ``state``
+                   with state ``preparing``
 ``run.succeeded``  kind ``state`` with state ``succeeded``
 ``run.failed``     kind ``state`` with state ``failed``
 ``run.cancelled``  kind ``state`` with state ``cancelled``
@@ -58,12 +60,16 @@ def event_name(event: RunEvent) -> str:
     """The SSE event name for a stored run event (see the module docstring)."""
     if event.kind == "queued":
         return "run.queued"
+    if event.kind == "claimed":
+        return "run.started"
     if event.kind == "repo":
         return "repo.frozen" if event.data.get("frozen") else "repo.unfrozen"
     if event.kind == "state":
         state = str(event.data.get("state", ""))
         if state == "preparing":
             return "run.started"
+        if state == "queued":
+            return "run.queued"
         return TERMINAL_EVENTS.get(state, "run.progress")
     return "run.progress"
 

@@ -1,0 +1,151 @@
+"""GET /api/events: server-sent events read with httpx from a real uvicorn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from pipeline.sse import event_name
+from pipeline.store import RunEvent
+from tests.integration.api_harness import AUTH, ApiHarness, SseReader, running_api
+
+
+@pytest.fixture
+def api(database_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
+    with running_api(database_url, tmp_path) as harness:
+        yield harness
+
+
+@contextmanager
+def open_stream(api: ApiHarness, **headers: str) -> Iterator[SseReader]:
+    """A connected stream (its first comment read), closed on exit."""
+    with api.client.stream("GET", "/api/events", headers=headers) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        reader = SseReader(resp.iter_lines())
+        reader.wait_comment("stream from event", timeout_s=5)
+        yield reader
+
+
+def test_events_arrive_in_order_with_names(api: ApiHarness) -> None:
+    """A run's life arrives in order: queued, started, progress, succeeded; then cancelled."""
+    with open_stream(api) as reader:
+        assert api.client.post("/api/runs", json={"repo": "alpha"}, headers=AUTH).is_success
+        api.store.enqueue("beta")
+        api.finish(api.claim())
+        api.client.post("/api/runs/2/cancel", headers=AUTH)
+        got = reader.next_messages(7)
+    assert [(m.event, m.data["run_id"]) for m in got] == [
+        ("run.queued", 1), ("run.queued", 2), ("run.started", 1), ("run.progress", 1),
+        ("run.progress", 1), ("run.succeeded", 1), ("run.cancelled", 2),
+    ]
+    ids = [m.id for m in got]
+    assert ids == sorted(ids) and len(set(ids)) == 7
+    assert all(m.id == m.data["id"] for m in got)
+    assert got[3].data["state"] == "implementing" and got[5].data["state"] == "succeeded"
+    assert got[4].data["kind"] == "test" and got[4].data["data"] == {"tail": "3 passed in 0.1s"}
+
+
+def test_last_event_id_resumes_after_that_event(api: ApiHarness) -> None:
+    """Reconnecting with Last-Event-ID (or ?after=) replays only later events."""
+    for _ in range(3):
+        api.store.enqueue("alpha")
+    with open_stream(api, **{"Last-Event-ID": "1"}) as reader:
+        resumed = reader.next_messages(2)
+    assert [m.data["run_id"] for m in resumed] == [2, 3]
+    with api.client.stream("GET", "/api/events", params={"after": 2}) as resp:
+        after = SseReader(resp.iter_lines()).next_messages(1)
+    assert after[0].data["run_id"] == 3
+
+
+def test_new_client_starts_at_the_newest_event(api: ApiHarness) -> None:
+    """Without Last-Event-ID a client sees only what happens after it connected."""
+    api.store.enqueue("alpha")
+    with open_stream(api) as reader:
+        api.store.enqueue("beta")
+        got = reader.next_messages(1)
+    assert got[0].data["run_id"] == 2
+
+
+def test_repo_freeze_events(api: ApiHarness) -> None:
+    """Freezing and unfreezing a repo because of a run emit repo.frozen and repo.unfrozen."""
+    run = api.store.enqueue("alpha").run
+    with open_stream(api) as reader:
+        api.store.freeze_repo("alpha", "deploy broken twice", "recovery", run_id=run.id)
+        api.store.unfreeze_repo("alpha", "fixed", "ops")
+        got = reader.next_messages(2)
+    assert [m.event for m in got] == ["repo.frozen", "repo.unfrozen"]
+    assert got[0].data["data"]["repo"] == "alpha"
+
+
+def test_keep_alive_comments_while_idle(sqlite_url: str, tmp_path: Path) -> None:
+    """An idle stream carries ': keep-alive' comments so proxies keep it open."""
+    with running_api(sqlite_url, tmp_path) as api:
+        with open_stream(api) as reader:
+            reader.wait_comment("keep-alive", timeout_s=5)
+
+
+@pytest.mark.parametrize("header", ["abc", "-1", "99999999999999"])
+def test_bad_last_event_id_is_422(sqlite_url: str, tmp_path: Path, header: str) -> None:
+    """A Last-Event-ID that is not an event id answers 422 naming the header."""
+    with running_api(sqlite_url, tmp_path) as api:
+        resp = api.client.get("/api/events", headers={"Last-Event-ID": header})
+    assert resp.status_code == 422 and resp.json()["field"] == "Last-Event-ID"
+
+
+def test_server_stop_ends_open_streams(sqlite_url: str, tmp_path: Path) -> None:
+    """Stopping the server ends open streams promptly instead of waiting them out."""
+    with running_api(sqlite_url, tmp_path, app_kwargs={"sse_keepalive_s": 60}) as api:
+        with open_stream(api) as reader:
+            started = time.monotonic()
+            api.handle.stop()
+            elapsed = time.monotonic() - started
+            rest = list(reader.lines)  # returns only because the stream ended
+            assert [line for line in rest if line] == []
+    assert elapsed < 3.0, f"stop took {elapsed:.1f}s (graceful timeout is 5s)"
+    assert not api.handle.thread.is_alive()
+
+
+def test_client_disconnect_ends_the_stream(sqlite_url: str, tmp_path: Path) -> None:
+    """When the client goes away the server drops the stream and its connection."""
+    with running_api(sqlite_url, tmp_path) as api:
+        state = api.handle.server.server_state
+        with open_stream(api):
+            assert len(state.tasks) == 1
+        api.client.close()
+        deadline = time.monotonic() + 5
+        while state.tasks or state.connections:
+            assert time.monotonic() < deadline, "stream still open after the client left"
+            time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "name"),
+    [
+        ("queued", {}, "run.queued"),
+        ("claimed", {"owner": "w"}, "run.started"),
+        ("state", {"state": "preparing"}, "run.started"),
+        ("state", {"state": "queued", "sweep": True}, "run.queued"),
+        ("state", {"state": "testing"}, "run.progress"),
+        ("state", {"state": "retry_wait"}, "run.progress"),
+        ("state", {"state": "succeeded"}, "run.succeeded"),
+        ("state", {"state": "failed"}, "run.failed"),
+        ("state", {"state": "cancelled"}, "run.cancelled"),
+        ("state", {"state": "escalated"}, "run.escalated"),
+        ("repo", {"frozen": True}, "repo.frozen"),
+        ("repo", {"frozen": False}, "repo.unfrozen"),
+        ("tool", {"name": "Edit"}, "run.progress"),
+        ("ci", {}, "run.progress"),
+    ],
+)
+def test_event_names_follow_the_documented_mapping(kind: str, data: dict[str, object],
+                                                   name: str) -> None:
+    """Stored event kinds and states map to the documented SSE event names."""
+    event = RunEvent(id=1, run_id=1, attempt=0, ts=datetime(2026, 1, 1), kind=kind,
+                     message="m", data=dict(data))
+    assert event_name(event) == name

@@ -1,0 +1,182 @@
+"""Write endpoints of the HTTP API: bearer token, enqueue, 429, cancel, retry, freeze."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.api_harness import AUTH, TOKEN, ApiHarness, running_api
+
+WRITES = [
+    ("/api/runs", {"repo": "alpha"}),
+    ("/api/runs/1/cancel", None),
+    ("/api/runs/1/retry", None),
+    ("/api/repos/alpha/freeze", {"note": "x"}),
+    ("/api/repos/alpha/unfreeze", {"note": "x"}),
+]
+
+
+@pytest.fixture
+def api(database_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
+    with running_api(database_url, tmp_path) as harness:
+        harness.store.enqueue("alpha")
+        yield harness
+
+
+@pytest.mark.parametrize(("path", "body"), WRITES)
+@pytest.mark.parametrize("header", [None, "Bearer wrong-token", TOKEN, f"Basic {TOKEN}"])
+def test_writes_need_the_bearer_token(
+    sqlite_url: str, tmp_path: Path, path: str, body: Any, header: str | None
+) -> None:
+    """Every write answers 401 without the right bearer token and changes nothing."""
+    headers = {"Authorization": header} if header else {}
+    with running_api(sqlite_url, tmp_path) as api:
+        api.store.enqueue("alpha")
+        resp = api.client.post(path, json=body, headers=headers)
+        runs = api.store.count_runs()
+        repo = api.store.get_repo("alpha")
+    assert resp.status_code == 401, resp.text
+    assert "Bearer" in resp.json()["error"]
+    assert resp.headers["www-authenticate"].startswith("Bearer")
+    assert runs == 1 and repo is not None and not repo.frozen
+
+
+@pytest.mark.parametrize(("path", "body"), WRITES)
+def test_writes_refused_when_no_token_is_configured(
+    sqlite_url: str, tmp_path: Path, path: str, body: Any
+) -> None:
+    """With no api_token configured, writes are 403 with how to configure one."""
+    with running_api(sqlite_url, tmp_path, token=False) as api:
+        resp = api.client.post(path, json=body, headers=AUTH)
+    assert resp.status_code == 403
+    assert "api_token_env" in resp.json()["error"]
+
+
+def test_enqueue_returns_202_with_the_run(api: ApiHarness) -> None:
+    """POST /api/runs queues a run for the repo and answers 202 with it."""
+    resp = api.client.post("/api/runs", json={"repo": "beta", "priority": 5}, headers=AUTH)
+    assert resp.status_code == 202
+    run = resp.json()
+    assert run["repo"] == "beta" and run["state"] == "queued" and run["priority"] == 5
+    assert run["created"] is True and run["requested_by"] == "api"
+    stored = api.store.get_run(run["id"])
+    assert stored is not None and stored.repo_name == "beta"
+
+
+def test_enqueue_an_issue_dedupes_on_the_active_run(api: ApiHarness) -> None:
+    """Enqueueing a known issue twice gives 202 then 200 with the same run."""
+    api.store.upsert_issue("alpha", tracker="gh", number=12, title="Fix it", author="a", url="u")
+    first = api.client.post("/api/runs", json={"repo": "alpha", "issue": 12}, headers=AUTH)
+    again = api.client.post("/api/runs", json={"repo": "alpha", "issue": 12}, headers=AUTH)
+    assert first.status_code == 202 and again.status_code == 200
+    assert first.json()["id"] == again.json()["id"]
+    assert first.json()["issue_number"] == 12 and again.json()["created"] is False
+
+
+def test_enqueue_unknown_repo_or_issue_is_404(api: ApiHarness) -> None:
+    """An unknown repo, or an issue intake never saw, answers 404 naming it."""
+    repo = api.client.post("/api/runs", json={"repo": "nope"}, headers=AUTH)
+    issue = api.client.post("/api/runs", json={"repo": "alpha", "issue": 77}, headers=AUTH)
+    assert repo.status_code == 404 and "'nope'" in repo.json()["error"]
+    assert issue.status_code == 404 and "#77" in issue.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"", "repo"),
+        (b"{not json", "body"),
+        (b"[1, 2]", "body"),
+        (b'{"issue": 3}', "repo"),
+        (b'{"repo": 7}', "repo"),
+        (b'{"repo": ""}', "repo"),
+        (b'{"repo": "alpha", "priority": "high"}', "priority"),
+        (b'{"repo": "alpha", "priority": true}', "priority"),
+        (b'{"repo": "alpha", "priority": 5000}', "priority"),
+        (b'{"repo": "alpha", "issue": 0}', "issue"),
+        (b'{"repo": "alpha", "colour": "red"}', "colour"),
+    ],
+)
+def test_enqueue_bad_body_is_422_naming_the_field(
+    sqlite_url: str, tmp_path: Path, body: bytes, field: str
+) -> None:
+    """A malformed body is a 422 whose message names the offending field."""
+    with running_api(sqlite_url, tmp_path) as api:
+        resp = api.client.post("/api/runs", content=body,
+                               headers={**AUTH, "Content-Type": "application/json"})
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["field"] == field and resp.json()["error"].startswith(field + ":")
+
+
+def test_enqueue_when_queue_full_is_429_with_retry_after(sqlite_url: str, tmp_path: Path) -> None:
+    """At max_queue_depth, POST /api/runs answers 429 with Retry-After and queues nothing."""
+    with running_api(sqlite_url, tmp_path, max_queue_depth=2) as api:
+        codes = [api.client.post("/api/runs", json={"repo": "alpha"}, headers=AUTH)
+                 for _ in range(3)]
+        total = api.store.count_runs()
+    assert [r.status_code for r in codes] == [202, 202, 429]
+    full = codes[2]
+    assert int(full.headers["retry-after"]) >= 1
+    assert full.json()["depth"] == 2 and full.json()["limit"] == 2
+    assert "max_queue_depth" in full.json()["error"] and total == 2
+
+
+def test_cancel_ends_a_queued_run(api: ApiHarness) -> None:
+    """POST /api/runs/{id}/cancel cancels a queued run and returns it."""
+    resp = api.client.post("/api/runs/1/cancel", headers=AUTH)
+    assert resp.status_code == 200 and resp.json()["state"] == "cancelled"
+    again = api.client.post("/api/runs/1/cancel", headers=AUTH)
+    assert again.status_code == 200 and again.json()["state"] == "cancelled"
+
+
+def test_cancel_flags_a_busy_run(api: ApiHarness) -> None:
+    """Cancelling a busy run asks its worker to stop: cancel_requested, state unchanged."""
+    api.claim()
+    resp = api.client.post("/api/runs/1/cancel", headers=AUTH)
+    assert resp.status_code == 200
+    assert resp.json()["state"] == "preparing" and resp.json()["cancel_requested"] is True
+
+
+def test_retry_queues_a_new_run_and_409_when_not_finished(api: ApiHarness) -> None:
+    """Retry of a queued run is 409; after cancelling it, retry answers 202 with a new run."""
+    early = api.client.post("/api/runs/1/retry", headers=AUTH)
+    assert early.status_code == 409 and "queued" in early.json()["error"]
+    api.client.post("/api/runs/1/cancel", headers=AUTH)
+    resp = api.client.post("/api/runs/1/retry", headers=AUTH)
+    assert resp.status_code == 202
+    assert resp.json()["id"] == 2 and resp.json()["state"] == "queued"
+
+
+@pytest.mark.parametrize("action", ["cancel", "retry"])
+def test_actions_on_unknown_runs_are_404(api: ApiHarness, action: str) -> None:
+    """Cancel or retry of a run that does not exist is 404."""
+    for run_id in (99, 0, 10**20):
+        resp = api.client.post(f"/api/runs/{run_id}/{action}", headers=AUTH)
+        assert resp.status_code == 404, (run_id, resp.text)
+
+
+def test_freeze_and_unfreeze_a_repo(api: ApiHarness) -> None:
+    """Freeze then unfreeze a repo with notes; repeating reports changed=false."""
+    frozen = api.client.post("/api/repos/alpha/freeze", json={"note": "deploys flaky"},
+                             headers=AUTH)
+    assert frozen.status_code == 200
+    assert frozen.json()["frozen"] is True and frozen.json()["changed"] is True
+    assert frozen.json()["frozen_reason"] == "deploys flaky"
+    twice = api.client.post("/api/repos/alpha/freeze", headers=AUTH)
+    assert twice.status_code == 200 and twice.json()["changed"] is False
+    thawed = api.client.post("/api/repos/alpha/unfreeze", json={"note": "fixed by hand"},
+                             headers=AUTH)
+    assert thawed.status_code == 200 and thawed.json()["frozen"] is False
+    escalations = api.store.list_escalations("alpha")
+    assert escalations[0].acknowledged_by == "api: fixed by hand"
+
+
+def test_freeze_unknown_repo_is_404_and_bad_note_422(api: ApiHarness) -> None:
+    """Freezing an unknown repo is 404; a non-string note is 422 naming 'note'."""
+    missing = api.client.post("/api/repos/zeta/freeze", json={"note": "x"}, headers=AUTH)
+    bad = api.client.post("/api/repos/alpha/freeze", json={"note": 5}, headers=AUTH)
+    assert missing.status_code == 404 and "'zeta'" in missing.json()["error"]
+    assert bad.status_code == 422 and bad.json()["field"] == "note"
