@@ -112,7 +112,8 @@ class RunFlow:
             events=ctx.events,
             stop=ctx.stop,
             extra_prompt=self._evidence(run),
-            on_agent_result=lambda result: self._record_agent(ctx, result),
+            on_agent_result=_AgentTally(ctx),
+            on_phase=lambda phase: ctx.set_state(phase) if ctx.run.state != phase else None,
         )
         ctx.update(
             head_sha=outcome.head_sha,
@@ -148,6 +149,7 @@ class RunFlow:
         tracker = self.deps.trackers.get(repo.tracker)
         source = ci_source(repo.ci, tracker=tracker, slug=repo.slug)
         ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop)
+        ctx.check()  # a stop (cancel, lost lease, timeout) ended the watch early
         if ci.state == "failure":
             return Verdict("broken", f"CI failed for {sha[:12]}: {ci.detail}", ci.detail, "-")
         if ci.inconclusive and repo.ci.kind != "none":
@@ -196,9 +198,33 @@ class RunFlow:
         home.mkdir(parents=True, exist_ok=True)
         return home
 
-    @staticmethod
-    def _record_agent(ctx: RunContext, result: AgentResult) -> None:
-        fields: dict[str, object] = {"num_turns": result.num_turns}
+
+
+class _AgentTally:
+    """Records each agent invocation on the run as it ends, totals included.
+
+    Recording per invocation (not only at the end) keeps the spend of a run
+    that escalates on its budget or is retried visible in the history.
+    """
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.cost_usd = ctx.run.cost_usd
+        self.tokens_in = ctx.run.tokens_in
+        self.tokens_out = ctx.run.tokens_out
+        self.turns = ctx.run.num_turns
+
+    def __call__(self, result: AgentResult) -> None:
+        self.cost_usd += result.cost_usd
+        self.tokens_in += result.tokens_in
+        self.tokens_out += result.tokens_out
+        self.turns += result.num_turns
+        fields: dict[str, object] = {
+            "num_turns": self.turns,
+            "cost_usd": self.cost_usd,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+        }
         if result.session_id:
             fields["agent_session"] = result.session_id
-        ctx.update(**fields)
+        self.ctx.update(**fields)

@@ -105,10 +105,16 @@ class _Run:
     git: Git
     base: str
     on_agent_result: Callable[[AgentResult], None] | None
+    on_phase: Callable[[str], None] | None = None
     first_prompt: str = ""
     cost_usd: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
+
+    def phase(self, name: str) -> None:
+        """Tell the caller the run moved between ``implementing`` and ``testing``."""
+        if self.on_phase is not None:
+            self.on_phase(name)
 
     @property
     def trailers(self) -> tuple[tuple[str, str], ...]:
@@ -192,6 +198,7 @@ def implement(
     stop: StopToken | None,
     extra_prompt: str | None = None,
     on_agent_result: Callable[[AgentResult], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
 ) -> ImplementOutcome:
     """Run the agent until the tests are green and one trailered commit is ready.
 
@@ -201,7 +208,7 @@ def implement(
     """
     git = Git(repo_root, env)
     run = _Run(run_id, issue, repo, agent, workdir, env, home, events, stop, git, git.head(),
-               on_agent_result)
+               on_agent_result, on_phase)
     run.first_prompt = build_prompt(
         issue, run_id=run_id, repo=repo, repo_root=repo_root, workdir=workdir,
         extra_prompt=extra_prompt,
@@ -227,6 +234,7 @@ def _gate_loop(run: _Run, result: AgentResult) -> tuple[AgentResult, CommandResu
     """Test, and feed red output back to the same session, within the bound."""
     iterations = 0
     while True:
+        run.phase("testing")
         gate = run_test_gate(run.repo, run.workdir, run.env, run.events, run.stop)
         if gate.ok:
             return result, gate, iterations
@@ -238,4 +246,5 @@ def _gate_loop(run: _Run, result: AgentResult) -> tuple[AgentResult, CommandResu
             )
         iterations += 1
         run.events("agent", f"tests red: fix attempt {iterations} of {run.repo.max_fix_iterations}")
+        run.phase("implementing")
         result = run.invoke(run.fix_request(result, gate, iterations), result.session_id)
