@@ -73,7 +73,7 @@ class Tracker(Protocol):
     name: str
 
     def list_ready(self, slug: str) -> list[TrackerIssue] | None:
-        """Open issues carrying the ready label, pull requests left out.
+        """Open issues carrying the ready label, oldest (lowest number) first, no PRs.
 
         ``None`` means unchanged since the previous call (a conditional request
         answered 304, which costs no rate limit).

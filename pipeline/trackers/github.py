@@ -71,7 +71,7 @@ class GitHubTracker:
         if items is None:
             return None
         issues = [parse_issue(as_dict(item, f"github list {slug}")) for item in items]
-        return [issue for issue in issues if not issue.is_pull_request]
+        return sorted((i for i in issues if not i.is_pull_request), key=lambda i: i.number)
 
     def get_issue(self, slug: str, number: int) -> IssueDetail:
         page = self.http.get(f"{_repo(slug)}/issues/{number}", not_found="missing_issue")

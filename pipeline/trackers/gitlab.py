@@ -69,7 +69,8 @@ class GitLabTracker:
         items = self.http.collect(f"{_project(slug)}/issues", params, next_page, conditional=True)
         if items is None:
             return None
-        return [parse_issue(as_dict(item, f"gitlab list {slug}")) for item in items]
+        issues = [parse_issue(as_dict(item, f"gitlab list {slug}")) for item in items]
+        return sorted(issues, key=lambda i: i.number)
 
     def get_issue(self, slug: str, number: int) -> IssueDetail:
         page = self.http.get(f"{_project(slug)}/issues/{number}", not_found="missing_issue")

@@ -209,3 +209,16 @@ def test_token_never_leaks(fake: FakeForge, caplog: pytest.LogCaptureFixture) ->
     seen.append(caplog.text)
     assert all(SENTINEL not in text for text in seen)
     assert any(r.authorized for r in fake.requests)  # the token did reach the forge
+
+
+def test_fault_counts_and_method_filters(fake: FakeForge) -> None:
+    """An injected fault hits exactly `times` matching requests, and only the given method."""
+    client = client_for(fake)
+    fake.inject(r"/(comments|notes)$", status=503, times=2, method="POST")
+    assert client.list_comments(SLUG, 1) == []  # GET is not affected
+    for _ in range(2):
+        with pytest.raises(RetryableError):
+            client.comment(SLUG, 1, "retry me")
+    client.comment(SLUG, 1, "retry me")
+    assert [c.body for c in fake.issue(SLUG, 1).comments] == ["retry me"]
+    assert [r.status for r in fake.requests if r.method == "POST"] == [503, 503, 201]
