@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pipeline.agents import Agent, AgentResult
 from pipeline.errors import EscalationError, FatalError
+from pipeline.faults import checkpoint
 from pipeline.gitutil import safe_component
 from pipeline.implement import IssueInfo, implement, run_test_gate
 from pipeline.lifecycle import Lifecycle
@@ -59,6 +60,7 @@ class RunFlow:
         if repo is None:
             raise FatalError("missing_repo", f"repo {run.repo_name!r} is no longer in the config")
         issue = self._issue_info(run, repo)
+        checkpoint("preparing", run.id)
         if run.kind == "issue":
             self.deps.lifecycle.claimed(run, repo, ctx.events)
         if run.pushed_sha:
@@ -100,6 +102,7 @@ class RunFlow:
             ctx.update(pushed_sha=found)
             return found
         ctx.set_state("implementing")
+        checkpoint("implementing", run.id)
         outcome = implement(
             run_id=run.id,
             issue=issue,
@@ -113,7 +116,7 @@ class RunFlow:
             stop=ctx.stop,
             extra_prompt=self._evidence(run),
             on_agent_result=_AgentTally(ctx),
-            on_phase=lambda phase: ctx.set_state(phase) if ctx.run.state != phase else None,
+            on_phase=lambda phase: self._phase(ctx, phase),
         )
         ctx.update(
             head_sha=outcome.head_sha,
@@ -122,6 +125,7 @@ class RunFlow:
             tokens_out=outcome.tokens_out,
         )
         ctx.set_state("publishing")
+        checkpoint("publishing", run.id)
         result = publish(
             run_id=run.id,
             repo=repo,
@@ -142,6 +146,7 @@ class RunFlow:
         self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace | None, sha: str
     ) -> str | None:
         ctx.set_state("watching")
+        checkpoint("watching", ctx.run.id)
         verdict = self._watch(ctx, repo, sha)
         return self.deps.recovery.decide(ctx, repo, ws, sha, verdict)
 
@@ -160,6 +165,17 @@ class RunFlow:
         deploy = watch_deploy(repo.deploy, sha, ctx.events, ctx.stop)
         deploy_text = f"{deploy.verdict} after {deploy.measurements} measurement(s)"
         return Verdict(deploy.verdict, deploy.evidence, ci_text, deploy_text)
+
+    @staticmethod
+    def _phase(ctx: RunContext, phase: str) -> None:
+        if ctx.run.state != phase:
+            ctx.set_state(phase)
+            checkpoint(phase, ctx.run.id)
+
+    @staticmethod
+    def _record_push(ctx: RunContext, sha: str) -> None:
+        checkpoint("after_push", ctx.run.id)  # pushed, not yet recorded: the worst moment
+        ctx.update(pushed_sha=sha)
 
     def _issue_info(self, run: Run, repo: RepoSettings) -> IssueInfo:
         if run.kind == "fix_forward" or run.issue_number is None:

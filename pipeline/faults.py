@@ -1,0 +1,28 @@
+"""Fault-injection checkpoints for the reliability tests: crash the daemon at a phase boundary.
+
+``PIPELINE_FAULTS`` holds comma-separated checkpoint names; reaching a named
+checkpoint kills this process with SIGKILL, exactly as an OOM kill or a power
+cut would, so tests can prove recovery at every boundary. Unset (always, in
+production) it does nothing. Each name fires once per process, and only for
+runs whose id is in ``PIPELINE_FAULTS_RUNS`` when that is set.
+
+Checkpoints: ``preparing``, ``implementing``, ``testing``, ``publishing``,
+``after_push`` (pushed, not yet recorded), ``watching``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+CHECKPOINTS = ("preparing", "implementing", "testing", "publishing", "after_push", "watching")
+
+
+def checkpoint(name: str, run_id: int) -> None:
+    faults = os.environ.get("PIPELINE_FAULTS", "")
+    if not faults or name not in faults.split(","):
+        return
+    runs = os.environ.get("PIPELINE_FAULTS_RUNS", "")
+    if runs and str(run_id) not in runs.split(","):
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
