@@ -91,6 +91,9 @@ class ForgeHttp:
             headers={"User-Agent": self.options.user_agent, **headers},
             timeout=self.options.timeout_s,
             transport=transport,
+            # Renamed/transferred repos answer 301; httpx drops credentials on a
+            # redirect to another origin.
+            follow_redirects=True,
         )
         self._state = _State()
         self._mutation_lock = threading.Lock()
@@ -123,6 +126,7 @@ class ForgeHttp:
     ) -> Page:
         """One write, serialised with every other write and spaced apart."""
         with self._mutation_lock:
+            self._refuse_if_limited(f"{self.forge} {method} {path}")  # before any pacing sleep
             self._space_mutation()
             try:
                 response = self._send(method, path, json=body, not_found=not_found)

@@ -172,3 +172,14 @@ def test_build_tracker_errors_are_actionable() -> None:
     assert info.value.kind == "forge_auth"
     with pytest.raises(ConfigError, match="base_url"):
         GiteaTracker(TrackerSettings(name="g", kind="gitea"), "t")
+
+
+def test_moved_repo_redirect_is_followed() -> None:
+    """A 301 for a renamed repo is followed to the new location."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/repos/old/name/issues":
+            return httpx.Response(301, headers={"location": "/api/repos/new/name/issues"})
+        return httpx.Response(200, json=[{"n": 1}])
+
+    assert _http(handler).get("/repos/old/name/issues").data == [{"n": 1}]
