@@ -163,6 +163,8 @@ def work(change: Change, brief: Brief, workdir: Path, say: Say) -> str:
     say("red, as expected: the test captures the issue")
     for edit in change.edits:
         say(f"editing {edit.path}: {edit.why}")
+        if not edit.applies_to(workdir):
+            raise Blocked(f"{edit.path} no longer holds the code to change ({edit.why})")
         edit.apply(workdir)
     if not run_tests(workdir, say):
         raise Blocked("the suite is still red after the change; see the output above")

@@ -117,6 +117,8 @@ def build_world(root: Path) -> DemoWorld:
     """Create the demo's repositories, deploy target and configuration under ``root``."""
     root = root.absolute()
     root.mkdir(parents=True, exist_ok=True)
+    if any(root.iterdir()):
+        raise FileExistsError(f"{root}: the demo needs an empty directory; this one has files")
     (root / "remotes").mkdir(exist_ok=True)
     greeter_url = make_remote(root / "remotes", project_files("greeter"), name="greeter")
     target = DeployTarget.create(root / "webapp-deploy", files=project_files("webapp"))

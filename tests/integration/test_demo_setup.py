@@ -139,6 +139,13 @@ def test_world_holds_real_repos_a_serving_target_and_three_issues(world: DemoWor
     assert world.target.health(timeout_s=1) is None
 
 
+def test_world_needs_an_empty_directory(tmp_path: Path) -> None:
+    """Building into a directory that holds files is refused, naming the directory."""
+    (tmp_path / "old").write_text("x")
+    with pytest.raises(FileExistsError, match="needs an empty directory"):
+        build_world(tmp_path)
+
+
 def test_projects_are_package_data_with_passing_suites(
     world: DemoWorld, settings: Settings, tmp_path: Path
 ) -> None:

@@ -6,9 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo_agent import Blocked, Brief, choose, commit_message, excerpt, main, read_brief
+from pipeline.demo_agent import (
+    Blocked,
+    Brief,
+    choose,
+    commit_message,
+    excerpt,
+    main,
+    read_brief,
+    work,
+)
 from pipeline.demo_setup import ISSUES, project_files
-from pipeline.demo_tasks import ADD_VERSION, TASKS, Edit
+from pipeline.demo_tasks import ADD_VERSION, TASKS, Change, Edit
 from pipeline.prompt import IssueInfo, build_prompt
 from pipeline.settings import RepoSettings
 from pipeline.testing.gitrepos import write_files
@@ -145,3 +154,14 @@ def test_main_usage(capsys: pytest.CaptureFixture[str]) -> None:
     """Wrong arguments print the usage and exit 2."""
     assert main(["only-one"]) == 2
     assert "usage: python -m pipeline.demo_agent" in capsys.readouterr().err
+
+
+def test_edit_whose_anchor_is_gone_blocks(tmp_path: Path) -> None:
+    """An edit whose anchor an earlier edit removed blocks instead of silently doing nothing."""
+    (tmp_path / "m.py").write_text("x = 1\n", encoding="utf-8")
+    change = Change("s", "b", "tests/test_m.py", "import unittest\nraise SystemExit(1)\n", (
+        Edit("m.py", "x = 1", "x = 2", "first"), Edit("m.py", "x = 1", "x = 3", "second")))
+    lines: list[str] = []
+    with pytest.raises(Blocked, match=r"m.py no longer holds the code to change \(second\)"):
+        work(change, _brief("t"), tmp_path, lines.append)
+    assert "editing m.py: first" in lines
