@@ -32,16 +32,18 @@ CSP = (
 PAGE_SIZE = 50
 TAIL_KEYS = ("tail", "output", "stdout", "stderr", "output_tail", "log", "diff", "input")
 KINDS = ("issue", "fix_forward")
+INLINE_MAX = 160
 
 
 @dataclass(frozen=True)
 class ShownData:
     tails: list[tuple[str, str]]
+    inline: str
     rest: str
 
 
 def shown_data(data: dict[str, Any]) -> ShownData:
-    """Split event data into output tails (shown as blocks) and the rest (as JSON)."""
+    """Event data as output tails (blocks), a short ``k=v`` line, or else JSON details."""
     tails = []
     rest = {}
     for key, value in data.items():
@@ -49,8 +51,14 @@ def shown_data(data: dict[str, Any]) -> ShownData:
             tails.append((key, value))
         else:
             rest[key] = value
-    text = json.dumps(rest, indent=2, sort_keys=True, default=str) if rest else ""
-    return ShownData(tails, text)
+    inline = " · ".join(f"{k}={_short(v)}" for k, v in sorted(rest.items()))
+    if len(inline) <= INLINE_MAX:
+        return ShownData(tails, inline, "")
+    return ShownData(tails, "", json.dumps(rest, indent=2, sort_keys=True, default=str))
+
+
+def _short(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 def fmt_ts(value: datetime | None) -> str:
@@ -78,12 +86,18 @@ def fmt_money(value: float | None) -> str:
     return f"${value:.2f}" if value else "-"
 
 
+def web_url(value: str | None) -> bool:
+    """Only http(s) links are rendered as links (never ``javascript:`` and the like)."""
+    return bool(value) and str(value).lower().startswith(("http://", "https://"))
+
+
 def make_env() -> Environment:
     env = Environment(
         loader=PackageLoader("pipeline", "templates"), autoescape=True, auto_reload=False
     )
     env.filters.update(
-        ts=fmt_ts, clock=fmt_clock, dur=fmt_duration, money=fmt_money, shown_data=shown_data
+        ts=fmt_ts, clock=fmt_clock, dur=fmt_duration, money=fmt_money, shown_data=shown_data,
+        web_url=web_url,
     )
     return env
 
@@ -112,11 +126,7 @@ def _query(flt: RunFilter, offset: int | None = None) -> str:
     return "?" + urlencode(params) if params else ""
 
 
-def runs_page(request: Request) -> Response:
-    """GET /: the runs table with filters; live rows via /fragments/runs."""
-    flt = _filters(request)
-    if isinstance(flt, Response):
-        return flt
+def _runs_values(request: Request, flt: RunFilter) -> dict[str, Any]:
     store = context(request).store
     stats = store.stats()
     total = store.count_runs(flt)
@@ -127,31 +137,39 @@ def runs_page(request: Request) -> Response:
         "frozen_repos": stats.frozen_repos,
     }
     after = flt.offset + flt.limit
+    return {
+        "flt": flt,
+        "runs": store.list_runs(flt),
+        "total": total,
+        "health": health,
+        "filtered": bool(flt.repo or flt.state or flt.kind),
+        "kinds": sorted(set(KINDS) | set(stats.runs_by_kind)),
+        "prev_url": ("/" + _query(flt, max(0, flt.offset - flt.limit))) if flt.offset else None,
+        "next_url": ("/" + _query(flt, after)) if after < total else None,
+    }
+
+
+def runs_page(request: Request) -> Response:
+    """GET /: the runs table with filters; live refresh via /fragments/runs."""
+    flt = _filters(request)
+    if isinstance(flt, Response):
+        return flt
     return render(
         "runs.html",
         nav="runs",
-        flt=flt,
-        runs=store.list_runs(flt),
-        total=total,
-        health=health,
-        filtered=bool(flt.repo or flt.state or flt.kind),
-        repo_names=[r.name for r in store.list_repos()],
+        repo_names=[r.name for r in context(request).store.list_repos()],
         states=RUN_STATES,
-        kinds=sorted(set(KINDS) | set(stats.runs_by_kind)),
         query=_query(flt, flt.offset),
-        prev_url=("/" + _query(flt, max(0, flt.offset - flt.limit))) if flt.offset else None,
-        next_url=("/" + _query(flt, after)) if after < total else None,
+        **_runs_values(request, flt),
     )
 
 
 def runs_fragment(request: Request) -> Response:
-    """GET /fragments/runs: the table rows alone, for live refresh."""
+    """GET /fragments/runs: the summary, table and pager alone, for live refresh."""
     flt = _filters(request)
     if isinstance(flt, Response):
         return flt
-    runs = context(request).store.list_runs(flt)
-    filtered = bool(flt.repo or flt.state or flt.kind)
-    return render("runs_rows.html", runs=runs, filtered=filtered)
+    return render("runs_live.html", **_runs_values(request, flt))
 
 
 def _run_values(request: Request) -> dict[str, Any] | None:

@@ -80,9 +80,9 @@
   setupActions();
   var page = body.dataset.page;
   if (page === "runs") {
-    var rows = document.getElementById("runs-body");
+    var live = document.getElementById("runs-live");
     watch(function (name) {
-      if (name.indexOf("run.") === 0) refresh(rows, rows.dataset.fragment);
+      refresh(live, live.dataset.fragment);
     });
   } else if (page === "run") {
     var detail = document.getElementById("run-detail");

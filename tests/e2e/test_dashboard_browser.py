@@ -1,0 +1,162 @@
+"""The dashboard in real headless Chromium (Debian's chromium + chromedriver).
+
+Screenshots are kept in ``test-artifacts/`` (dashboard.png, timeline.png).
+Without the browser the tests skip, or fail when PIPELINE_TEST_REQUIRE_TOOLS=1
+(as in CI). ``scripts/install-browser.sh`` installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.api_harness import OWNER, TOKEN, ApiHarness, running_api
+
+pytestmark = pytest.mark.browser
+
+# Read at import: the autouse fixture clears PIPELINE_* before each test.
+REQUIRE_TOOLS = os.environ.get("PIPELINE_TEST_REQUIRE_TOOLS") == "1"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+XSS_TITLE = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
+CHROMIUM_ARGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--window-size=1280,900",
+)
+
+
+def browser_paths() -> tuple[str, str]:
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+    missing = [p for p in (chromium, driver) if not os.access(p, os.X_OK)]
+    if missing:
+        message = f"browser test needs {', '.join(missing)} (run scripts/install-browser.sh)"
+        if REQUIRE_TOOLS:
+            pytest.fail(message + "; PIPELINE_TEST_REQUIRE_TOOLS=1 makes this a failure")
+        pytest.skip(message)
+    return chromium, driver
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[object]:
+    """Headless Chromium with a fresh profile, driven by the system chromedriver."""
+    chromium, driver_path = browser_paths()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in (*CHROMIUM_ARGS, f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(arg)
+    service = Service(executable_path=driver_path, log_output=str(tmp_path / "chromedriver.log"))
+    browser = webdriver.Chrome(options=options, service=service)
+    browser.set_page_load_timeout(30)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture
+def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
+    with running_api(sqlite_url, tmp_path) as harness:
+        issue = harness.store.upsert_issue("alpha", tracker="gh", number=41, title=XSS_TITLE,
+                                           author="mallory", url="https://example.invalid/41")
+        harness.store.enqueue("alpha", issue_id=issue.id)
+        yield harness
+
+
+def wait(browser: object, condition: object, timeout_s: float = 15.0) -> object:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout_s, poll_frequency=0.1).until(condition)
+
+
+def play_a_run(api: ApiHarness) -> None:
+    """Claim the queued run and record a realistic timeline through to success."""
+    run = api.claim()
+    store, owner, attempt = api.store, OWNER, run.attempt
+    store.transition(run.id, owner, attempt, "implementing", "agent started (claude)")
+    store.append_event(run.id, owner, attempt, "tool", "Edit src/greeter/core.py",
+                       {"tool": "Edit", "path": "src/greeter/core.py"})
+    store.append_event(run.id, owner, attempt, "tool", "Bash: python -m unittest",
+                       {"tool": "Bash"})
+    store.update_run(run.id, owner, attempt, cost_usd=0.42, tokens_in=5100, tokens_out=800,
+                     num_turns=7, pushed_sha="4be1c0ffee1234567890abcdef")
+    store.transition(run.id, owner, attempt, "testing")
+    store.append_event(run.id, owner, attempt, "test", "tests passed",
+                       {"exit_code": 0, "tail": "...\nRan 12 tests in 0.031s\n\nOK"})
+    store.transition(run.id, owner, attempt, "publishing")
+    store.append_event(run.id, owner, attempt, "publish", "pushed 4be1c0ffee12 to main")
+    store.transition(run.id, owner, attempt, "watching")
+    store.append_event(run.id, owner, attempt, "ci", "CI passed for 4be1c0ffee12",
+                       {"state": "success", "checks": 3})
+    store.append_event(run.id, owner, attempt, "deploy", "deploy healthy: 3/3 probes",
+                       {"url": "http://127.0.0.1:8080/version", "status": 200})
+    store.finish(run.id, owner, attempt, "succeeded", summary="Greeting now says hello twice.")
+
+
+def test_new_run_appears_live_and_its_timeline_opens(driver: object, api: ApiHarness) -> None:
+    """The runs page loads, a run enqueued after load appears live, clicking opens its timeline."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support import expected_conditions as ec
+
+    assert isinstance(driver, WebDriver)
+    driver.get(api.url + "/")
+    wait(driver, ec.text_to_be_present_in_element((By.ID, "live"), "live"))
+    issue_cell = driver.find_element(By.CSS_SELECTOR, "#run-1 td.issue")
+    assert XSS_TITLE in issue_cell.text  # shown as text, not run
+    assert driver.execute_script("return window.__xss") is None
+
+    run = api.store.enqueue("beta", priority=3).run
+    row = wait(driver, ec.presence_of_element_located((By.ID, f"run-{run.id}")))
+    assert "beta" in row.text and "queued" in row.text  # type: ignore[attr-defined]
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / "dashboard.png"))
+
+    row.find_element(By.CSS_SELECTOR, "a.run-link").click()  # type: ignore[attr-defined]
+    wait(driver, ec.url_to_be(f"{api.url}/runs/{run.id}"))
+    wait(driver, ec.text_to_be_present_in_element((By.ID, "live"), "live"))
+    assert f"Run #{run.id}" in driver.find_element(By.TAG_NAME, "h1").text
+    play_a_run(api)
+    wait(driver, ec.text_to_be_present_in_element((By.CSS_SELECTOR, "h1 .badge"), "succeeded"))
+    timeline = driver.find_element(By.ID, "timeline").text
+    assert "tests passed" in timeline and "Ran 12 tests" in timeline
+    assert "$0.42" in driver.find_element(By.CSS_SELECTOR, "dl.facts").text
+    assert "deploy healthy" in timeline
+    driver.set_window_size(1280, 1400)
+    driver.save_screenshot(str(ARTIFACTS / "timeline.png"))
+
+
+def test_unfreeze_from_the_repos_page(driver: object, api: ApiHarness) -> None:
+    """The repos page shows a frozen repo; its unfreeze form with the token unfreezes it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support import expected_conditions as ec
+
+    assert isinstance(driver, WebDriver)
+    api.store.freeze_repo("beta", "deploy broken after fix-forward", "recovery")
+    driver.get(api.url + "/repos")
+    row = driver.find_element(By.CSS_SELECTOR, 'tr[data-repo="beta"]')
+    assert "deploy broken after fix-forward" in row.text
+    form = row.find_element(By.CSS_SELECTOR, "form.action")
+    form.find_element(By.NAME, "token").send_keys("wrong")
+    form.find_element(By.CSS_SELECTOR, "button").click()
+    wait(driver, ec.text_to_be_present_in_element((By.CSS_SELECTOR, 'tr[data-repo="beta"] output'),
+                                                  "wrong API token"))
+    repo = api.store.get_repo("beta")
+    assert repo is not None and repo.frozen
+    token = form.find_element(By.NAME, "token")
+    token.clear()
+    token.send_keys(TOKEN)
+    form.find_element(By.NAME, "note").send_keys("checked by hand")
+    form.find_element(By.CSS_SELECTOR, "button").click()
+    wait(driver, ec.text_to_be_present_in_element(
+        (By.CSS_SELECTOR, 'tr[data-repo="beta"] .badge'), "active"))
+    repo = api.store.get_repo("beta")
+    assert repo is not None and not repo.frozen

@@ -1,0 +1,101 @@
+"""The dashboard's server-rendered pages over HTTP: content, escaping, filters, fragments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.api_harness import ApiHarness, running_api
+
+EVIL = "<script>alert('x')</script>"
+
+
+@pytest.fixture
+def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
+    with running_api(sqlite_url, tmp_path) as harness:
+        issue = harness.store.upsert_issue("alpha", tracker="gh", number=7, title=EVIL,
+                                           author="x", url="javascript:alert(1)")
+        harness.store.enqueue("alpha", issue_id=issue.id)
+        harness.store.enqueue("beta", kind="fix_forward")
+        yield harness
+
+
+def test_runs_page_lists_runs_with_csp(api: ApiHarness) -> None:
+    """GET / lists the runs, with filters and a Content-Security-Policy without inline script."""
+    resp = api.client.get("/")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in resp.headers["content-security-policy"]
+    assert 'id="run-1"' in resp.text and 'id="run-2"' in resp.text
+    assert '<option value="fix_forward">' in resp.text
+    assert "<b>2</b> queued" in resp.text
+
+
+def test_issue_titles_are_escaped(api: ApiHarness) -> None:
+    """A <script> issue title is rendered as text on the list and the run page."""
+    for path in ("/", "/runs/1", "/fragments/runs", "/fragments/runs/1"):
+        text = api.client.get(path).text
+        assert EVIL not in text, path
+        assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text, path
+
+
+def test_filters_narrow_the_table(api: ApiHarness) -> None:
+    """The repo, state and kind filters narrow the rows, fragments included."""
+    beta = api.client.get("/", params={"repo": "beta"}).text
+    assert 'id="run-2"' in beta and 'id="run-1"' not in beta
+    assert 'data-fragment="/fragments/runs?repo=beta"' in beta
+    fixes = api.client.get("/fragments/runs", params={"kind": "fix_forward"}).text
+    assert 'id="run-2"' in fixes and 'id="run-1"' not in fixes
+    none = api.client.get("/", params={"state": "failed"}).text
+    assert "No runs yet for these filters" in none
+
+
+def test_bad_filter_is_a_page_not_a_crash(api: ApiHarness) -> None:
+    """An invalid filter value answers 422 with a page naming the parameter."""
+    resp = api.client.get("/", params={"state": "bogus"})
+    assert resp.status_code == 422 and "state: must be one of" in resp.text
+
+
+def test_run_page_shows_timeline_and_cost(api: ApiHarness) -> None:
+    """GET /runs/{id} shows facts, cost and the timeline with test output tails."""
+    run = api.claim()
+    api.finish(run, cost_usd=1.5, tokens_in=10, tokens_out=20)
+    text = api.client.get(f"/runs/{run.id}").text
+    assert f"Run #{run.id}" in text and "$1.50" in text
+    assert "tests passed" in text
+    assert '<pre class="tail" title="tail">3 passed in 0.1s</pre>' in text
+    assert f'href="/api/runs/{run.id}/log"' in text
+
+
+def test_only_web_links_are_linked(api: ApiHarness) -> None:
+    """An issue URL that is not http(s) (javascript:...) is never rendered as a link."""
+    text = api.client.get("/runs/1").text
+    assert "javascript:" not in text and "#7" in text
+
+
+def test_missing_pages_are_404_pages(api: ApiHarness) -> None:
+    """Unknown runs and paths give a 404 HTML page; API paths give JSON."""
+    run = api.client.get("/runs/999")
+    assert run.status_code == 404 and "Run 999 does not exist" in run.text
+    page = api.client.get("/nowhere")
+    assert page.status_code == 404 and "text/html" in page.headers["content-type"]
+    api_path = api.client.get("/api/nowhere")
+    assert api_path.status_code == 404 and "error" in api_path.json()
+
+
+def test_repos_page_shows_frozen_state_and_actions(api: ApiHarness) -> None:
+    """GET /repos shows the frozen reason and an unfreeze form posting to the API."""
+    api.store.freeze_repo("beta", "deploy broken <b>twice</b>", "recovery")
+    text = api.client.get("/repos").text
+    assert "deploy broken &lt;b&gt;twice&lt;/b&gt;" in text
+    assert 'data-url="/api/repos/beta/unfreeze"' in text
+    assert 'data-url="/api/repos/alpha/freeze"' in text
+
+
+def test_static_assets_are_served(api: ApiHarness) -> None:
+    """The stylesheet and the live-update script are served from /static."""
+    css = api.client.get("/static/style.css")
+    js = api.client.get("/static/live.js")
+    assert css.status_code == 200 and "text/css" in css.headers["content-type"]
+    assert js.status_code == 200 and "EventSource" in js.text
