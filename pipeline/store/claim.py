@@ -215,6 +215,15 @@ class ClaimMixin(StoreBase):
             self._append_event(conn, run_id, attempt, "state", "back in the queue",
                                {"state": "queued", "sweep": True}, now)
 
+    def busy_by_repo(self) -> dict[int, int]:
+        """Busy runs per repo id, read in one snapshot (invariant monitors, metrics)."""
+        with self._read() as conn:
+            rows = conn.execute(
+                select(RunRow.repo_id, func.count(RunRow.id))
+                .where(RunRow.state.in_(BUSY_STATES)).group_by(RunRow.repo_id)
+            )
+            return {int(repo_id): int(count) for repo_id, count in rows}
+
     def claimed_by(self, owner: str) -> list[int]:
         """Ids of busy runs held by ``owner`` (diagnostics and tests)."""
         with self._read() as conn:

@@ -19,18 +19,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from pipeline.errors import RetryableError
+from pipeline.errors import LeaseLost, RetryableError
 from pipeline.proc import run_command
 from pipeline.queue import RunContext, RunPipeline, Scheduler
 from pipeline.settings import SchedulerSettings
 from pipeline.store import Store
 
-# ``exec`` keeps the pid the shell printed: it is the agent's pid and process group.
-AGENT_SCRIPT = 'echo "agent-pid $$"; exec sleep "$1"'
+# The shell's pid is the agent's process group; it prints a tick every quarter second.
+AGENT_SCRIPT = (
+    'echo "agent-pid $$"; n=0; '
+    'while [ "$n" -lt "$1" ]; do sleep 0.25; n=$((n+1)); echo "tick $n"; done'
+)
+TICK_S = 0.25
+log = logging.getLogger(__name__)
 
 
-def dummy_pipeline(agent_s: float) -> RunPipeline:
-    """A run pipeline whose agent is ``sleep agent_s`` (none when ``agent_s`` is 0)."""
+def dummy_pipeline(agent_s: float, tick_events: bool = False) -> RunPipeline:
+    """A run pipeline whose agent works ``agent_s`` (none when 0).
+
+    With ``tick_events`` every tick of the agent is a fenced timeline write, so a
+    worker that lost its lease finds out from its own next write.
+    """
+    ticks = max(1, round(agent_s / TICK_S))
 
     def run(ctx: RunContext) -> str | None:
         ctx.set_state("implementing", "dummy agent starting")
@@ -39,11 +49,16 @@ def dummy_pipeline(agent_s: float) -> RunPipeline:
             return None
 
         def on_line(line: str) -> None:
-            if line.startswith("agent-pid "):
-                ctx.events("agent", "agent started", {"pid": int(line.split()[1])})
+            try:
+                if line.startswith("agent-pid "):
+                    ctx.events("agent", "agent started", {"pid": int(line.split()[1])})
+                elif tick_events:
+                    ctx.events("tick", line)
+            except LeaseLost:
+                log.warning("run %s: write rejected, lease lost; stopping the agent", ctx.run.id)
 
         result = run_command(
-            ["/bin/sh", "-c", AGENT_SCRIPT, "agent", str(agent_s)], cwd=Path.cwd(),
+            ["/bin/sh", "-c", AGENT_SCRIPT, "agent", str(ticks)], cwd=Path.cwd(),
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, stop=ctx.stop,
             on_line=on_line, kill_grace_s=ctx.kill_grace_s,
         )
@@ -68,6 +83,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--kill-grace-s", type=float, default=1.0)
     parser.add_argument("--max-recoveries", type=int, default=3)
     parser.add_argument("--stop-grace-s", type=float, default=0.0)
+    parser.add_argument("--tick-events", action="store_true")
     return parser.parse_args(list(argv))
 
 
@@ -94,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    scheduler = Scheduler(store, dummy_pipeline(args.agent_s),
+    scheduler = Scheduler(store, dummy_pipeline(args.agent_s, args.tick_events),
                           settings=settings_from(args), max_concurrency=args.max_concurrency,
                           owner=args.owner)
     scheduler.start()
