@@ -1,0 +1,48 @@
+"""The README stays in sync with the example config and the environment variables."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import ENV_VARS
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _keys(table: dict[str, Any]) -> Iterator[str]:
+    for key, value in table.items():
+        if isinstance(value, dict):
+            yield from _keys(value)
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for item in value:
+                yield from _keys(item)
+        else:
+            yield key
+
+
+def test_every_example_option_is_in_the_readme() -> None:
+    """Each option the example config documents is named in the README's reference."""
+    example = tomllib.loads((ROOT / "config" / "pipeline.example.toml").read_text())
+    ignored = {"from", "to", "AGENT_ENV"}  # copy_files entries and an agent env example
+    missing = sorted(
+        {k for k in _keys(example) if f"`{k}`" not in README and k not in ignored}
+        - {k for k in _keys(example) if k.isupper()}
+    )
+    assert missing == [], f"README does not mention these options: {missing}"
+
+
+def test_every_environment_variable_is_in_the_readme() -> None:
+    """Each PIPELINE_* variable the loader reads is listed in the README."""
+    missing = sorted(name for name in ENV_VARS if f"`{name}`" not in README)
+    assert missing == []
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    """The README's first code block is the demo command, then the test command."""
+    block = README.split("```sh", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert [line.split()[0] for line in block] == ["scripts/demo", "scripts/test"]
+    assert (ROOT / "scripts" / "demo").exists() and (ROOT / "scripts" / "test").exists()
