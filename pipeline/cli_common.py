@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, TypeAlias
 
 from pipeline.settings import Settings
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pipeline.store import Store
 
 Handler = Callable[[argparse.Namespace, TextIO, TextIO], int]
-Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 EXIT_OK = 0
 EXIT_FAIL = 1
