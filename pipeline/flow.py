@@ -136,7 +136,7 @@ class RunFlow:
             stop=ctx.stop,
             retest=lambda: run_test_gate(repo, ws.workdir, ws.env, ctx.events, ctx.stop).ok,
             resolve_conflict=None,
-            record_pushed=lambda sha: ctx.update(pushed_sha=sha),
+            record_pushed=lambda sha: self._record_push(ctx, sha),
             title=f"{issue.title} ({issue.ref})",
             env=ws.env,
         )

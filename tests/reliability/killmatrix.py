@@ -1,0 +1,112 @@
+"""kill -9 of the daemon at each phase boundary, then a restart without the fault.
+
+A trial files one issue, starts ``pipeline run`` with ``PIPELINE_FAULTS=<checkpoint>``,
+waits for the process to die by SIGKILL, restarts it clean and follows the
+run to its end. Recovery time is measured from the restart to the moment the
+run is claimed again (or, if it was already recorded as done, terminal).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pipeline.faults import CHECKPOINTS
+
+from .figures import Figures
+from .world import World, WorldSpec, fresh_database, kill9, stop
+
+DEATH_TIMEOUT_S = 60.0
+FINISH_TIMEOUT_S = 90.0
+
+
+def kill_trial(root: Path, engine: str, checkpoint: str) -> Figures:
+    """One crash-and-restart trial; the figures say what broke."""
+    figures = Figures(scenario=f"kill -9 at {checkpoint}", engine=engine, trials=1)
+    started = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    with fresh_database(engine, root) as url:
+        world = World(root, url, WorldSpec())
+        try:
+            _trial(world, checkpoint, figures)
+        finally:
+            world.close()
+    figures.duration_s = time.monotonic() - started
+    return figures
+
+
+def _trial(world: World, checkpoint: str, figures: Figures) -> None:
+    world.migrate()
+    number = world.file_issue("r0", f"crash at {checkpoint}", "add a file")
+    first = world.daemon("faulty", env={"PIPELINE_FAULTS": checkpoint})
+    try:
+        world.wait(lambda: first.poll() is not None, DEATH_TIMEOUT_S,
+                   f"daemon with PIPELINE_FAULTS={checkpoint} dies")
+    except AssertionError:
+        figures.misclassified.append(f"checkpoint {checkpoint} never fired")
+        kill9(first)
+        return
+    if first.returncode != -9:
+        figures.misclassified.append(f"daemon exited {first.returncode}, not by SIGKILL")
+    figures.faults_injected += 1
+    (run,) = world.runs()
+    attempt_at_death = run.attempt
+    restarted = time.monotonic()
+    second = world.daemon("clean")
+    try:
+        figures.recovery_s.append(world.wait(
+            lambda: _back_in_line(world, run.id, attempt_at_death), FINISH_TIMEOUT_S,
+            f"run {run.id} claimed again after the restart", interval_s=0.05))
+        world.wait(lambda: all(r.terminal for r in world.runs()), FINISH_TIMEOUT_S,
+                   f"run {run.id} terminal")
+    except AssertionError as exc:
+        figures.lost_issues.append(str(exc).splitlines()[0])
+    finally:
+        code = stop(second)
+    if code != 0:
+        figures.notes.append(f"clean daemon exited {code} on SIGTERM")
+    figures.notes.append(f"restart to claim {time.monotonic() - restarted:.1f} s incl. finish")
+    check_outcome(world, figures, expect_success=True)
+    assert number
+
+
+def _back_in_line(world: World, run_id: int, attempt: int) -> bool:
+    run = world.store.get_run(run_id)
+    return run is not None and (run.terminal or run.attempt > attempt)
+
+
+def check_outcome(world: World, figures: Figures, *, expect_success: bool) -> None:
+    """Lost issues, non-terminal runs and double pushes, from the database and the remotes."""
+    runs = world.runs()
+    by_issue = {r.issue_number: r for r in runs if r.kind == "issue"}
+    for issue in world.store.list_local_issues(state=None):
+        run = by_issue.get(issue.id)
+        if run is None:
+            if issue.state != "closed":
+                figures.lost_issues.append(f"issue {issue.id}: no run and still open")
+            continue
+        if not run.terminal:
+            figures.lost_issues.append(f"issue {issue.id}: run {run.id} left {run.state}")
+        elif expect_success and run.state != "succeeded":
+            figures.lost_issues.append(
+                f"issue {issue.id}: run {run.id} ended {run.state} ({run.error_class}: "
+                f"{run.error})")
+        if expect_success and run.state == "succeeded" and issue.state != "closed":
+            figures.lost_issues.append(f"issue {issue.id}: run succeeded, issue still open")
+    pushes = world.pushes_by_run()
+    for run_id, count in sorted(pushes.items()):
+        if count > 1:
+            figures.double_pushes.append(f"run {run_id} pushed {count} commits")
+    for run in runs:
+        if run.state == "succeeded" and run.pushed_sha and pushes.get(run.id, 0) != 1:
+            figures.double_pushes.append(
+                f"run {run.id} succeeded with {pushes.get(run.id, 0)} commits on the remote")
+
+
+def kill_matrix(root: Path, engines: tuple[str, ...]) -> list[Figures]:
+    """Every checkpoint on every engine."""
+    results = []
+    for engine in engines:
+        for checkpoint in CHECKPOINTS:
+            results.append(kill_trial(root / f"{engine}-{checkpoint}", engine, checkpoint))
+    return results

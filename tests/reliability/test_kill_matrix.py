@@ -1,0 +1,24 @@
+"""kill -9 at every phase boundary on both engines: nothing lost, nothing pushed twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.faults import CHECKPOINTS
+
+from .conftest import ENGINES, require_engine
+from .killmatrix import kill_trial
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("checkpoint", CHECKPOINTS)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_kill_at_checkpoint_recovers(tmp_path: Path, engine: str, checkpoint: str) -> None:
+    """The daemon dies by SIGKILL at the checkpoint; a clean restart finishes the run once."""
+    require_engine(engine)
+    figures = kill_trial(tmp_path, engine, checkpoint)
+    figures.assert_clean()
+    assert figures.faults_injected == 1
+    assert len(figures.recovery_s) == 1
