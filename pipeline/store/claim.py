@@ -50,8 +50,13 @@ class SweepReport:
                              self.requeued)))
 
 
+# Built once: aliasing a table copies its column collection, which is slow per call.
+_BUSY_IN_REPO = RunRow.__table__.alias("busy")
+_BUSY_ALL = RunRow.__table__.alias("busy_all")
+
+
 def _candidates(now: datetime, exclude_repo_ids: Collection[int]) -> Any:
-    busy = RunRow.__table__.alias("busy")
+    busy = _BUSY_IN_REPO
     query = (
         select(RunRow.id)
         .join(RepoRow, RepoRow.id == RunRow.repo_id)
@@ -71,7 +76,7 @@ def _candidates(now: datetime, exclude_repo_ids: Collection[int]) -> Any:
 
 
 def _busy_count() -> Any:
-    busy = RunRow.__table__.alias("busy_all")
+    busy = _BUSY_ALL
     return select(func.count(busy.c.id)).where(busy.c.state.in_(BUSY_STATES)).correlate(None)
 
 
@@ -79,7 +84,7 @@ def _claim_values(owner: str, now: datetime, lease_s: float) -> dict[str, Any]:
     return {
         "state": "preparing", "owner": owner, "attempt": RunRow.attempt + 1,
         "lease_until": now + timedelta(seconds=lease_s), "started_at": now,
-        "finished_at": None, "updated_at": now,
+        "finished_at": None, "deadline_at": None, "updated_at": now,
     }
 
 
@@ -95,14 +100,14 @@ class ClaimMixin(StoreBase):
             with self._write() as conn:
                 now = db_now(conn)
                 if conn.dialect.name == "postgresql":
-                    run_id = self._claim_postgres(conn, owner, now, max_concurrency, lease_s,
-                                                  exclude_repo_ids)
+                    taken = self._claim_postgres(conn, owner, now, max_concurrency, lease_s,
+                                                 exclude_repo_ids)
                 else:
-                    run_id = self._claim_sqlite(conn, owner, now, max_concurrency, lease_s,
-                                                exclude_repo_ids)
-                if run_id is None:
+                    taken = self._claim_sqlite(conn, owner, now, max_concurrency, lease_s,
+                                               exclude_repo_ids)
+                if taken is None:
                     return None
-                return self._claimed(conn, run_id, owner, now)
+                return self._claimed(conn, taken[0], taken[1], owner, now)
         except IntegrityError:
             return None  # uq_runs_busy_repo: another claimer took this repo first
 
@@ -110,21 +115,21 @@ class ClaimMixin(StoreBase):
     def _claim_sqlite(
         conn: Connection, owner: str, now: datetime, cap: int, lease_s: float,
         exclude: Collection[int],
-    ) -> int | None:
+    ) -> tuple[int, float | None] | None:
         pick = _candidates(now, exclude).where(_busy_count().scalar_subquery() < cap)
         claimed = conn.execute(
             update(RunRow)
             .where(RunRow.id == pick.correlate(None).scalar_subquery(), RunRow.state == "queued")
             .values(**_claim_values(owner, now, lease_s))
-            .returning(RunRow.id)
-        ).scalar_one_or_none()
-        return int(claimed) if claimed is not None else None
+            .returning(RunRow.id, RunRow.timeout_s)
+        ).first()
+        return (int(claimed[0]), claimed[1]) if claimed is not None else None
 
     @staticmethod
     def _claim_postgres(
         conn: Connection, owner: str, now: datetime, cap: int, lease_s: float,
         exclude: Collection[int],
-    ) -> int | None:
+    ) -> tuple[int, float | None] | None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CLAIM_LOCK_KEY})
         if int(conn.execute(_busy_count()).scalar_one()) >= cap:
             return None
@@ -133,19 +138,19 @@ class ClaimMixin(StoreBase):
         ).scalar_one_or_none()
         if run_id is None:
             return None
-        conn.execute(
+        timeout_s = conn.execute(
             update(RunRow).where(RunRow.id == run_id).values(**_claim_values(owner, now, lease_s))
-        )
-        return int(run_id)
+            .returning(RunRow.timeout_s)
+        ).scalar_one()
+        return int(run_id), timeout_s
 
-    def _claimed(self, conn: Connection, run_id: int, owner: str, now: datetime) -> Run:
+    def _claimed(
+        self, conn: Connection, run_id: int, timeout_s: float | None, owner: str, now: datetime
+    ) -> Run:
         """Set the deadline (execution time only: it starts now) and log the claim."""
-        timeout_s = conn.execute(select(RunRow.timeout_s).where(RunRow.id == run_id)).scalar_one()
         if timeout_s is not None:
             conn.execute(update(RunRow).where(RunRow.id == run_id)
                          .values(deadline_at=now + timedelta(seconds=float(timeout_s))))
-        else:
-            conn.execute(update(RunRow).where(RunRow.id == run_id).values(deadline_at=None))
         run = read_run(conn, run_id)
         self._append_event(conn, run_id, run.attempt, "claimed",
                            f"claimed by {owner} (attempt {run.attempt})",
