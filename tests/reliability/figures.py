@@ -28,15 +28,27 @@ class Figures:
     def merge(self, other: Figures) -> None:
         self.trials += other.trials
         self.faults_injected += other.faults_injected
-        for name in ("invariant_violations", "lost_issues", "double_pushes",
-                     "leaked_secrets", "misclassified", "recovery_s", "notes"):
+        for name in (
+            "invariant_violations",
+            "lost_issues",
+            "double_pushes",
+            "leaked_secrets",
+            "misclassified",
+            "recovery_s",
+            "notes",
+        ):
             getattr(self, name).extend(getattr(other, name))
         self.duration_s += other.duration_s
 
     @property
     def problems(self) -> list[str]:
-        return [*self.invariant_violations, *self.lost_issues, *self.double_pushes,
-                *self.leaked_secrets, *self.misclassified]
+        return [
+            *self.invariant_violations,
+            *self.lost_issues,
+            *self.double_pushes,
+            *self.leaked_secrets,
+            *self.misclassified,
+        ]
 
     def recovery_p50(self) -> float | None:
         return statistics.median(self.recovery_s) if self.recovery_s else None

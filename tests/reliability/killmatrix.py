@@ -40,8 +40,11 @@ def _trial(world: World, checkpoint: str, figures: Figures) -> None:
     number = world.file_issue("r0", f"crash at {checkpoint}", "add a file")
     first = world.daemon("faulty", env={"PIPELINE_FAULTS": checkpoint})
     try:
-        world.wait(lambda: first.poll() is not None, DEATH_TIMEOUT_S,
-                   f"daemon with PIPELINE_FAULTS={checkpoint} dies")
+        world.wait(
+            lambda: first.poll() is not None,
+            DEATH_TIMEOUT_S,
+            f"daemon with PIPELINE_FAULTS={checkpoint} dies",
+        )
     except AssertionError:
         figures.misclassified.append(f"checkpoint {checkpoint} never fired")
         kill9(first)
@@ -54,11 +57,19 @@ def _trial(world: World, checkpoint: str, figures: Figures) -> None:
     restarted = time.monotonic()
     second = world.daemon("clean")
     try:
-        figures.recovery_s.append(world.wait(
-            lambda: _back_in_line(world, run.id, attempt_at_death), FINISH_TIMEOUT_S,
-            f"run {run.id} claimed again after the restart", interval_s=0.05))
-        world.wait(lambda: all(r.terminal for r in world.runs()), FINISH_TIMEOUT_S,
-                   f"run {run.id} terminal")
+        figures.recovery_s.append(
+            world.wait(
+                lambda: _back_in_line(world, run.id, attempt_at_death),
+                FINISH_TIMEOUT_S,
+                f"run {run.id} claimed again after the restart",
+                interval_s=0.05,
+            )
+        )
+        world.wait(
+            lambda: all(r.terminal for r in world.runs()),
+            FINISH_TIMEOUT_S,
+            f"run {run.id} terminal",
+        )
     except AssertionError as exc:
         figures.lost_issues.append(str(exc).splitlines()[0])
     finally:
@@ -89,8 +100,8 @@ def check_outcome(world: World, figures: Figures, *, expect_success: bool) -> No
             figures.lost_issues.append(f"issue {issue.id}: run {run.id} left {run.state}")
         elif expect_success and run.state != "succeeded":
             figures.lost_issues.append(
-                f"issue {issue.id}: run {run.id} ended {run.state} ({run.error_class}: "
-                f"{run.error})")
+                f"issue {issue.id}: run {run.id} ended {run.state} ({run.error_class}: {run.error})"
+            )
         if expect_success and run.state == "succeeded" and issue.state != "closed":
             figures.lost_issues.append(f"issue {issue.id}: run succeeded, issue still open")
     pushes = world.pushes_by_run()
@@ -100,7 +111,8 @@ def check_outcome(world: World, figures: Figures, *, expect_success: bool) -> No
     for run in runs:
         if run.state == "succeeded" and run.pushed_sha and pushes.get(run.id, 0) != 1:
             figures.double_pushes.append(
-                f"run {run.id} succeeded with {pushes.get(run.id, 0)} commits on the remote")
+                f"run {run.id} succeeded with {pushes.get(run.id, 0)} commits on the remote"
+            )
 
 
 def kill_matrix(root: Path, engines: tuple[str, ...]) -> list[Figures]:

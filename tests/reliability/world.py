@@ -40,7 +40,7 @@ TRAILER = re.compile(r"^Afk-Run: (\d+)\s*$", re.MULTILINE)
 
 # The agent: writes one new file per invocation (so every run has a change and
 # no two runs conflict), sleeps a random time, and misbehaves on request.
-AGENT = r'''
+AGENT = r"""
 import os, pathlib, random, sys, time
 prompt = pathlib.Path(sys.argv[1]).read_text()
 wd = pathlib.Path(sys.argv[2])
@@ -76,7 +76,7 @@ if mode == "shell_probe":
 name = "change-%d-%d.txt" % (os.getpid(), time.time_ns())
 (wd / name).write_text(prompt[:200])
 print("wrote", name)
-'''
+"""
 
 
 def free_port() -> int:
@@ -164,16 +164,23 @@ class World:
     # -- building ------------------------------------------------------------------
 
     def _base_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PIPELINE_", "ANTHROPIC_", "GIT_"))}
-        env.update({
-            "HOME": str(self.root / "home"),
-            "PIPELINE_DATA_DIR": str(self.root / "data"),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_AUTHOR_NAME": "afk test", "GIT_AUTHOR_EMAIL": "afk@test.invalid",
-            "GIT_COMMITTER_NAME": "afk test", "GIT_COMMITTER_EMAIL": "afk@test.invalid",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        })
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PIPELINE_", "ANTHROPIC_", "GIT_"))
+        }
+        env.update(
+            {
+                "HOME": str(self.root / "home"),
+                "PIPELINE_DATA_DIR": str(self.root / "data"),
+                "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_AUTHOR_NAME": "afk test",
+                "GIT_AUTHOR_EMAIL": "afk@test.invalid",
+                "GIT_COMMITTER_NAME": "afk test",
+                "GIT_COMMITTER_EMAIL": "afk@test.invalid",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
         return env
 
     def _toml(self) -> str:
@@ -204,7 +211,8 @@ kind = "local"
 {spec.tracker_toml}
 [agents.scripted]
 kind = "command"
-command = [{json.dumps(sys.executable)}, {json.dumps(str(self.agent))}, "{{prompt_file}}", "{{workdir}}"]
+command = [{json.dumps(sys.executable)}, {json.dumps(str(self.agent))},
+           "{{prompt_file}}", "{{workdir}}"]
 idle_timeout_s = {spec.idle_timeout_s}
 exit_grace_s = 1
 [agents.scripted.env]
@@ -249,11 +257,15 @@ agent = "scripted"
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [sys.executable, "-m", "pipeline", *args, "--config", str(self.config)],
-            env=self.env, capture_output=True, text=True, timeout=60,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if check and proc.returncode != 0:
-            raise AssertionError(f"pipeline {' '.join(args)} exited {proc.returncode}:\n"
-                                 f"{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"pipeline {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def daemon(self, name: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -263,23 +275,28 @@ agent = "scripted"
         with log.open("ab") as handle:
             return subprocess.Popen(
                 [sys.executable, "-m", "pipeline", "run", "--config", str(self.config)],
-                env={**self.env, **(env or {})}, stdout=handle, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**self.env, **(env or {})},
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
 
     def log_text(self) -> str:
         return "".join(p.read_text(errors="replace") for p in self.logs if p.exists())
 
-    def wait(self, predicate: Callable[[], bool], timeout_s: float, what: str,
-             interval_s: float = 0.1) -> float:
+    def wait(
+        self, predicate: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.1
+    ) -> float:
         """Poll ``predicate``; the seconds it took. Raise with the runs when it times out."""
         start = time.monotonic()
         while time.monotonic() - start < timeout_s:
             if predicate():
                 return time.monotonic() - start
             time.sleep(interval_s)
-        raise AssertionError(f"{what}: not reached in {timeout_s} s; runs: {self.runs()}\n"
-                             f"{self.log_text()[-3000:]}")
+        raise AssertionError(
+            f"{what}: not reached in {timeout_s} s; runs: {self.runs()}\n{self.log_text()[-3000:]}"
+        )
 
     # -- reading the outcome -------------------------------------------------------
 
