@@ -108,6 +108,14 @@ class Tracker(Protocol):
 
     def commit_ci_state(self, slug: str, sha: str) -> CiState: ...
 
+    def open_pull_request(self, slug: str, head: str, base: str, title: str, body: str) -> str:
+        """Open a pull (merge) request from branch ``head`` into ``base``; its web URL.
+
+        An open one for the same branches is reused, so a retried publish never
+        opens a second.
+        """
+        ...
+
 
 def split_slug(slug: str) -> tuple[str, str]:
     """``owner/name`` into its parts; nested groups stay in the owner (GitLab)."""

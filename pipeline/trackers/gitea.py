@@ -141,6 +141,17 @@ class GiteaTracker:
         statuses = field(as_dict(page.data, path), "statuses", path, (list, type(None))) or []
         return summarise_statuses(statuses, path)
 
+    def open_pull_request(self, slug: str, head: str, base: str, title: str, body: str) -> str:
+        """``POST /repos/{owner}/{repo}/pulls``, unless an open one for ``head`` exists."""
+        path = f"{_repo(slug)}/pulls"
+        for raw in self._collect(path, {"state": "open"}) or []:
+            pull = as_dict(raw, path)
+            if _branch(pull, "head") == head and _branch(pull, "base") == base:
+                return text(pull, "html_url", path)
+        payload = {"title": title, "head": head, "base": base, "body": body}
+        page = self.http.mutate("POST", path, payload)
+        return text(as_dict(page.data, page.url), "html_url", page.url)
+
     def close_client(self) -> None:
         self.http.close()
 
@@ -194,6 +205,11 @@ def _repo(slug: str) -> str:
     if "/" in owner:
         raise ConfigError(f"repo slug {slug!r}: Gitea slugs are owner/name")
     return f"/repos/{owner}/{name}"
+
+
+def _branch(pull: dict[str, Any], side: str) -> str | None:
+    ref = pull.get(side)
+    return ref.get("ref") if isinstance(ref, dict) else None
 
 
 def _next_page(page: Page, params: Params) -> tuple[str, Params] | None:

@@ -139,6 +139,17 @@ class GitHubTracker:
         statuses = field(as_dict(status_page.data, status_path), "statuses", status_path, list)
         return summarise_ci(runs, statuses, runs_path)
 
+    def open_pull_request(self, slug: str, head: str, base: str, title: str, body: str) -> str:
+        """``POST /repos/{owner}/{repo}/pulls``, unless an open one for ``head`` exists."""
+        owner, _ = split_slug(slug)
+        path = f"{_repo(slug)}/pulls"
+        query = {"state": "open", "head": f"{owner}:{head}", "base": base, "per_page": "100"}
+        for item in self.http.collect(path, query, link_next) or []:
+            return text(as_dict(item, path), "html_url", path)
+        payload = {"title": title, "head": head, "base": base, "body": body}
+        page = self.http.mutate("POST", path, payload)
+        return text(as_dict(page.data, page.url), "html_url", page.url)
+
     def close_client(self) -> None:
         self.http.close()
 

@@ -150,6 +150,17 @@ class GitLabTracker:
             return CiState("none", details, url)
         return CiState("success", details, url)
 
+    def open_pull_request(self, slug: str, head: str, base: str, title: str, body: str) -> str:
+        """A merge request from ``head`` into ``base``, unless an open one exists."""
+        path = f"{_project(slug)}/merge_requests"
+        query = {"state": "opened", "source_branch": head, "target_branch": base}
+        for raw in self.http.collect(path, query, next_page) or []:
+            return text(as_dict(raw, path), "web_url", path)
+        payload = {"source_branch": head, "target_branch": base, "title": title,
+                   "description": body}
+        page = self.http.mutate("POST", path, payload)
+        return text(as_dict(page.data, page.url), "web_url", page.url)
+
     def close_client(self) -> None:
         self.http.close()
 

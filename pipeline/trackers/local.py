@@ -9,6 +9,7 @@ slug the pipeline asks about to that name. An issue's number is its id in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from pipeline.errors import FatalError
@@ -17,6 +18,7 @@ from pipeline.store import LocalIssue, Store
 from pipeline.trackers.base import CiState, Comment, IssueDetail, TrackerIssue
 
 LOCAL_AUTHOR = "afk-pipeline"
+_ISSUE_REF = re.compile(r"(?<![\w/])#(\d+)\b")
 
 
 def local_url(repo: str, number: int) -> str:
@@ -102,3 +104,19 @@ class LocalTracker:
 
     def commit_ci_state(self, slug: str, sha: str) -> CiState:
         return CiState(state="none", details=("the local tracker runs no CI",))
+
+    def open_pull_request(self, slug: str, head: str, base: str, title: str, body: str) -> str:
+        """No pull requests here: a pseudo-URL, and one comment on each issue ``body`` names.
+
+        ``#N`` references in ``body`` ("Closes #12") point at local issues of
+        this repo; each gets a comment saying the branch is ready to merge.
+        """
+        url = f"local://{self._repo(slug)}/branches/{head}"
+        note = f"Branch `{head}` is ready to merge into `{base}`: {title}\n\n{url}"
+        for number in dict.fromkeys(int(n) for n in _ISSUE_REF.findall(body)):
+            issue = self.store.get_local_issue(number)
+            if issue is None or issue.repo != self._repo(slug):
+                continue
+            if not any(url in c.body for c in self.store.local_comments(number)):
+                self.store.add_local_comment(number, note, author=LOCAL_AUTHOR)
+        return url

@@ -46,6 +46,8 @@ class FakeGitea(FakeForge):
         self.route("POST", REPO + "/labels", self._create_label)
         self.route("GET", REPO + "/collaborators/(?P<user>[^/]+)/permission", self._permission)
         self.route("GET", REPO + "/commits/(?P<sha>[^/]+)/status", self._combined_status)
+        self.route("GET", REPO + "/pulls", self._list_pulls)
+        self.route("POST", REPO + "/pulls", self._create_pull)
 
     def authorized(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
@@ -196,6 +198,30 @@ class FakeGitea(FakeForge):
         return Reply(200, {"state": combined if statuses else "", "sha": sha,
                            "total_count": len(items), "statuses": items,
                            "repository": self.render_repo(slug), "commit_url": "", "url": ""})
+
+    def render_pull(self, slug: str, pull: FakeIssue) -> dict[str, Any]:
+        return {"id": pull.id, "number": pull.number, "state": pull.state,
+                "title": pull.title, "body": pull.body, "user": _user(pull.author),
+                "html_url": f"{SITE}/{slug}/pulls/{pull.number}",
+                "url": f"{SITE}/api/v1/repos/{slug}/pulls/{pull.number}",
+                "head": {"ref": pull.head, "label": pull.head},
+                "base": {"ref": pull.base, "label": pull.base},
+                "merged": False, "created_at": pull.created_at, "updated_at": pull.updated_at}
+
+    def _list_pulls(self, request: Request, m: re.Match[str], _: Any) -> Reply:
+        slug = _slug(m)
+        return self._paged(request, [self.render_pull(slug, p) for p in self.pulls(slug)])
+
+    def _create_pull(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
+        slug = _slug(m)
+        fields = ("title", "head", "base")
+        if not isinstance(body, dict) or not all(isinstance(body.get(f), str) for f in fields):
+            return Reply(422, {"message": "title, head and base are required"})
+        pull = self.open_pull(slug, body["head"], body["base"], body["title"],
+                              str(body.get("body") or ""), self.bot)
+        if pull is None:
+            return Reply(409, {"message": "pull request already exists for these targets"})
+        return Reply(201, self.render_pull(slug, pull))
 
     def _issue(self, m: re.Match[str]) -> FakeIssue:
         return self.repos[_slug(m)].issues[int(m["number"])]

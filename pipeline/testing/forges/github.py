@@ -45,6 +45,8 @@ class FakeGitHub(FakeForge):
         self.route("GET", REPO + "/collaborators/(?P<user>[^/]+)/permission", self._permission)
         self.route("GET", REPO + "/commits/(?P<sha>[^/]+)/check-runs", self._check_runs)
         self.route("GET", REPO + "/commits/(?P<sha>[^/]+)/status", self._combined_status)
+        self.route("GET", REPO + "/pulls", self._list_pulls)
+        self.route("POST", REPO + "/pulls", self._create_pull)
 
     def authorized(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
@@ -210,6 +212,35 @@ class FakeGitHub(FakeForge):
                            "total_count": len(statuses), "repository": self.render_repo(slug),
                            "commit_url": f"{self._api()}/repos/{slug}/commits/{sha}",
                            "url": f"{self._api()}/repos/{slug}/commits/{sha}/status"})
+
+    def render_pull(self, slug: str, pull: FakeIssue) -> dict[str, Any]:
+        owner = slug.split("/", 1)[0]
+        return {"id": pull.id, "node_id": _node("PullRequest", pull.id),
+                "url": f"{self._api()}/repos/{slug}/pulls/{pull.number}",
+                "html_url": f"{SITE}/{slug}/pull/{pull.number}", "number": pull.number,
+                "state": pull.state, "locked": False, "title": pull.title,
+                "body": pull.body or None, "user": _user(pull.author), "draft": False,
+                "created_at": pull.created_at, "updated_at": pull.updated_at,
+                "head": {"label": f"{owner}:{pull.head}", "ref": pull.head},
+                "base": {"label": f"{owner}:{pull.base}", "ref": pull.base}}
+
+    def _list_pulls(self, request: Request, m: re.Match[str], _: Any) -> Reply:
+        slug, query = _slug(m), request.query_params
+        head = query.get("head", "").split(":", 1)[-1] or None
+        pulls = self.pulls(slug, head, query.get("base") or None)
+        return self._paged(request, [self.render_pull(slug, p) for p in pulls])
+
+    def _create_pull(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
+        slug = _slug(m)
+        fields = ("title", "head", "base")
+        if not isinstance(body, dict) or not all(isinstance(body.get(f), str) for f in fields):
+            return Reply(422, {"message": "Validation Failed"})
+        pull = self.open_pull(slug, body["head"], body["base"], body["title"],
+                              str(body.get("body") or ""), self.bot)
+        if pull is None:
+            message = f"A pull request already exists for {slug.split('/')[0]}:{body['head']}."
+            return Reply(422, {"message": "Validation Failed", "errors": [{"message": message}]})
+        return Reply(201, self.render_pull(slug, pull))
 
     def _issue(self, m: re.Match[str]) -> FakeIssue:
         return self.repos[_slug(m)].issues[int(m["number"])]

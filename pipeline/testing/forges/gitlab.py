@@ -42,6 +42,8 @@ class FakeGitLab(FakeForge):
         self.route("GET", ISSUE + "/resource_label_events", self._label_events)
         self.route("GET", PROJECT + "/members/all", self._members)
         self.route("GET", PROJECT + "/pipelines", self._pipelines)
+        self.route("GET", PROJECT + "/merge_requests", self._list_merge_requests)
+        self.route("POST", PROJECT + "/merge_requests", self._create_merge_request)
 
     def authorized(self, request: Request) -> bool:
         return (request.headers.get("private-token") == self.token
@@ -176,6 +178,32 @@ class FakeGitLab(FakeForge):
         ]
         items.sort(key=lambda p: int(p["id"]), reverse=True)
         return self._paged(request, items)
+
+    def render_merge_request(self, slug: str, pull: FakeIssue) -> dict[str, Any]:
+        return {"id": pull.id, "iid": pull.number, "project_id": self.repos[slug].id,
+                "title": pull.title, "description": pull.body, "state": _state(pull),
+                "source_branch": pull.head, "target_branch": pull.base,
+                "author": _user(pull.author), "created_at": pull.created_at,
+                "updated_at": pull.updated_at,
+                "web_url": f"{SITE}/{slug}/-/merge_requests/{pull.number}"}
+
+    def _list_merge_requests(self, request: Request, m: re.Match[str], _: Any) -> Reply:
+        slug, query = _slug(m), request.query_params
+        pulls = self.pulls(slug, query.get("source_branch"), query.get("target_branch"))
+        return self._paged(request, [self.render_merge_request(slug, p) for p in pulls])
+
+    def _create_merge_request(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
+        slug = _slug(m)
+        fields = ("title", "source_branch", "target_branch")
+        if not isinstance(body, dict) or not all(isinstance(body.get(f), str) for f in fields):
+            return Reply(400, {"message": "400 Bad request - title, source_branch, "
+                                          "target_branch are missing"})
+        pull = self.open_pull(slug, body["source_branch"], body["target_branch"], body["title"],
+                              str(body.get("description") or ""), self.bot)
+        if pull is None:
+            message = "Another open merge request already exists for this source branch"
+            return Reply(409, {"message": [message]})
+        return Reply(201, self.render_merge_request(slug, pull))
 
     def _issue(self, m: re.Match[str]) -> FakeIssue:
         issue = self.repos[_slug(m)].issues[int(m["number"])]

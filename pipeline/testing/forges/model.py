@@ -48,6 +48,8 @@ class FakeIssue:
     updated_at: str
     state: str = "open"
     is_pull_request: bool = False
+    head: str = ""  # pull requests: source branch
+    base: str = ""  # pull requests: target branch
     comments: list[FakeComment] = field(default_factory=list)
     events: list[LabelEvent] = field(default_factory=list)
 
@@ -133,6 +135,30 @@ class ForgeState:
             for label in labels:
                 self.apply_label(slug, number, label, labelled_by or author)
             return number
+
+    def open_pull(
+        self, slug: str, head: str, base: str, title: str, body: str, author: str
+    ) -> FakeIssue | None:
+        """A new open pull request, or ``None`` if one from ``head`` into ``base`` is open."""
+        with self.lock:
+            if self.pulls(slug, head, base):
+                return None
+            number = self.add_issue(slug, title, body=body, author=author, pull_request=True)
+            pull = self.issue(slug, number)
+            pull.head, pull.base = head, base
+            return pull
+
+    def pulls(self, slug: str, head: str | None = None, base: str | None = None) -> list[FakeIssue]:
+        """Open pull requests, optionally only those from ``head`` / into ``base``.
+
+        An unknown repo is a ``KeyError`` (the routes answer 404).
+        """
+        with self.lock:
+            return [
+                i for i in self.repos[slug].issues.values()
+                if i.is_pull_request and i.state == "open"
+                and head in (None, i.head) and base in (None, i.base)
+            ]
 
     def issue(self, slug: str, number: int) -> FakeIssue:
         with self.lock:
