@@ -125,6 +125,8 @@ class CodexStreamParser:
             self.events("tool", item_summary(item), {"tool": str(item_type)})
         elif item_type == "agent_message" and kind == "item.completed":
             self.last_text = str(item.get("text") or "")
+            if self.last_text.strip():
+                self.events("agent", summarise(f"codex: {self.last_text}"))
         elif item_type == "error" and kind == "item.completed":
             self.events("log", f"codex: {summarise(item.get('message'))}")
 

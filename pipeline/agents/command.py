@@ -3,8 +3,11 @@
 Each element of the template has the two placeholders replaced (plain text
 replacement, no shell, no format mini-language), the prompt is written to a
 file outside the worktree, and exit code 0 means success. The output is
-scanned for ``BLOCKED: <reason>``. Such agents have no session to resume, so
-the implement loop sends them the whole context each time.
+scanned for ``BLOCKED: <reason>``, and its first ``MAX_OUTPUT_EVENTS``
+non-blank lines reach the timeline as ``agent`` events (each bounded, the
+agent's key masked; the rest is counted in one last event). Such agents have
+no session to resume, so the implement loop sends them the whole context
+each time.
 """
 
 from __future__ import annotations
@@ -20,13 +23,40 @@ from pipeline.agents.base import (
     check_process,
     summarise,
 )
-from pipeline.agents.streams import agent_env
+from pipeline.agents.streams import RedactingSink, agent_env
 from pipeline.errors import ConfigError
 from pipeline.events import EventSink
 from pipeline.proc import StopToken, run_command
 from pipeline.settings import AgentPreset
 
 MAX_SCANNED_LINES = 2000
+MAX_OUTPUT_EVENTS = 200
+
+
+class OutputEvents:
+    """Forwards output lines as ``agent`` events: the first ``limit`` ones, then a count."""
+
+    def __init__(self, events: RedactingSink, limit: int = MAX_OUTPUT_EVENTS) -> None:
+        self.events = events
+        self.limit = limit
+        self.shown = 0
+        self.hidden = 0
+
+    def __call__(self, line: str) -> None:
+        if not line.strip():
+            return
+        if self.shown >= self.limit:
+            self.hidden += 1
+            return
+        self.shown += 1
+        # Masked before it is cut short, so no part of the key survives the cut.
+        self.events("agent", summarise(self.events.mask(line)), {"output_line": self.shown})
+
+    def close(self) -> None:
+        """One event for the lines past the limit, if any."""
+        if self.hidden:
+            self.events("agent", f"... {self.hidden} more output line(s) not shown",
+                        {"output_lines_hidden": self.hidden})
 
 
 def command_argv(template: tuple[str, ...], prompt_file: Path, workdir: Path) -> list[str]:
@@ -52,21 +82,28 @@ class CommandAgent:
         request.home.mkdir(parents=True, exist_ok=True)
         handle, name = tempfile.mkstemp(prefix="afk-prompt-", suffix=".md", dir=request.home)
         prompt_file = Path(name)
+        output = OutputEvents(RedactingSink(events, self.preset))
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as stream:
                 stream.write(request.prompt)
-            result = self._run(request, prompt_file, events, stop)
+            result = self._run(request, prompt_file, output, stop)
         finally:
             prompt_file.unlink(missing_ok=True)
+            output.close()
         events("agent", f"{self.name} exited with code {result.exit_code}")
         return result
 
     def _run(
-        self, request: AgentRequest, prompt_file: Path, events: EventSink, stop: StopToken | None
+        self,
+        request: AgentRequest,
+        prompt_file: Path,
+        output: OutputEvents,
+        stop: StopToken | None,
     ) -> AgentResult:
         lines: list[str] = []
 
         def keep(line: str) -> None:
+            output(line)
             if len(lines) < MAX_SCANNED_LINES or line.lstrip().startswith("BLOCKED:"):
                 lines.append(line)
 

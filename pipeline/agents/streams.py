@@ -21,6 +21,7 @@ from pipeline.proc import CommandResult, StopToken, run_command
 from pipeline.settings import AgentPreset
 
 MAX_GARBAGE_EVENTS = 20
+MIN_MASKED_PREFIX = 4  # a cut-off key's start this long is masked too
 
 
 class StreamParser(Protocol):
@@ -67,9 +68,19 @@ class RedactingSink:
         self.secret = key if key and len(key) >= 8 else None
 
     def __call__(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
-        if self.secret is not None and self.secret in message:
-            message = message.replace(self.secret, "***")
-        self.events(kind, message, data)
+        self.events(kind, self.mask(message), data)
+
+    def mask(self, message: str) -> str:
+        """``message`` with the key masked, also when a bounded summary cut it short."""
+        if self.secret is None:
+            return message
+        message = message.replace(self.secret, "***")
+        if message.endswith("…"):
+            body = message[:-1]
+            for size in range(min(len(self.secret) - 1, len(body)), MIN_MASKED_PREFIX - 1, -1):
+                if body.endswith(self.secret[:size]):
+                    return body[:-size] + "***…"
+        return message
 
 
 def agent_env(preset: AgentPreset, request: AgentRequest) -> dict[str, str]:

@@ -141,3 +141,52 @@ def test_codex_preset_runs_and_parses_a_stand_in(tmp_path: Path) -> None:
     result = build_agent(preset).run(_request(tmp_path), events=RecordingSink(), stop=None)
     assert result.session_id == "0199a213-81c0-7800-8aa1-bbab2a035a53"
     assert result.tool_calls == 3 and result.tokens_in == 24763
+
+
+_CHATTY = """\
+import os, sys
+print("x" * 1000 + " " + os.environ["CHATTY_KEY"], flush=True)
+print("", flush=True)
+for n in range(int(sys.argv[1])):
+    print(f"line {n}", flush=True)
+print("key: " + "y" * 190 + os.environ["CHATTY_KEY"], flush=True)
+"""
+
+
+def _chatty(tmp_path: Path, lines: int) -> Agent:
+    script = tmp_path / "chatty.py"
+    script.write_text(_CHATTY)
+    preset = AgentPreset(
+        name="chatty", kind="command", command=(sys.executable, str(script), str(lines)),
+        api_key=SecretRef(env="AFK_TEST_MODEL_API_KEY"), api_key_var="CHATTY_KEY",
+    )
+    return build_agent(preset)
+
+
+def test_command_output_reaches_the_timeline_bounded_and_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Output lines become agent events: 200 at most, each cut short, key masked, rest counted."""
+    monkeypatch.setenv("AFK_TEST_MODEL_API_KEY", "sk-very-secret-value")
+    sink = RecordingSink()
+    result = _chatty(tmp_path, 250).run(_request(tmp_path), events=sink, stop=None)
+    messages = [message for _, message, _ in sink.of_kind("agent")]
+    assert result.exit_code == 0 and len(messages) == 202
+    assert messages[0].startswith("xxx") and len(messages[0]) <= 200
+    assert messages[1:3] == ["line 0", "line 1"] and messages[199] == "line 198"
+    assert messages[200] == "... 52 more output line(s) not shown"
+    assert messages[201] == "chatty exited with code 0"
+    assert "sk-very" not in repr(sink.events) and "sk-ve" not in repr(sink.events)
+
+
+def test_short_command_output_is_forwarded_whole_and_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few lines are all forwarded in order, with no count event; a key near the cut too."""
+    monkeypatch.setenv("AFK_TEST_MODEL_API_KEY", "sk-very-secret-value")
+    sink = RecordingSink()
+    _chatty(tmp_path, 2).run(_request(tmp_path), events=sink, stop=None)
+    messages = [message for _, message, _ in sink.of_kind("agent")]
+    assert messages[1:3] == ["line 0", "line 1"] and len(messages) == 5
+    assert messages[3].startswith("key: yyy") and messages[3].endswith("y***")
+    assert "sk-" not in repr(sink.events)

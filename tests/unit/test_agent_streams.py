@@ -10,9 +10,10 @@ import pytest
 from pipeline.agents import classify_result
 from pipeline.agents.claude import ClaudeStreamParser
 from pipeline.agents.codex import CodexStreamParser
-from pipeline.agents.streams import MAX_GARBAGE_EVENTS
+from pipeline.agents.streams import MAX_GARBAGE_EVENTS, RedactingSink
 from pipeline.errors import RetryableError
 from pipeline.proc import CommandResult
+from pipeline.settings import AgentPreset, SecretRef
 from pipeline.testing.sinks import RecordingSink
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
@@ -135,3 +136,32 @@ def test_codex_blocked_message_gives_the_reason() -> None:
     result = parser.result(EXITED)
     assert result is not None
     assert result.blocked_reason == "the issue does not say which endpoint to change"
+
+
+def test_codex_agent_message_reaches_the_timeline_bounded() -> None:
+    """Each completed agent message becomes one bounded ``agent`` event."""
+    _, sink = _codex("exec_success.jsonl")
+    messages = [message for _, message, _ in sink.of_kind("agent")]
+    assert "codex: Added a failing test for add() and fixed the operator; the suite is green." in (
+        messages
+    )
+    parser = CodexStreamParser(sink)
+    item = {"id": "m1", "type": "agent_message", "text": "word " * 500}
+    parser.feed(json.dumps({"type": "item.completed", "item": item}))
+    assert len(sink.events[-1][1]) <= 200 and sink.events[-1][1].endswith("…")
+
+
+def test_redacting_sink_masks_a_key_cut_short_by_a_summary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key whole or cut off at a summary's end never reaches the timeline, even in part."""
+    monkeypatch.setenv("AFK_TEST_MODEL_API_KEY", "sk-very-secret-value")
+    preset = AgentPreset(name="c", kind="claude", api_key=SecretRef(env="AFK_TEST_MODEL_API_KEY"))
+    sink = RecordingSink()
+    redacting = RedactingSink(sink, preset)
+    redacting("tool", "Bash echo sk-very-secret-value")
+    redacting("tool", "Bash " + "y" * 189 + "sk-very-…")
+    redacting("tool", "Bash echo sk-other…")
+    assert [message for _, message, _ in sink.events] == [
+        "Bash echo ***", "Bash " + "y" * 189 + "***…", "Bash echo sk-other…"
+    ]
