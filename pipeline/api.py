@@ -117,6 +117,13 @@ async def webhook(request: Request) -> Response:
     return JSONResponse(dict(payload), status_code=status)
 
 
+async def runs_collection(request: Request) -> Response:
+    """/api/runs: GET lists, POST enqueues (one route, so 405 lists both methods)."""
+    if request.method == "POST":
+        return await api_writes.enqueue_run(request)
+    return await run_in_threadpool(api_runs.list_runs, request)
+
+
 async def on_bad_input(request: Request, exc: Exception) -> Response:
     return bad_input_response(cast(BadInput, exc))
 
@@ -135,8 +142,7 @@ def routes() -> list[BaseRoute]:
         Route("/openapi.json", openapi_endpoint),
         Route("/api", api_index),
         Route("/api/events", events_endpoint),
-        Route("/api/runs", api_runs.list_runs, methods=["GET"]),
-        Route("/api/runs", api_writes.enqueue_run, methods=["POST"]),
+        Route("/api/runs", runs_collection, methods=["GET", "POST"]),
         Route("/api/runs/{run_id:int}", api_runs.get_run),
         Route("/api/runs/{run_id:int}/log", api_runs.run_log),
         Route("/api/runs/{run_id:int}/cancel", api_writes.cancel_run, methods=["POST"]),

@@ -34,8 +34,15 @@ MAX_ID = 2**31 - 1
 MAX_NAME = 200
 MAX_NOTE = 2000
 MAX_PAGE = 500
+MAX_OFFSET = 10_000_000
 PRIORITY_RANGE = (-1000, 1000)
 INTEGER = re.compile(r"-?[0-9]{1,12}")
+RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+# Query parameters (``request.query_params`` or a filtered copy of them).
+Query = Mapping[str, str]
 NO_TOKEN_MESSAGE = (
     "write endpoints are disabled: no API token is configured; set [http] api_token_env "
     "(or api_token_file) in the config and put the token in that variable or file, "
@@ -137,9 +144,9 @@ def check_int(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
-def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
+def query_int(params: Query, name: str, default: int, low: int, high: int) -> int:
+    raw = params.get(name)
+    if raw is None:
         return default
     if not INTEGER.fullmatch(raw):
         raise BadInput(name, f"must be an integer, got {raw[:40]!r}")
@@ -166,32 +173,33 @@ def check_name(name: str, value: object) -> str:
     return text
 
 
-def query_name(request: Request, name: str) -> str | None:
-    raw = request.query_params.get(name)
-    return check_name(name, raw) if raw else None
+def query_name(params: Query, name: str) -> str | None:
+    raw = params.get(name)
+    return check_name(name, raw) if raw is not None else None
 
 
-def query_choice(request: Request, name: str, choices: tuple[str, ...]) -> str | None:
-    raw = request.query_params.get(name)
-    if not raw:
+def query_choice(params: Query, name: str, choices: tuple[str, ...]) -> str | None:
+    raw = params.get(name)
+    if raw is None:
         return None
     if raw not in choices:
         raise BadInput(name, f"must be one of {', '.join(choices)}, got {raw[:40]!r}")
     return raw
 
 
-def query_since(request: Request) -> datetime | None:
-    """``since`` as ISO 8601; a zone is converted to UTC, none means UTC."""
-    raw = request.query_params.get("since")
-    if not raw:
+def query_since(params: Query) -> datetime | None:
+    """``since`` as an RFC 3339 date-time (with its offset), converted to naive UTC."""
+    raw = params.get("since")
+    if raw is None:
         return None
+    problem = f"must be an RFC 3339 date-time like 2026-01-31T08:00:00Z, got {raw[:40]!r}"
+    if not RFC3339.fullmatch(raw):
+        raise BadInput("since", problem)
     try:
-        value = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+        value = datetime.fromisoformat(raw.upper().replace("Z", "+00:00"))
     except ValueError:
-        raise BadInput("since", f"must be an ISO 8601 date-time, got {raw[:40]!r}") from None
-    if value.tzinfo is not None:
-        value = value.astimezone(UTC).replace(tzinfo=None)
-    return value
+        raise BadInput("since", problem) from None
+    return value.astimezone(UTC).replace(tzinfo=None)
 
 
 def path_id(request: Request) -> int | None:

@@ -10,7 +10,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from pipeline.api_common import (
+    MAX_OFFSET,
     MAX_PAGE,
+    Query,
     context,
     error,
     event_json,
@@ -26,21 +28,21 @@ from pipeline.metrics import RUN_STATES
 from pipeline.store import Run, RunEvent, RunFilter
 
 
-def run_filter(request: Request, default_limit: int = 50) -> RunFilter:
-    """The filters and page of a runs listing, from the query string."""
+def run_filter(params: Query, default_limit: int = 50) -> RunFilter:
+    """The filters and page of a runs listing, from the query parameters."""
     return RunFilter(
-        repo=query_name(request, "repo"),
-        state=query_choice(request, "state", RUN_STATES),
-        kind=query_name(request, "kind"),
-        since=query_since(request),
-        limit=query_int(request, "limit", default_limit, 1, MAX_PAGE),
-        offset=query_int(request, "offset", 0, 0, 10_000_000),
+        repo=query_name(params, "repo"),
+        state=query_choice(params, "state", RUN_STATES),
+        kind=query_name(params, "kind"),
+        since=query_since(params),
+        limit=query_int(params, "limit", default_limit, 1, MAX_PAGE),
+        offset=query_int(params, "offset", 0, 0, MAX_OFFSET),
     )
 
 
 def list_runs(request: Request) -> Response:
     """GET /api/runs: newest first, with the total for the same filters."""
-    flt = run_filter(request)
+    flt = run_filter(request.query_params)
     store = context(request).store
     runs = store.list_runs(flt)
     total = store.count_runs(flt)

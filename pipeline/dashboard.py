@@ -112,7 +112,9 @@ def render(name: str, status: int = 200, **values: Any) -> Response:
 
 def _filters(request: Request) -> RunFilter | Response:
     try:
-        flt = run_filter(request, PAGE_SIZE)
+        # A filter form sends empty fields for "all": drop them (the API is strict).
+        params = {k: v for k, v in request.query_params.items() if v}
+        flt = run_filter(params, PAGE_SIZE)
     except BadInput as exc:
         return render("not_found.html", 422, message=str(exc), nav="runs")
     return flt

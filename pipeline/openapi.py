@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline import __version__
-from pipeline.api_common import MAX_ID, MAX_NAME, MAX_NOTE, MAX_PAGE, PRIORITY_RANGE
+from pipeline.api_common import MAX_ID, MAX_NAME, MAX_NOTE, MAX_OFFSET, MAX_PAGE, PRIORITY_RANGE
 from pipeline.metrics import RUN_STATES
 
 Schema = dict[str, Any]
@@ -176,10 +176,10 @@ def _list_params() -> list[Schema]:
         _param("state", "query", {"type": "string", "enum": list(RUN_STATES)}),
         _param("kind", "query", name, "issue or fix_forward"),
         _param("since", "query", {"type": "string", "format": "date-time"},
-               "runs created at or after this time (UTC when no offset is given)"),
+               "runs created at or after this RFC 3339 time"),
         _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE,
                                   "default": 50}),
-        _param("offset", "query", {"type": "integer", "minimum": 0, "maximum": 10_000_000,
+        _param("offset", "query", {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET,
                                    "default": 0}),
     ]
 

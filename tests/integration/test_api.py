@@ -138,6 +138,8 @@ def test_runs_list_filters_and_pages(api: ApiHarness) -> None:
         ({"offset": -1}, "offset"),
         ({"state": "sleeping"}, "state"),
         ({"since": "yesterday"}, "since"),
+        ({"since": "2026-01-01"}, "since"),
+        ({"since": ""}, "since"),
         ({"repo": "a\x00b"}, "repo"),
     ],
 )

@@ -47,6 +47,8 @@ def test_filters_narrow_the_table(api: ApiHarness) -> None:
     assert 'data-fragment="/fragments/runs?repo=beta"' in beta
     fixes = api.client.get("/fragments/runs", params={"kind": "fix_forward"}).text
     assert 'id="run-2"' in fixes and 'id="run-1"' not in fixes
+    blank = api.client.get("/", params={"repo": "", "state": "", "kind": ""})
+    assert blank.status_code == 200 and 'id="run-1"' in blank.text  # "all" in the form
     none = api.client.get("/", params={"state": "failed"}).text
     assert "No runs yet for these filters" in none
 
