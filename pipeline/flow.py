@@ -137,10 +137,26 @@ class RunFlow:
             retest=lambda: run_test_gate(repo, ws.workdir, ws.env, ctx.events, ctx.stop).ok,
             resolve_conflict=None,
             record_pushed=lambda sha: self._record_push(ctx, sha),
+            open_pr=self._pull_request_opener(run, repo, issue),
             title=f"{issue.title} ({issue.ref})",
             env=ws.env,
         )
         return result.pushed_sha
+
+    def _pull_request_opener(
+        self, run: Run, repo: RepoSettings, issue: IssueInfo
+    ) -> Callable[[str, str], str | None] | None:
+        """In push mode ``branch``, how publish opens the pull request for the pushed branch."""
+        if repo.push.mode != "branch":
+            return None
+        tracker = self.deps.trackers[repo.tracker]
+        closes = f"Closes {issue.ref}.\n\n" if run.kind != "fix_forward" else ""
+        body = f"{closes}Published by afk-pipeline run {run.id}."
+
+        def open_pr(branch: str, title: str) -> str:
+            return tracker.open_pull_request(repo.slug, branch, repo.default_branch, title, body)
+
+        return open_pr
 
     def _watch_and_decide(
         self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace | None, sha: str
