@@ -226,7 +226,8 @@ def serve(app: Starlette, host: str = "127.0.0.1", port: int = 0,
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
     bound_port = int(sock.getsockname()[1])
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, lifespan="off",
+        # log_config=None: uvicorn's loggers propagate to the daemon's logging setup.
+        app, log_config=None, log_level="warning", access_log=False, lifespan="off",
         timeout_graceful_shutdown=5, timeout_keep_alive=5,
     )
     server = uvicorn.Server(config)

@@ -8,6 +8,7 @@ read by ``StoreCollector`` on every scrape; events that leave no row behind
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
@@ -22,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from pipeline.store.records import Repo, Stats
 
+log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 RUN_STATES = (
     "queued", "retry_wait", "preparing", "implementing", "testing", "publishing",
@@ -97,7 +99,8 @@ class StoreCollector(Collector):
             stats = self.source.stats()
             repos = self.source.list_repos()
             histogram = self.source.duration_histogram(DURATION_BUCKETS)
-        except Exception:  # any database failure: say so, do not fail the scrape
+        except Exception as exc:  # any database failure: say so, do not fail the scrape
+            log.warning("metrics: cannot read the store: %s", exc)
             up = GaugeMetricFamily("pipeline_database_up", "1 when the database answered.")
             up.add_metric([], 0.0)
             return [up]

@@ -12,6 +12,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline.api_common import MAX_ID, MAX_NAME, MAX_NOTE, MAX_OFFSET, MAX_PAGE, PRIORITY_RANGE
 from pipeline.metrics import RUN_STATES
+from pipeline.sse import EVENT_MAPPING
 
 Schema = dict[str, Any]
 
@@ -184,6 +185,18 @@ def _list_params() -> list[Schema]:
     ]
 
 
+def _events_description() -> str:
+    lines = [
+        "One message per run event, oldest first; `id:` is the event id, so reconnecting "
+        "with Last-Event-ID (or ?after=) resumes. `data:` is the event as JSON plus `event` "
+        "and, for state changes, `state`. Comments (`: keep-alive`) are sent while idle. "
+        "Event names:",
+        "",
+    ]
+    lines += [f"- `{name}`: {when}" for name, when in EVENT_MAPPING]
+    return "\n".join(lines)
+
+
 def _paths() -> dict[str, Schema]:
     return {
         "/health": {"get": {"summary": "Liveness and load", "operationId": "health",
@@ -232,7 +245,8 @@ def _paths() -> dict[str, Schema]:
             **WRITE, "requestBody": NOTE_BODY,
             "responses": {"200": _json("Repo", "the repo"), **_errors(*WRITE_ERRORS)}}},
         "/api/events": {"get": {
-            "summary": "Live events (server-sent events); see pipeline/sse.py for names",
+            "summary": "Live events (server-sent events)",
+            "description": _events_description(),
             "operationId": "events",
             "parameters": [
                 _param("after", "query", {"type": "integer", "minimum": 0, "maximum": MAX_ID},

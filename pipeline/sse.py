@@ -7,23 +7,8 @@
 same for clients that cannot set headers. A new client without either starts
 at the newest event: it sees what happens from now on.
 
-Event names, from the stored event's kind and data:
-
-=================  ==========================================================
-``run.queued``     kind ``queued`` (a run was enqueued or a retry queued), or
-                   kind ``state`` with state ``queued`` (the sweeper requeued it)
-``run.started``    kind ``claimed`` (a worker claimed it), or kind ``state``
-                   with state ``preparing``
-``run.succeeded``  kind ``state`` with state ``succeeded``
-``run.failed``     kind ``state`` with state ``failed``
-``run.cancelled``  kind ``state`` with state ``cancelled``
-``run.escalated``  kind ``state`` with state ``escalated``
-``repo.frozen``    kind ``repo`` with ``data.frozen`` true
-``repo.unfrozen``  kind ``repo`` with ``data.frozen`` false
-``run.progress``   everything else: other states (``implementing``, ``testing``,
-                   ``publishing``, ``watching``, ``retry_wait``), agent tool
-                   calls, test results, CI and deploy observations, notices
-=================  ==========================================================
+Event names come from the stored event's kind and data, as ``EVENT_MAPPING``
+says (the same table is in the OpenAPI description of ``/api/events``).
 
 Each message's data is one JSON object: the event (``id``, ``run_id``,
 ``attempt``, ``ts``, ``kind``, ``message``, ``data``) plus ``event`` (the name
@@ -35,6 +20,7 @@ The stream ends when the client goes away or the server stops.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -47,6 +33,19 @@ from starlette.responses import Response, StreamingResponse
 from pipeline.api_common import INTEGER, MAX_ID, ApiContext, BadInput, context, event_json
 from pipeline.store import RunEvent
 
+EVENT_MAPPING: tuple[tuple[str, str], ...] = (
+    ("run.queued", "kind 'queued' (a run was enqueued, or a retry queued), or kind 'state' "
+                   "with state 'queued' (the sweeper put it back in the queue)"),
+    ("run.started", "kind 'claimed' (a worker claimed it), or kind 'state' with 'preparing'"),
+    ("run.progress", "every other event: states implementing, testing, publishing, watching, "
+                     "retry_wait; agent tool calls, test results, CI and deploy observations"),
+    ("run.succeeded", "kind 'state' with state 'succeeded'"),
+    ("run.failed", "kind 'state' with state 'failed'"),
+    ("run.cancelled", "kind 'state' with state 'cancelled'"),
+    ("run.escalated", "kind 'state' with state 'escalated'"),
+    ("repo.frozen", "kind 'repo' with data.frozen true"),
+    ("repo.unfrozen", "kind 'repo' with data.frozen false"),
+)
 TERMINAL_EVENTS = {
     "succeeded": "run.succeeded",
     "failed": "run.failed",
@@ -54,6 +53,7 @@ TERMINAL_EVENTS = {
     "escalated": "run.escalated",
 }
 BATCH = 200
+log = logging.getLogger(__name__)
 
 
 def event_name(event: RunEvent) -> str:
@@ -117,12 +117,19 @@ async def events_endpoint(request: Request) -> Response:
 async def stream_events(ctx: ApiContext, after: int) -> AsyncIterator[str]:
     """Messages for events after ``after`` until the server closes.
 
-    A client disconnect cancels this generator (Starlette watches for it).
+    A client disconnect cancels this generator (Starlette watches for it). When
+    the database fails the stream ends; the client reconnects after ``retry``
+    milliseconds with ``Last-Event-ID`` and loses nothing.
     """
     yield f"retry: 2000\n: stream from event {after}\n\n"
     quiet_since = time.monotonic()
     while not ctx.closing.is_set():
-        events = await run_in_threadpool(ctx.store.events_since, after, BATCH)
+        try:
+            events = await run_in_threadpool(ctx.store.events_since, after, BATCH)
+        except Exception as exc:  # the store's errors are its own types; any ends the stream
+            log.warning("event stream stopped after event %d: %s", after, exc)
+            yield ": database unavailable, reconnect later\n\n"
+            return
         if events:
             after = events[-1].id
             quiet_since = time.monotonic()

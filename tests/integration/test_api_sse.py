@@ -8,11 +8,19 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
-from pipeline.sse import event_name
-from pipeline.store import RunEvent
-from tests.integration.api_harness import AUTH, ApiHarness, SseReader, running_api
+from pipeline.api import create_app, serve
+from pipeline.sse import EVENT_MAPPING, event_name
+from pipeline.store import RunEvent, Store
+from tests.integration.api_harness import (
+    AUTH,
+    ApiHarness,
+    SseReader,
+    make_settings,
+    running_api,
+)
 
 
 @pytest.fixture
@@ -124,28 +132,62 @@ def test_client_disconnect_ends_the_stream(sqlite_url: str, tmp_path: Path) -> N
             time.sleep(0.02)
 
 
-@pytest.mark.parametrize(
-    ("kind", "data", "name"),
-    [
-        ("queued", {}, "run.queued"),
-        ("claimed", {"owner": "w"}, "run.started"),
-        ("state", {"state": "preparing"}, "run.started"),
-        ("state", {"state": "queued", "sweep": True}, "run.queued"),
-        ("state", {"state": "testing"}, "run.progress"),
-        ("state", {"state": "retry_wait"}, "run.progress"),
-        ("state", {"state": "succeeded"}, "run.succeeded"),
-        ("state", {"state": "failed"}, "run.failed"),
-        ("state", {"state": "cancelled"}, "run.cancelled"),
-        ("state", {"state": "escalated"}, "run.escalated"),
-        ("repo", {"frozen": True}, "repo.frozen"),
-        ("repo", {"frozen": False}, "repo.unfrozen"),
-        ("tool", {"name": "Edit"}, "run.progress"),
-        ("ci", {}, "run.progress"),
-    ],
-)
+MAPPING_CASES = [
+    ("queued", {}, "run.queued"),
+    ("claimed", {"owner": "w"}, "run.started"),
+    ("state", {"state": "preparing"}, "run.started"),
+    ("state", {"state": "queued", "sweep": True}, "run.queued"),
+    ("state", {"state": "testing"}, "run.progress"),
+    ("state", {"state": "retry_wait"}, "run.progress"),
+    ("state", {"state": "succeeded"}, "run.succeeded"),
+    ("state", {"state": "failed"}, "run.failed"),
+    ("state", {"state": "cancelled"}, "run.cancelled"),
+    ("state", {"state": "escalated"}, "run.escalated"),
+    ("repo", {"frozen": True}, "repo.frozen"),
+    ("repo", {"frozen": False}, "repo.unfrozen"),
+    ("tool", {"name": "Edit"}, "run.progress"),
+    ("ci", {}, "run.progress"),
+]
+
+
+@pytest.mark.parametrize(("kind", "data", "name"), MAPPING_CASES)
 def test_event_names_follow_the_documented_mapping(kind: str, data: dict[str, object],
                                                    name: str) -> None:
     """Stored event kinds and states map to the documented SSE event names."""
     event = RunEvent(id=1, run_id=1, attempt=0, ts=datetime(2026, 1, 1), kind=kind,
                      message="m", data=dict(data))
     assert event_name(event) == name
+
+
+def test_every_documented_event_name_is_produced() -> None:
+    """Each name in EVENT_MAPPING (served in the OpenAPI description) has a mapping case."""
+    assert {name for name, _ in EVENT_MAPPING} == {name for _, _, name in MAPPING_CASES}
+
+
+class FailingStore(Store):
+    """A real store whose event feed breaks once told to (a database outage)."""
+
+    broken = False
+
+    def events_since(self, after_id: int, limit: int = 500) -> list[RunEvent]:
+        if self.broken:
+            raise RuntimeError("database is down")
+        return super().events_since(after_id, limit)
+
+
+def test_stream_ends_cleanly_when_the_database_fails(sqlite_url: str, tmp_path: Path) -> None:
+    """A store failure ends the stream with a comment, so the client reconnects and resumes."""
+    store = FailingStore(sqlite_url)
+    store.upgrade()
+    handle = serve(create_app(store, make_settings(sqlite_url, tmp_path), sse_poll_s=0.05))
+    try:
+        with httpx.Client(base_url=handle.url, timeout=10) as client, \
+                client.stream("GET", "/api/events") as resp:
+            lines = resp.iter_lines()
+            assert next(lines) == "retry: 2000"
+            store.broken = True
+            rest = list(lines)
+    finally:
+        handle.stop()
+        store.close()
+    assert ": database unavailable, reconnect later" in rest
