@@ -1,0 +1,69 @@
+"""The per-repo daily budget: over it a repo starts no new runs today; one escalation says so."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pipeline.daemon import BudgetGuard
+from pipeline.events import EventSink
+from pipeline.settings import RepoSettings, Settings
+from pipeline.store import Store
+
+
+@dataclass
+class FakeNotifier:
+    sent: list[tuple[str, str]] = field(default_factory=list)
+
+    def notify(self, title: str, body: str, *, kind: str, events: EventSink) -> None:
+        self.sent.append((title, kind))
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Store]:
+    s = Store(database_url)
+    s.upgrade()
+    yield s
+    s.close()
+
+
+def _spend(store: Store, repo: str, usd: float) -> None:
+    run = store.enqueue(repo).run
+    claimed = store.claim_next("tester", max_concurrency=5, lease_s=30)
+    assert claimed is not None and claimed.id == run.id
+    store.update_run(run.id, "tester", claimed.attempt, cost_usd=usd)
+    store.finish(run.id, "tester", claimed.attempt, "succeeded")
+
+
+def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
+    store: Store, tmp_path: Path
+) -> None:
+    """Spending past daily_budget_usd excludes the repo from claims; one escalation is sent."""
+    repos = (
+        RepoSettings(name="web", tracker="local", slug="acme/web", remote_url="x",
+                     daily_budget_usd=1.0),
+        RepoSettings(name="api", tracker="local", slug="acme/api", remote_url="x",
+                     daily_budget_usd=100.0),
+    )
+    settings = Settings(database_url=store.url, volume=tmp_path, repos=repos)
+    store.sync_repos(repos)
+    notifier = FakeNotifier()
+    guard = BudgetGuard(settings, store, notifier)  # type: ignore[arg-type]
+    assert guard.over_budget() == frozenset()
+    _spend(store, "web", 0.6)
+    _spend(store, "web", 0.6)
+    _spend(store, "api", 5.0)
+    guard._cached = (0.0, frozenset())  # skip the 5 s cache
+    web = store.get_repo("web")
+    assert web is not None
+    assert guard.over_budget() == frozenset({web.id})
+    guard._cached = (0.0, frozenset())
+    guard.over_budget()
+    assert [kind for _, kind in notifier.sent] == ["escalation"]
+    assert [e.reason for e in store.list_escalations("web")] == ["daily_budget"]
+    store.enqueue("web")
+    assert store.claim_next("tester", max_concurrency=5, lease_s=30,
+                            exclude_repo_ids=guard.over_budget()) is None
