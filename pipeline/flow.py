@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.agents import Agent, AgentResult
+from pipeline.conflicts import ConflictResolver
 from pipeline.errors import EscalationError, FatalError
 from pipeline.faults import checkpoint
 from pipeline.gitutil import safe_component
-from pipeline.implement import IssueInfo, implement, run_test_gate
+from pipeline.implement import ImplementOutcome, IssueInfo, implement, run_test_gate
 from pipeline.lifecycle import Lifecycle
 from pipeline.publish import find_pushed, publish
 from pipeline.recovery import Recovery, Verdict
@@ -103,6 +104,7 @@ class RunFlow:
             return found
         ctx.set_state("implementing")
         checkpoint("implementing", run.id)
+        tally = _AgentTally(ctx)
         outcome = implement(
             run_id=run.id,
             issue=issue,
@@ -115,7 +117,7 @@ class RunFlow:
             events=ctx.events,
             stop=ctx.stop,
             extra_prompt=self._evidence(run),
-            on_agent_result=_AgentTally(ctx),
+            on_agent_result=tally,
             on_phase=lambda phase: self._phase(ctx, phase),
         )
         ctx.update(
@@ -126,6 +128,7 @@ class RunFlow:
         )
         ctx.set_state("publishing")
         checkpoint("publishing", run.id)
+        resolver = self._conflict_resolver(ctx, repo, ws, issue, outcome, tally)
         result = publish(
             run_id=run.id,
             repo=repo,
@@ -134,14 +137,28 @@ class RunFlow:
             base_sha=ws.base_sha,
             events=ctx.events,
             stop=ctx.stop,
-            retest=lambda: run_test_gate(repo, ws.workdir, ws.env, ctx.events, ctx.stop).ok,
-            resolve_conflict=None,
+            retest=resolver.retest,
+            resolve_conflict=resolver,
             record_pushed=lambda sha: self._record_push(ctx, sha),
             open_pr=self._pull_request_opener(run, repo, issue),
             title=f"{issue.title} ({issue.ref})",
             env=ws.env,
         )
         return result.pushed_sha
+
+    def _conflict_resolver(
+        self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace, issue: IssueInfo,
+        outcome: ImplementOutcome, tally: _AgentTally,
+    ) -> ConflictResolver:
+        """The agent publish hands a rebase conflict to (its session resumed), and the gate."""
+        return ConflictResolver(
+            run_id=ctx.run.id, issue=issue, repo=repo, agent=self.deps.agent_factory(repo),
+            repo_root=ws.path, workdir=ws.workdir, branch=ws.branch, env=ws.env,
+            home=self._home(repo), events=ctx.events, stop=ctx.stop,
+            test_gate=lambda: run_test_gate(repo, ws.workdir, ws.env, ctx.events, ctx.stop).ok,
+            resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,
+            on_agent_result=tally,
+        )
 
     def _pull_request_opener(
         self, run: Run, repo: RepoSettings, issue: IssueInfo
