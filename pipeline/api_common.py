@@ -197,9 +197,9 @@ def query_since(params: Query) -> datetime | None:
         raise BadInput("since", problem)
     try:
         value = datetime.fromisoformat(raw.upper().replace("Z", "+00:00"))
-    except ValueError:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError):  # no such date, or out of range once in UTC
         raise BadInput("since", problem) from None
-    return value.astimezone(UTC).replace(tzinfo=None)
 
 
 def path_id(request: Request) -> int | None:

@@ -140,6 +140,8 @@ def test_runs_list_filters_and_pages(api: ApiHarness) -> None:
         ({"since": "yesterday"}, "since"),
         ({"since": "2026-01-01"}, "since"),
         ({"since": ""}, "since"),
+        ({"since": "0001-01-01T00:00:00+05:00"}, "since"),
+        ({"since": "2026-02-30T00:00:00Z"}, "since"),
         ({"repo": "a\x00b"}, "repo"),
     ],
 )
