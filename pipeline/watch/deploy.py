@@ -25,6 +25,7 @@ from typing import Literal
 import httpx
 
 from pipeline.events import EventSink
+from pipeline.logs import mask
 from pipeline.proc import StopToken, run_command
 from pipeline.settings import DeploySettings, ProbeSettings
 
@@ -113,7 +114,7 @@ def command_probe(probe: ProbeSettings, sha: str, *, cwd: Path | None = None,
     """Run the probe's argv; exit 0 is healthy. The SHA is in ``$AFK_PUSHED_SHA``."""
     if not probe.command:
         return ProbeResult("failed", "command probe has no command")
-    run_env = dict(os.environ if env is None else env)
+    run_env = probe_env(os.environ if env is None else env)
     run_env[SHA_VAR] = sha
     try:
         result = run_command(list(probe.command), cwd=cwd or Path.cwd(), env=run_env,
@@ -121,8 +122,17 @@ def command_probe(probe: ProbeSettings, sha: str, *, cwd: Path | None = None,
     except OSError as exc:
         return ProbeResult("failed", f"{probe.command[0]}: {exc}")
     verdict = "timed out" if result.timed_out else f"exit {result.returncode}"
-    output = f"$ {' '.join(probe.command)} -> {verdict}\n{_bounded(result.output_tail)}"
+    output = mask(f"$ {' '.join(probe.command)} -> {verdict}\n{_bounded(result.output_tail)}")
     return ProbeResult("ok" if result.ok else "failed", output.strip())
+
+
+def probe_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the variables that hold one of the daemon's own secrets.
+
+    A probe's output becomes run evidence (events, the database, frozen
+    manifests), so the pipeline's credentials must not be there to print.
+    """
+    return {name: value for name, value in env.items() if mask(value) == value}
 
 
 def default_probe_runner(*, cwd: Path | None = None, env: Mapping[str, str] | None = None,

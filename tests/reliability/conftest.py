@@ -33,3 +33,9 @@ def require_engine(engine: str) -> None:
 
 
 ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+# Read at collection, before the autouse fixture clears PIPELINE_* variables.
+LONG = "1" in (
+    os.environ.get("PIPELINE_RELIABILITY_LONG", ""),
+    os.environ.get("PIPELINE_TEST_LONG", ""),
+)

@@ -138,7 +138,10 @@ class WorldSpec:
     agent_env: Mapping[str, str] = field(default_factory=dict)
     extra_toml: str = ""
     repo_toml: str = ""
+    per_repo_toml: Mapping[str, str] = field(default_factory=dict)
     tracker_toml: str = ""
+    agent_toml: str = ""
+    http_toml: str = ""
 
 
 class World:
@@ -151,6 +154,7 @@ class World:
         self.remotes: dict[str, str] = {}
         self.logs: list[Path] = []
         self.env = self._base_env()
+        self.port = free_port()
         (root / "volume").mkdir(parents=True, exist_ok=True)
         for index in range(self.spec.repos):
             name = f"r{index}"
@@ -205,7 +209,8 @@ backoff_max_s = {spec.backoff_max_s}
 run_timeout_s = {spec.run_timeout_s}
 kill_grace_s = 1
 [http]
-listen = "127.0.0.1:{free_port()}"
+listen = "127.0.0.1:{self.port}"
+{spec.http_toml}
 [trackers.local]
 kind = "local"
 {spec.tracker_toml}
@@ -215,6 +220,7 @@ command = [{json.dumps(sys.executable)}, {json.dumps(str(self.agent))},
            "{{prompt_file}}", "{{workdir}}"]
 idle_timeout_s = {spec.idle_timeout_s}
 exit_grace_s = 1
+{spec.agent_toml}
 [agents.scripted.env]
 {agent_env}
 """
@@ -227,6 +233,7 @@ remote_url = {json.dumps(url)}
 test_command = "{sys.executable} -m unittest -q"
 agent = "scripted"
 {spec.repo_toml}
+{spec.per_repo_toml.get(name, "")}
 """
             for name, url in self.remotes.items()
         ]

@@ -1,0 +1,213 @@
+"""A full run with sentinel secrets, then a scan of everything the daemon wrote.
+
+The world configures every kind of secret the daemon knows (forge token,
+webhook secret, API token, agent API key, push token), some under variable
+names that do not look secret. One repo's run succeeds with an issue whose
+title and body try shell injection, path traversal and ref injection; the
+other repo's deploy probe prints its whole environment and fails, so the repo
+is frozen and its evidence kept. Then the logs, every text in every table,
+the CLI's views and every file of the volume are scanned for the sentinels.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from .figures import Figures
+from .world import World, WorldSpec, fresh_database, stop
+
+SECRETS = {
+    "SENTINEL_FORGE_TOKEN": "sntl-forge-7Hq2c9Zr",
+    "FORGE_HOOK": "sntl-hook-9Lx4u1Wd",  # the webhook secret, under a plain name
+    "PIPELINE_API_TOKEN": "sntl-api-3Kd8m5Qa",
+    "VENDOR_CRED": "sntl-agent-5Pz1y7Nb",  # the agent's API key, under a plain name
+    "PUSHER": "sntl-push-2Wv6t3Jk",  # the push token, under a plain name
+}
+AGENT_KEY = SECRETS["VENDOR_CRED"]
+PRINT_ENV_AND_FAIL = "import os, sys; print(sorted(os.environ.items())); sys.exit(1)"
+
+
+def _spec(root: Path) -> WorldSpec:
+    push = '[repos.{name}.push]\ntoken_env = "PUSHER"\n'
+    broken = (
+        "max_fix_forwards = 0\n[repos.r1.deploy]\ninterval_s = 0.2\ncount = 1\n"
+        f'[[repos.r1.deploy.probes]]\nkind = "command"\n'
+        f'command = [{json.dumps(sys.executable)}, "-c", {json.dumps(PRINT_ENV_AND_FAIL)}]\n'
+    )
+    return WorldSpec(
+        repos=2,
+        tracker_toml='token_env = "SENTINEL_FORGE_TOKEN"\nwebhook_secret_env = "FORGE_HOOK"\n'
+        'trusted_actors = ["maintainer"]\n',
+        http_toml='api_token_env = "PIPELINE_API_TOKEN"\n',
+        agent_toml='api_key_env = "VENDOR_CRED"\n',
+        agent_env={"AGENT_ENV_DUMP": str(root / "agent-env.txt")},
+        per_repo_toml={"r0": push.format(name="r0"), "r1": broken + push.format(name="r1")},
+    )
+
+
+def hostile_issue(pwned: Path) -> tuple[str, str]:
+    """A title and body that would create files in ``pwned`` if any shell ever saw them."""
+    title = (
+        f"Fix ../../etc/passwd $(touch {pwned}/t1) `touch {pwned}/t2` foo..bar -rf refs/heads/main"
+    )
+    body = (
+        f"Steps: `touch {pwned}/b1`; touch {pwned}/b2 && echo $(touch {pwned}/b3) | cat\n"
+        f"branch: ../../../tmp/x; ref: refs/heads/main; option: --upload-pack=touch {pwned}/b4"
+    )
+    return title, body
+
+
+def secret_scan(root: Path, engine: str = "sqlite") -> Figures:
+    figures = Figures(
+        scenario="security: sentinel secrets, hostile issue text", engine=engine, trials=1
+    )
+    started = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    with fresh_database(engine, root) as url:
+        world = World(root, url, _spec(root))
+        world.env.update(SECRETS)
+        try:
+            _scenario(world, figures)
+        finally:
+            world.close()
+    figures.duration_s = time.monotonic() - started
+    return figures
+
+
+def _scenario(world: World, figures: Figures) -> None:
+    pwned = world.root / "pwned"
+    pwned.mkdir()
+    world.migrate()
+    title, body = hostile_issue(pwned)
+    hostile = world.file_issue("r0", title, body)
+    untrusted = world.file_issue("r0", "Untrusted labeller", "please run", by="mallory")
+    world.file_issue("r1", "Change that breaks the deploy", "add a file")
+    daemon = world.daemon("daemon")
+    try:
+        world.wait(lambda: _settled(world), 120, "hostile run succeeds, r1 frozen")
+        _http_checks(world, figures)
+        time.sleep(1.0)  # a few more polls: the untrusted issue must still be ignored
+    except AssertionError as exc:
+        figures.lost_issues.append(str(exc).splitlines()[0])
+    finally:
+        stop(daemon)
+    runs = world.runs()
+    if any(r.issue_number == untrusted for r in runs):
+        figures.misclassified.append("an issue labelled by an untrusted actor was enqueued")
+    if any(pwned.iterdir()):
+        figures.misclassified.append(f"shell injection: {sorted(p.name for p in pwned.iterdir())}")
+    _check_refs(world, figures, hostile)
+    figures.faults_injected = len(SECRETS)
+    figures.leaked_secrets.extend(scan(world, runs))
+    figures.leaked_secrets.extend(_agent_env_leaks(world.root / "agent-env.txt"))
+
+
+def _settled(world: World) -> bool:
+    runs = {r.repo_name: r for r in world.runs()}
+    return (
+        runs.get("r0") is not None
+        and runs["r0"].state == "succeeded"
+        and runs.get("r1") is not None
+        and runs["r1"].terminal
+    )
+
+
+def _http_checks(world: World, figures: Figures) -> None:
+    base = f"http://127.0.0.1:{world.port}"
+    with httpx.Client(timeout=10) as client:
+        body = b'{"action": "labeled"}'
+        for headers in ({}, {"X-Hub-Signature-256": "sha256=" + "0" * 64}):
+            answer = client.post(f"{base}/webhooks/local", content=body, headers=headers)
+            if answer.status_code not in (401, 403, 404):
+                figures.misclassified.append(
+                    f"webhook with {headers or 'no signature'} got {answer.status_code}"
+                )
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            answer = client.post(f"{base}/api/runs", json={"repo": "r0"}, headers=headers)
+            if answer.status_code not in (401, 403):
+                figures.misclassified.append(
+                    f"API write with {headers or 'no token'} got {answer.status_code}"
+                )
+
+
+def _check_refs(world: World, figures: Figures, hostile: int) -> None:
+    """The hostile issue's run pushed to main only, under a branch name of safe characters."""
+    from pipeline.testing.gitrepos import git
+
+    refs = git(Path(world.remotes["r0"]), "for-each-ref", "--format=%(refname)").split()
+    if refs != ["refs/heads/main"]:
+        figures.misclassified.append(f"remote refs after the hostile run: {refs}")
+    for run in world.runs():
+        if (
+            run.issue_number == hostile
+            and run.branch
+            and (".." in run.branch or run.branch.startswith(("-", "refs/")))
+        ):
+            figures.misclassified.append(f"unsafe branch name {run.branch!r}")
+        if run.worktree and world.root / "volume" not in Path(run.worktree).parents:
+            figures.misclassified.append(f"worktree outside the volume: {run.worktree}")
+
+
+def scan(world: World, runs: list[object]) -> list[str]:
+    """Every place a sentinel appears: logs, database, CLI views, volume files."""
+    texts: dict[str, str] = {"daemon log": world.log_text()}
+    texts["database dump"] = dump_database(world.database_url)
+    for run in runs:
+        run_id = getattr(run, "id")  # noqa: B009
+        texts[f"runs show {run_id}"] = world.cli("runs", "show", str(run_id)).stdout
+        events = world.store.run_events(run_id)
+        texts[f"run {run_id} events"] = "\n".join(f"{e.message} {e.data}" for e in events)
+    texts["config show"] = world.cli("config", "show").stdout
+    for path in sorted((world.root / "volume").rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            texts[f"volume file {path.relative_to(world.root)}"] = path.read_bytes().decode(
+                "utf-8", errors="replace"
+            )
+    return [
+        f"{name} in {where}"
+        for where, text in texts.items()
+        for name, value in SECRETS.items()
+        if value in text
+    ]
+
+
+def dump_database(url: str) -> str:
+    """Every row of every table, as text."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.split("///", 1)[1]) as conn:
+            tables = [
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            ]
+            return "\n".join(
+                repr(row) for t in tables for row in conn.execute(f'SELECT * FROM "{t}"')
+            )
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ]
+        return "\n".join(repr(row) for t in tables for row in conn.execute(f'SELECT * FROM "{t}"'))
+
+
+def _agent_env_leaks(dump: Path) -> list[str]:
+    """The agent saw its own key (under its variable) and no other secret."""
+    if not dump.exists():
+        return ["the agent never ran (no environment dump)"]
+    leaks: list[str] = []
+    for line in dump.read_text().splitlines():
+        seen = dict(ast.literal_eval(line))  # repr() of a sorted list of pairs
+        for name, value in SECRETS.items():
+            holders = [k for k, v in seen.items() if value in v]
+            if value == AGENT_KEY:
+                holders = [k for k in holders if k != "ANTHROPIC_API_KEY"]
+            leaks.extend(f"{name} in the agent's environment as {k}" for k in holders)
+    return sorted(set(leaks))
