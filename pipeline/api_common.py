@@ -162,6 +162,8 @@ def check_text(name: str, value: object, max_len: int, *, allow_newlines: bool =
     allowed = "\n\t\r" if allow_newlines else ""
     if any((ord(c) < 32 or ord(c) == 127) and c not in allowed for c in value):
         raise BadInput(name, "must not contain control characters")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in value):  # JSON "\ud800" is not text
+        raise BadInput(name, "must be valid Unicode text (no lone surrogates)")
     return value
 
 

@@ -98,6 +98,7 @@ def test_enqueue_unknown_repo_or_issue_is_404(api: ApiHarness) -> None:
         (b'{"repo": "alpha", "priority": 5000}', "priority"),
         (b'{"repo": "alpha", "issue": 0}', "issue"),
         (b'{"repo": "alpha", "colour": "red"}', "colour"),
+        (b'{"repo": "al\\ud800pha"}', "repo"),
     ],
 )
 def test_enqueue_bad_body_is_422_naming_the_field(
@@ -177,6 +178,9 @@ def test_freeze_and_unfreeze_a_repo(api: ApiHarness) -> None:
 def test_freeze_unknown_repo_is_404_and_bad_note_422(api: ApiHarness) -> None:
     """Freezing an unknown repo is 404; a non-string note is 422 naming 'note'."""
     missing = api.client.post("/api/repos/zeta/freeze", json={"note": "x"}, headers=AUTH)
+    surrogate = api.client.post("/api/repos/alpha/freeze", content=b'{"note": "\\udfff"}',
+                                headers=AUTH)
+    assert surrogate.status_code == 422 and surrogate.json()["field"] == "note"
     bad = api.client.post("/api/repos/alpha/freeze", json={"note": 5}, headers=AUTH)
     assert missing.status_code == 404 and "'zeta'" in missing.json()["error"]
     assert bad.status_code == 422 and bad.json()["field"] == "note"
