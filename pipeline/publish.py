@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.commits import Git
 from pipeline.errors import CancelRequested, EscalationError, FatalError, RetryableError
 from pipeline.events import EventSink
 from pipeline.gitcred import credential_env, scrub
@@ -206,7 +207,10 @@ class _Publisher:
 
     def try_rebase(self, target: str) -> list[str]:
         """Rebase; [] on success, the conflicting files (rebase aborted) otherwise."""
-        result = self.git("rebase", "--onto", target, self.base, self.branch)
+        # Rebasing writes commits: without a configured committer (a fresh
+        # container, a service account) git refuses, so use the implement phase's fallback.
+        identity = Git(self.root, self.env).identity()
+        result = self.git(*identity, "rebase", "--onto", target, self.base, self.branch)
         if result.ok:
             return []
         files = self.git("diff", "--name-only", "--diff-filter=U").output_tail.split()
