@@ -35,6 +35,7 @@ MAX_NAME = 200
 MAX_NOTE = 2000
 MAX_PAGE = 500
 MAX_OFFSET = 10_000_000
+MAX_BODY = 64 * 1024
 PRIORITY_RANGE = (-1000, 1000)
 INTEGER = re.compile(r"-?[0-9]{1,12}")
 RFC3339 = re.compile(
@@ -213,6 +214,8 @@ def path_id(request: Request) -> int | None:
 async def json_object(request: Request, allowed: frozenset[str]) -> dict[str, Any]:
     """The body as a JSON object with only ``allowed`` keys; an empty body is ``{}``."""
     raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise BadInput("body", f"must be at most {MAX_BODY} bytes")
     if not raw.strip():
         return {}
     try:

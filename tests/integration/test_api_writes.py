@@ -99,6 +99,7 @@ def test_enqueue_unknown_repo_or_issue_is_404(api: ApiHarness) -> None:
         (b'{"repo": "alpha", "issue": 0}', "issue"),
         (b'{"repo": "alpha", "colour": "red"}', "colour"),
         (b'{"repo": "al\\ud800pha"}', "repo"),
+        (b'{"repo": "alpha", "x": "' + b"y" * 70_000 + b'"}', "body"),
     ],
 )
 def test_enqueue_bad_body_is_422_naming_the_field(
