@@ -154,12 +154,14 @@ def _remaining_budget(resolver: ConflictResolver) -> float | None:
     return resolver.repo.max_budget_usd - resolver.spent_usd
 
 
-def _invoke(resolver: ConflictResolver, git: Git, prompt: str, budget: float | None
-            ) -> AgentResult:
+def _invoke(
+    resolver: ConflictResolver, git: Git, prompt: str, budget: float | None
+) -> AgentResult:
     if resolver.stop is not None and resolver.stop.stopped:
         raise CancelRequested(f"stopped before the agent ran: {resolver.stop.reason}")
     env = {**resolver.env, "GIT_EDITOR": "true"}
-    if git.identity():  # neither config nor env names a committer: rebasing needs one
+    # Rebasing needs a committer; the agent's HOME may not hold the daemon's identity.
+    if Git(git.root, {**env, "HOME": str(resolver.home)}).identity():
         env.update(_IDENTITY_ENV)
     resolver.events("agent", "rebase conflict handed to the agent",
                     {"resumed": resolver.resume_session is not None})

@@ -121,7 +121,7 @@ class CommandAgent:
             is_error=command.returncode != 0,
             result_text=command.output_tail[-4000:],
             blocked_reason=blocked_reason("\n".join(lines)),
-            errors=() if command.returncode == 0 else (summarise(command.output_tail[-400:]),),
+            errors=() if command.returncode == 0 else (summarise(command.output_tail[-400:], 400),),
             exit_code=command.returncode,
         )
         return check_process(self.name, command, result)

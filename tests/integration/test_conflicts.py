@@ -1,0 +1,242 @@
+"""Rebase conflicts handed to a scripted command agent, on real git repos."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pipeline.agents import AgentResult, build_agent
+from pipeline.conflicts import ConflictResolver
+from pipeline.errors import EscalationError, RetryableError
+from pipeline.implement import implement, run_test_gate
+from pipeline.publish import PublishResult, publish
+from pipeline.settings import AgentPreset, PushSettings, RepoSettings
+from pipeline.testing.sinks import RecordingSink
+from tests.fakes.project_repo import (
+    FAILING_TEST,
+    FIXED,
+    ISSUE,
+    Project,
+    base_env,
+    git,
+    make_project,
+)
+
+BRANCH = "afk/run-42"
+TYPED, MUL = "def add(a: int, b: int) -> int:\n", "\n\ndef mul(a, b):\n    return a * b\n"
+THEIRS = f"{TYPED}    return a - b\n{MUL}"  # conflicts with the run's fix of the next line
+RESOLVED = f"{TYPED}    return a + b\n{MUL}"
+TEST_MUL = (
+    "import unittest\n\nfrom calc import mul\n\n\n"
+    "class MulTest(unittest.TestCase):\n"
+    "    def test_mul(self):\n"
+    "        self.assertEqual(mul(2, 3), 6)\n"
+)
+_IDENTITY = "-c user.name=colleague -c user.email=colleague@test.invalid"
+
+_AGENT = """\
+import json, os, subprocess, sys
+plan = json.load(open(sys.argv[1]))
+state = sys.argv[2]
+count = int(open(state).read()) if os.path.exists(state) else 0
+open(state, "w").write(str(count + 1))
+prompt = open(sys.argv[3]).read()
+open(os.path.join(os.path.dirname(state), f"prompt-{count}.txt"), "w").write(prompt)
+for action in plan[min(count, len(plan) - 1)]:
+    if action[0] == "write":
+        open(action[1], "w").write(action[2])
+    elif action[0] == "sh":
+        subprocess.run(action[1], shell=True)
+    elif action[0] == "print":
+        print(action[1], flush=True)
+    elif action[0] == "exit":
+        sys.exit(action[1])
+"""
+
+Plan = Sequence[Sequence[object]]  # actions: write, sh, print, exit
+IMPLEMENT: Plan = [["write", "test_calc.py", FAILING_TEST], ["write", "calc.py", FIXED]]
+REBASE = ["sh", "git rebase origin/main"]
+CONTINUE = ["sh", "git add -A && git rebase --continue"]
+GOOD_RESOLUTION = [REBASE, ["write", "calc.py", RESOLVED], CONTINUE]
+
+
+@dataclass
+class World:
+    """The project clone on the run branch, a colleague's clone, and what was recorded."""
+
+    project: Project
+    colleague: Path
+    sink: RecordingSink = field(default_factory=RecordingSink)
+    recorded: list[str] = field(default_factory=list)
+    results: list[AgentResult] = field(default_factory=list)
+
+    @property
+    def agent_dir(self) -> Path:
+        return self.project.outside / "agent"
+
+    def push_theirs(self) -> str:
+        """The colleague's conflicting change, pushed to main (a shell line the agent runs)."""
+        return (
+            f"cd {self.colleague} && git pull -q origin main && "
+            f"printf %s '{THEIRS}' > calc.py && printf %s '{TEST_MUL}' > test_mul.py && "
+            f"git add -A && git {_IDENTITY} commit -q -m 'Type add, add mul' && "
+            "git push -q origin HEAD:main"
+        )
+
+    def repo(self, **push: object) -> RepoSettings:
+        return self.project.repo(push=PushSettings(**push))  # type: ignore[arg-type]
+
+    def agent_preset(self, resolution: Plan) -> AgentPreset:
+        """Implements the fix while the colleague pushes, then plays ``resolution``."""
+        self.agent_dir.mkdir(parents=True, exist_ok=True)
+        script, plan = self.agent_dir / "agent.py", self.agent_dir / "plan.json"
+        script.write_text(_AGENT)
+        plan.write_text(json.dumps([[*IMPLEMENT, ["sh", self.push_theirs()]], resolution]))
+        argv = (sys.executable, str(script), str(plan), str(self.agent_dir / "count"),
+                "{prompt_file}")
+        return AgentPreset(name="scripted", kind="command", command=argv)
+
+    def prompts(self) -> list[Path]:
+        return sorted(self.agent_dir.glob("prompt-*.txt"))
+
+    def rebase_in_progress(self) -> bool:
+        root = self.project.root
+        return (root / git(root, "rev-parse", "--git-path", "rebase-merge")).exists()
+
+    def run(self, resolution: Plan, env: Mapping[str, str] | None = None,
+            **push: object) -> PublishResult:
+        """Implement, then publish with the agent as the conflict resolver."""
+        env = dict(env or base_env())
+        repo = self.repo(**push)
+        agent = build_agent(self.agent_preset(resolution))
+        root = self.project.root
+        outcome = implement(run_id=42, issue=ISSUE, repo=repo, agent=agent, workdir=root,
+                            repo_root=root, env=env, home=self.project.home, events=self.sink,
+                            stop=None, on_agent_result=self.results.append)
+        resolver = ConflictResolver(
+            run_id=42, issue=ISSUE, repo=repo, agent=agent, repo_root=root, workdir=root,
+            branch=BRANCH, env=env, home=self.project.home, events=self.sink, stop=None,
+            test_gate=lambda: run_test_gate(repo, root, env, self.sink, None).ok,
+            resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,
+            on_agent_result=self.results.append,
+        )
+        return publish(run_id=42, repo=repo, repo_root=root, branch=BRANCH,
+                       base_sha=self.project.base, events=self.sink, stop=None,
+                       retest=resolver.retest, resolve_conflict=resolver,
+                       record_pushed=self.recorded.append, env=env)
+
+    def remote_file(self, name: str) -> str:
+        return git(self.project.remote, "show", f"main:{name}")
+
+    def messages(self, kind: str) -> list[str]:
+        return [message for _, message, _ in self.sink.of_kind(kind)]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    """The buggy project cloned twice: the run's clone on its branch, and a colleague's."""
+    project = make_project(tmp_path)
+    git(project.root, "checkout", "-q", "-b", BRANCH)
+    colleague = tmp_path / "colleague"
+    git(tmp_path, "clone", "-q", str(project.remote), str(colleague))
+    return World(project, colleague)
+
+
+def _trailered(message: str) -> bool:
+    lines = message.splitlines()
+    return "Afk-Run: 42" in lines and f"Refs: {ISSUE.url}" in lines
+
+
+def test_agent_resolves_a_real_conflict_and_both_changes_are_pushed(world: World) -> None:
+    """A colleague's conflicting push during the run is resolved by the agent; both land."""
+    env = {k: v for k, v in base_env().items() if not k.startswith(("GIT_AUTHOR", "GIT_COMMIT"))}
+    result = world.run(GOOD_RESOLUTION, env=env)
+    remote = world.project.remote
+    assert result.rebased and world.recorded == [result.pushed_sha]
+    assert git(remote, "rev-parse", "main") == result.pushed_sha
+    assert world.remote_file("calc.py") == RESOLVED.strip()
+    assert world.remote_file("test_mul.py") == TEST_MUL.strip()
+    assert world.remote_file("test_calc.py") == FAILING_TEST.strip()
+    assert git(remote, "log", "-1", "--format=%s", "main~1") == "Type add, add mul"
+    assert _trailered(git(remote, "log", "-1", "--format=%B", "main"))
+    prompt = world.prompts()[1].read_text()
+    assert "calc.py" in prompt and "git rebase origin/main" in prompt and ISSUE.title in prompt
+    assert any("the agent resolved the conflict" in m for m in world.messages("agent"))
+    # Implement's gate, then the resolver's; publish's re-test reuses the green result.
+    assert len(world.messages("test")) == 3 and "not run again" in world.messages("test")[2]
+    assert len(world.results) == 2
+
+
+def test_resolution_that_drops_the_trailers_gets_them_back(world: World) -> None:
+    """An agent that rewrites the message without trailers is squashed with them again."""
+    amend = ["sh", "git -c user.name=a -c user.email=a@x commit -q --amend -m 'Resolved'"]
+    result = world.run([*GOOD_RESOLUTION, amend])
+    message = git(world.project.remote, "log", "-1", "--format=%B", "main")
+    assert _trailered(message) and message.startswith("Resolved")
+    assert git(world.project.remote, "rev-parse", "main") == result.pushed_sha
+    assert world.remote_file("calc.py") == RESOLVED.strip()
+
+
+BAD_RESOLUTIONS = {  # what the agent does, and what the pipeline says is wrong
+    "rebase left in progress": ([REBASE], "operation in progress (rebase-merge)"),
+    "tests red": ([REBASE, ["write", "calc.py", THEIRS], CONTINUE], "tests are red"),
+    "blocked": (
+        [REBASE, ["sh", "git rebase --abort"], ["print", "BLOCKED: both sides matter"]],
+        "blocked: both sides matter",
+    ),
+    "change dropped": ([["sh", "git reset -q --hard origin/main"]], "change is gone"),
+    "detached head": ([["sh", "git checkout -q --detach origin/main"]], "detached"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RESOLUTIONS))
+def test_unresolved_conflict_escalates_with_the_branch_put_back(world: World, case: str) -> None:
+    """Whatever the agent leaves short of a green rebase escalates ``conflict``; nothing lost."""
+    resolution, problem = BAD_RESOLUTIONS[case]
+    with pytest.raises(EscalationError) as caught:
+        world.run(resolution)
+    root = world.project.root
+    assert caught.value.reason == "conflict" and "calc.py" in str(caught.value)
+    head = git(root, "rev-parse", BRANCH)
+    assert git(root, "symbolic-ref", "--short", "HEAD") == BRANCH
+    assert git(root, "rev-parse", f"{head}~1") == world.project.base
+    assert git(root, "show", f"{head}:calc.py") == FIXED.strip()
+    assert _trailered(git(root, "log", "-1", "--format=%B", head))
+    assert git(root, "status", "--porcelain") == ""
+    assert not world.rebase_in_progress()
+    assert git(world.project.remote, "log", "-1", "--format=%s", "main") == "Type add, add mul"
+    assert world.recorded == [] and len(world.prompts()) == 2
+    assert any("not resolved" in m and problem in m for m in world.messages("agent"))
+
+
+def test_two_attempts_resume_the_agent_twice(world: World) -> None:
+    """With conflict_agent_attempts = 2 the agent gets a second try after a failed one."""
+    with pytest.raises(EscalationError) as caught:
+        world.run([REBASE], conflict_agent_attempts=2)
+    assert caught.value.reason == "conflict" and len(world.prompts()) == 3
+    assert len([m for m in world.messages("agent") if "not resolved" in m]) == 2
+
+
+def test_no_attempts_configured_escalates_without_the_agent(world: World) -> None:
+    """conflict_agent_attempts = 0 escalates at once; the agent is not asked."""
+    with pytest.raises(EscalationError) as caught:
+        world.run(GOOD_RESOLUTION, conflict_agent_attempts=0)
+    assert caught.value.reason == "conflict" and len(world.prompts()) == 1
+
+
+def test_agent_error_is_classified_and_the_branch_put_back(world: World) -> None:
+    """A failing agent invocation raises as in implement, after the branch is restored."""
+    failing: Plan = [REBASE, ["print", "API error: rate limit exceeded"], ["exit", 1]]
+    with pytest.raises(RetryableError) as caught:
+        world.run(failing)
+    root = world.project.root
+    assert caught.value.kind == "agent_rate_limited"
+    assert git(root, "status", "--porcelain") == ""
+    assert git(root, "show", f"{BRANCH}:calc.py") == FIXED.strip()
+    assert not world.rebase_in_progress()
+    assert len(world.results) == 2 and world.recorded == []
