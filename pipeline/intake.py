@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pipeline.errors import FatalError, PipelineError, RetryableError
+from pipeline.errors import ConfigError, FatalError, RetryableError
 from pipeline.lifecycle import Lifecycle
 from pipeline.settings import RepoSettings, Settings
 from pipeline.store import Store
@@ -29,6 +29,7 @@ from pipeline.trackers.webhooks import WebhookPayloadError, parse_event, verify
 log = logging.getLogger(__name__)
 
 MAX_POLL_BACKOFF_S = 900.0
+OPEN_STATES = ("open", "opened", "")  # GitLab says "opened"
 
 
 @dataclass
@@ -78,6 +79,7 @@ class Intake:
         self.lifecycle = lifecycle
         self.clock = clock
         self.health = {name: TrackerHealth() for name in trackers}
+        self._unfinished: dict[tuple[str, str], list[TrackerIssue]] = {}
         self.metrics = IntakeMetrics()
         self.on_poll_error = on_poll_error
         self.on_webhook_rejected = on_webhook_rejected
@@ -94,26 +96,56 @@ class Intake:
         return [self.poll(name) for name in self.trackers]
 
     def poll(self, tracker_name: str) -> PollReport:
-        """One poll of every enrolled repo on one tracker; never raises."""
+        """One poll of every enrolled repo on one tracker; never raises.
+
+        A transient error (5xx, timeout, rate limit, full queue) ends this
+        tracker's cycle and backs it off; a repo-scoped one (a missing repo, no
+        permission) is counted and logged, and the other repos are still polled.
+        """
         health = self.health.setdefault(tracker_name, TrackerHealth())
         if self.clock() < health.not_before:
             return PollReport(tracker_name, skipped=True, error=health.last_error)
-        tracker = self.trackers[tracker_name]
         seen = enqueued = unchanged = 0
-        try:
-            for repo in self.repos_of(tracker_name):
-                issues = tracker.list_ready(repo.slug)
-                if issues is None:
-                    unchanged += 1
-                    continue
-                for issue in issues:
-                    seen += 1
-                    result = self.consider(repo, issue)
-                    enqueued += bool(result and result.created)
-        except (PipelineError, QueueFull) as exc:
-            return self._poll_failed(tracker_name, health, exc, seen, enqueued)
+        repo_error: str | None = None
+        for repo in self.repos_of(tracker_name):
+            try:
+                counts = self._poll_repo(repo)
+            except (RetryableError, QueueFull) as exc:
+                return self._poll_failed(tracker_name, health, exc, seen, enqueued)
+            except (FatalError, ConfigError) as exc:
+                repo_error = f"{repo.name}: {exc}"
+                self._count_poll_error(tracker_name)
+                log.warning("tracker %s: poll of %s failed: %s", tracker_name, repo.name, exc)
+                continue
+            if counts is None:
+                unchanged += 1
+            else:
+                seen, enqueued = seen + counts[0], enqueued + counts[1]
         health.failures, health.not_before, health.last_error = 0, 0.0, None
-        return PollReport(tracker_name, seen=seen, enqueued=enqueued, unchanged=unchanged)
+        return PollReport(
+            tracker_name, seen=seen, enqueued=enqueued, unchanged=unchanged, error=repo_error
+        )
+
+    def _poll_repo(self, repo: RepoSettings) -> tuple[int, int] | None:
+        """``(seen, enqueued)`` for one repo, or ``None`` when its list is unchanged.
+
+        A list whose processing failed half way is kept and processed again on
+        the next poll: the forge answers that poll 304 ("unchanged") because
+        the list itself was fetched, so without this the rest would be skipped.
+        """
+        key = (repo.tracker, repo.slug)
+        issues = self.trackers[repo.tracker].list_ready(repo.slug)
+        if issues is None:
+            issues = self._unfinished.get(key)
+            if issues is None:
+                return None
+        self._unfinished[key] = issues
+        enqueued = 0
+        for issue in issues:
+            result = self.consider(repo, issue)
+            enqueued += bool(result and result.created)
+        del self._unfinished[key]
+        return len(issues), enqueued
 
     def _poll_failed(
         self, name: str, health: TrackerHealth, exc: Exception, seen: int, enqueued: int
@@ -125,11 +157,14 @@ class Intake:
             wait = max(wait, exc.retry_after_s)
         health.not_before = self.clock() + wait
         health.last_error = str(exc)
+        self._count_poll_error(name)
+        log.warning("tracker %s: poll failed (%s); next poll in %.0fs", name, exc, wait)
+        return PollReport(name, seen=seen, enqueued=enqueued, error=str(exc))
+
+    def _count_poll_error(self, name: str) -> None:
         self.metrics.poll_errors[name] = self.metrics.poll_errors.get(name, 0) + 1
         if self.on_poll_error is not None:
             self.on_poll_error(name)
-        log.warning("tracker %s: poll failed (%s); next poll in %.0fs", name, exc, wait)
-        return PollReport(name, seen=seen, enqueued=enqueued, error=str(exc))
 
     # Deciding ----------------------------------------------------------------
 
@@ -139,7 +174,7 @@ class Intake:
         """Enqueue ``issue`` if its ready label came from a trusted actor."""
         tracker = self.trackers[repo.tracker]
         ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
-        if issue.is_pull_request or ready not in issue.labels or issue.state not in ("open", ""):
+        if issue.is_pull_request or ready not in issue.labels or issue.state not in OPEN_STATES:
             return None
         actor = labeller or tracker.labeller(repo.slug, issue.number, ready)
         if actor is None or not tracker.is_trusted(repo.slug, actor):
