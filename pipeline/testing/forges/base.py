@@ -57,7 +57,9 @@ class ServedApp:
 
 def serve_app(app: Any, *, host: str = "127.0.0.1", start_timeout_s: float = 10.0) -> ServedApp:
     """Serve an ASGI app on ``host`` and an ephemeral port; returns once it accepts."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
+    # listener's proto says TCP; with proto 0 every response waits out a delayed ACK (40 ms).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
