@@ -80,6 +80,8 @@ class Intake:
         self.clock = clock
         self.health = {name: TrackerHealth() for name in trackers}
         self._unfinished: dict[tuple[str, str], list[TrackerIssue]] = {}
+        # The start-up poll and the periodic one may overlap: one poll at a time.
+        self._poll_lock = threading.Lock()
         self.metrics = IntakeMetrics()
         self.on_poll_error = on_poll_error
         self.on_webhook_rejected = on_webhook_rejected
@@ -102,6 +104,10 @@ class Intake:
         tracker's cycle and backs it off; a repo-scoped one (a missing repo, no
         permission) is counted and logged, and the other repos are still polled.
         """
+        with self._poll_lock:
+            return self._poll(tracker_name)
+
+    def _poll(self, tracker_name: str) -> PollReport:
         health = self.health.setdefault(tracker_name, TrackerHealth())
         if self.clock() < health.not_before:
             return PollReport(tracker_name, skipped=True, error=health.last_error)
