@@ -116,6 +116,9 @@ class CommandAgent:
             on_line=keep,
             tail_lines=60,
         )
+        if command.returncode is not None and command.returncode < 0:
+            # Killed by a signal (a segfault, the OOM killer): a crash, not an answer.
+            return check_process(self.name, command, None)
         result = AgentResult(
             subtype="success" if command.returncode == 0 else "error_exit",
             is_error=command.returncode != 0,
