@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import sys
+import threading
 import uuid
+from pathlib import Path
+from typing import Any, cast
 
+import pytest
+
+from pipeline.agents.base import AgentRequest
+from pipeline.agents.command import CommandAgent
+from pipeline.errors import RetryableError
+from pipeline.intake import Intake
 from pipeline.logs import register_secret
-from pipeline.settings import ProbeSettings
+from pipeline.settings import AgentPreset, ProbeSettings, RepoSettings, Settings, TrackerSettings
 from pipeline.watch.deploy import command_probe
 
 
@@ -20,3 +29,65 @@ def test_command_probe_never_sees_nor_prints_a_daemon_secret() -> None:
     assert secret not in result.output
     assert "PLAIN_NAME" not in result.output
     assert "'KEEP', 'visible'" in result.output
+
+
+def test_command_agent_killed_by_a_signal_is_a_crash(tmp_path: Path) -> None:
+    """An agent that dies by SIGSEGV is RetryableError('agent_crash'), not an agent answer."""
+    preset = AgentPreset(
+        name="c",
+        kind="command",
+        command=(sys.executable, "-c", "import os; os.kill(os.getpid(), 11)"),
+    )
+    request = AgentRequest(
+        prompt="p", workdir=tmp_path, env={"PATH": "/usr/bin:/bin"}, home=tmp_path / "home"
+    )
+    with pytest.raises(RetryableError) as info:
+        CommandAgent(preset).run(request, events=lambda *a, **k: None, stop=None)
+    assert info.value.kind == "agent_crash"
+
+
+class _OverlapTracker:
+    """``list_ready`` that notes how many polls are inside it at once."""
+
+    def __init__(self) -> None:
+        self.inside = 0
+        self.most = 0
+        self.lock = threading.Lock()
+        self.both = threading.Event()
+
+    def list_ready(self, slug: str) -> list[object]:
+        with self.lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+            if self.inside == 2:
+                self.both.set()
+        self.both.wait(0.5)  # overlapping polls meet here; a lone poll waits briefly
+        with self.lock:
+            self.inside -= 1
+        return []
+
+
+def test_overlapping_polls_are_serialised(tmp_path: Path) -> None:
+    """The start-up poll and a periodic poll at once: neither raises, they never overlap."""
+    tracker = _OverlapTracker()
+    settings = Settings(
+        database_url="sqlite://",
+        volume=tmp_path,
+        trackers=(TrackerSettings(name="local", kind="local"),),
+        repos=(RepoSettings(name="r", tracker="local", slug="o/r", remote_url="x"),),
+    )
+    intake = Intake(cast(Any, None), settings, {"local": cast(Any, tracker)}, cast(Any, None))
+    errors: list[BaseException] = []
+
+    def poll() -> None:
+        try:
+            intake.poll("local")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=poll) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert errors == [] and tracker.most == 1

@@ -54,8 +54,12 @@ hi = float(os.environ.get("AGENT_SLEEP_MAX_S", "0"))
 if hi > 0:
     time.sleep(random.uniform(lo, hi))
 if mode == "crash":
-    print("agent: segfault-ish crash", file=sys.stderr)
-    os._exit(139)
+    import signal
+    print("agent: about to crash", flush=True)
+    os.kill(os.getpid(), signal.SIGSEGV)
+if mode == "fail":
+    print("agent: giving up", file=sys.stderr)
+    sys.exit(3)
 if mode == "hang":
     print("thinking...", flush=True)
     time.sleep(3600)
@@ -141,6 +145,9 @@ class WorldSpec:
     per_repo_toml: Mapping[str, str] = field(default_factory=dict)
     tracker_toml: str = ""
     agent_toml: str = ""
+    agent_name: str = "scripted"
+    extra_agents_toml: str = ""
+    remote_urls: Mapping[str, str] = field(default_factory=dict)
     http_toml: str = ""
 
 
@@ -223,15 +230,16 @@ exit_grace_s = 1
 {spec.agent_toml}
 [agents.scripted.env]
 {agent_env}
+{spec.extra_agents_toml}
 """
         repos = [
             f"""
 [repos.{name}]
 tracker = "local"
 slug = "demo/{name}"
-remote_url = {json.dumps(url)}
+remote_url = {json.dumps(spec.remote_urls.get(name, url))}
 test_command = "{sys.executable} -m unittest -q"
-agent = "scripted"
+agent = "{spec.agent_name}"
 {spec.repo_toml}
 {spec.per_repo_toml.get(name, "")}
 """
