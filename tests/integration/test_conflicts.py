@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +109,7 @@ class World:
         return (root / git(root, "rev-parse", "--git-path", "rebase-merge")).exists()
 
     def run(self, resolution: Plan, env: Mapping[str, str] | None = None,
+            before_publish: Callable[[], object] | None = None,
             **push: object) -> PublishResult:
         """Implement, then publish with the agent as the conflict resolver."""
         env = dict(env or base_env())
@@ -125,6 +126,8 @@ class World:
             resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,
             on_agent_result=self.results.append,
         )
+        if before_publish is not None:
+            before_publish()
         return publish(run_id=42, repo=repo, repo_root=root, branch=BRANCH,
                        base_sha=self.project.base, events=self.sink, stop=None,
                        retest=resolver.retest, resolve_conflict=resolver,
@@ -180,6 +183,20 @@ def test_resolution_that_drops_the_trailers_gets_them_back(world: World) -> None
     assert _trailered(message) and message.startswith("Resolved")
     assert git(world.project.remote, "rev-parse", "main") == result.pushed_sha
     assert world.remote_file("calc.py") == RESOLVED.strip()
+
+
+def test_uncommitted_work_of_the_agent_is_committed_but_not_older_artefacts(
+    world: World,
+) -> None:
+    """A file the agent left uncommitted is pushed; one untracked before it ran is not."""
+    artefact = world.project.root / "gate-report.log"
+    notes = ["write", "NOTES.md", "calc: add is typed now\n"]
+    precise = [REBASE, ["write", "calc.py", RESOLVED], ["sh", "git add calc.py && git rebase "
+               "--continue"], notes]
+    world.run(precise, before_publish=lambda: artefact.write_text("old\n"))
+    files = git(world.project.remote, "show", "--name-only", "--format=", "main").split()
+    assert sorted(files) == ["NOTES.md", "calc.py", "test_calc.py"]
+    assert _trailered(git(world.project.remote, "log", "-1", "--format=%B", "main"))
 
 
 BAD_RESOLUTIONS = {  # what the agent does, and what the pipeline says is wrong
