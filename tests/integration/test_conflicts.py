@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.agents import AgentResult, build_agent
-from pipeline.conflicts import ConflictResolver
+from pipeline.conflicts import ConflictResolver, resolve_conflict_with_agent
 from pipeline.errors import EscalationError, RetryableError
 from pipeline.implement import implement, run_test_gate
 from pipeline.publish import PublishResult, publish
@@ -257,3 +257,19 @@ def test_agent_error_is_classified_and_the_branch_put_back(world: World) -> None
     assert git(root, "show", f"{BRANCH}:calc.py") == FIXED.strip()
     assert not world.rebase_in_progress()
     assert len(world.results) == 2 and world.recorded == []
+
+
+def test_spent_budget_escalates_without_asking_the_agent(world: World) -> None:
+    """A run whose budget is already spent does not hand the conflict to the agent."""
+    root = world.project.root
+    repo = world.project.repo(max_budget_usd=0.5)
+    agent = build_agent(world.agent_preset(GOOD_RESOLUTION))
+    resolver = ConflictResolver(
+        run_id=42, issue=ISSUE, repo=repo, agent=agent, repo_root=root, workdir=root,
+        branch=BRANCH, env=base_env(), home=world.project.home, events=world.sink, stop=None,
+        test_gate=lambda: True, spent_usd=0.5,
+    )
+    head = git(root, "rev-parse", "HEAD")
+    assert resolve_conflict_with_agent("conflicts in calc.py", resolver) is False
+    assert world.prompts() == [] and git(root, "rev-parse", "HEAD") == head
+    assert any("budget is spent" in m for m in world.messages("agent"))
