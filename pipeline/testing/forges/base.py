@@ -220,6 +220,7 @@ class FakeForge(ForgeState):
             request.method, unquote(path), dict(parse_qsl(request.url.query)),
             headers={k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS},
         )
+        body = await request.body()  # read first: a slow answer still does the work
         with self.lock:
             self.requests.append(record)
             fault = self._take_fault(request.method, unquote(path))
@@ -228,7 +229,6 @@ class FakeForge(ForgeState):
         if fault is not None and fault.status is not None:
             record.status = fault.status
             return Response(fault.body, fault.status, fault.headers, "application/json")
-        body = await request.body()
         response = self._answer(request, path, body, record)
         record.status = response.status_code
         return response

@@ -1,0 +1,148 @@
+"""Polling intake per forge: real tracker clients on fake forges, a real store on both engines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.lifecycle import marker
+from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
+from pipeline.testing.forges.base import FakeForge
+from pipeline.testing.intake_world import IntakeWorld
+
+SLUG = "acme/widgets"
+OTHER = "acme/other"  # on the forge, not enrolled
+READY = "ready-for-agent"
+WRITER = {"github": "write", "gitea": "write", "gitlab": "30"}
+FORGES = {"github": FakeGitHub, "gitea": FakeGitea, "gitlab": FakeGitLab}
+UNTRUSTED_KEY = "untrusted:mallory"
+
+
+@pytest.fixture(params=list(FORGES))
+def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
+    forge: FakeForge = FORGES[request.param](token="fake-token")
+    forge.add_repo(SLUG)
+    forge.add_repo(OTHER)
+    forge.set_permission(SLUG, "alice", WRITER[request.param])
+    with forge:
+        yield forge
+
+
+@pytest.fixture
+def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
+    built = IntakeWorld.build(
+        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)],
+        poll_interval_s=10.0,
+    )
+    yield built
+    built.close()
+
+
+def untrusted_comments(fake: FakeForge, number: int) -> list[str]:
+    tag = marker(UNTRUSTED_KEY)
+    return [c.body for c in fake.issue(SLUG, number).comments if tag in c.body]
+
+
+def queued_numbers(world: IntakeWorld) -> list[int]:
+    return sorted(run.issue_number or 0 for run in world.runs())
+
+
+def test_ready_issues_on_several_pages_are_queued_once(
+    fake: FakeForge, world: IntakeWorld
+) -> None:
+    """Every trusted ready issue over several pages is queued once; a second poll is free."""
+    count = 105  # the clients ask for 100 a page
+    if isinstance(fake, FakeGitea):
+        fake.max_items, count = 10, 25  # a server cap the client discovers
+    numbers = [fake.add_issue(SLUG, f"ready {n}", labels=[READY]) for n in range(count)]
+    fake.add_issue(SLUG, "not ready", labels=["bug"])
+    report = world.intake.poll(fake.forge)
+    assert (report.seen, report.enqueued, report.error) == (count, count, None)
+    assert queued_numbers(world) == numbers
+    assert len([p for p in fake.paths("GET") if p.endswith("/issues")]) >= 2
+    spent = fake.rate_used
+    again = world.intake.poll(fake.forge)
+    assert (again.enqueued, again.unchanged) == (0, 1)
+    assert fake.rate_used == spent  # 304s spend no rate limit
+    world.restart()  # cold ETag cache: a paid poll, but the store dedupes
+    assert world.intake.poll(fake.forge).enqueued == 0
+    assert len(world.runs()) == count
+
+
+def test_pull_requests_and_repos_not_enrolled_are_ignored(
+    fake: FakeForge, world: IntakeWorld
+) -> None:
+    """A labelled PR and a ready issue in a repo that is not enrolled queue nothing."""
+    pull = fake.add_issue(SLUG, "a PR", labels=[READY], pull_request=True)
+    fake.add_issue(OTHER, "elsewhere", labels=[READY])
+    issue = fake.add_issue(SLUG, "real", labels=[READY])
+    report = world.intake.poll(fake.forge)
+    assert report.error is None and queued_numbers(world) == [issue]
+    assert not any(OTHER in path for path in fake.paths())
+    assert fake.issue(SLUG, pull).comments == []
+    assert not any(f"/{pull}/" in path for path in fake.paths())  # not even looked at
+
+
+def test_untrusted_labeller_gets_one_comment_across_polls_and_restarts(
+    fake: FakeForge, world: IntakeWorld, tmp_path: Path
+) -> None:
+    """A label from a user without write access queues nothing and is explained exactly once."""
+    number = fake.add_issue(SLUG, "sneaky", labels=[READY], labelled_by="mallory")
+    world.intake.poll(fake.forge)
+    assert world.runs() == []
+    [comment] = untrusted_comments(fake, number)
+    assert "@mallory" in comment and READY in comment
+    fake.add_issue(SLUG, "trusted", labels=[READY])  # the list changes: a full poll again
+    world.clock.advance(10)
+    assert world.intake.poll(fake.forge).enqueued == 1
+    world.restart()
+    world.intake.poll(fake.forge)
+    assert len(untrusted_comments(fake, number)) == 1
+    # A store that lost its keys still finds the marker on the issue.
+    fresh = IntakeWorld.build(
+        f"sqlite:///{tmp_path / 'fresh.db'}", tmp_path / "v2", {fake.forge: fake},
+        [(fake.forge, SLUG)],
+    )
+    try:
+        fresh.intake.poll(fake.forge)
+    finally:
+        fresh.close()
+    assert len(untrusted_comments(fake, number)) == 1
+
+
+def test_a_label_by_a_configured_trusted_actor_is_queued(
+    fake: FakeForge, database_url: str, tmp_path: Path
+) -> None:
+    """``trusted_actors`` trusts a user the forge gives no write access, without asking it."""
+    number = fake.add_issue(SLUG, "by bob", labels=[READY], labelled_by="bob")
+    built = IntakeWorld.build(
+        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)],
+        trusted_actors=("bob",),
+    )
+    try:
+        built.intake.poll(fake.forge)
+        assert queued_numbers(built) == [number]
+        assert not any("permission" in p or "members" in p for p in fake.paths())
+    finally:
+        built.close()
+
+
+def test_a_missing_repo_does_not_stop_the_others_on_its_tracker(
+    fake: FakeForge, database_url: str, tmp_path: Path
+) -> None:
+    """A repo the forge answers 404 for is reported; the next repo is still polled, no back-off."""
+    number = fake.add_issue(SLUG, "ready", labels=[READY])
+    built = IntakeWorld.build(
+        database_url, tmp_path / "volume", {fake.forge: fake},
+        [(fake.forge, "acme/gone"), (fake.forge, SLUG)],
+    )
+    try:
+        report = built.intake.poll(fake.forge)
+        assert report.error is not None and "acme-gone" in report.error
+        assert queued_numbers(built) == [number]
+        assert not built.intake.poll(fake.forge).skipped
+        assert built.intake.metrics.poll_errors[fake.forge] == 2
+    finally:
+        built.close()
