@@ -151,6 +151,13 @@ def upgrade() -> None:
         batch_op.create_index("ix_runs_claim", ["state", "repo_id", "priority", "id"], unique=False)
         batch_op.create_index("ix_runs_repo_created", ["repo_id", "created_at"], unique=False)
         batch_op.create_index(
+            "ix_runs_queue_order",
+            [sa.text("priority DESC"), "id"],
+            unique=False,
+            sqlite_where=sa.text("state = 'queued'"),
+            postgresql_where=sa.text("state = 'queued'"),
+        )
+        batch_op.create_index(
             "uq_runs_active_issue",
             ["issue_id"],
             unique=True,
@@ -231,6 +238,7 @@ def downgrade() -> None:
                 "issue_id IS NOT NULL AND state NOT IN ('succeeded', 'failed', 'escalated', 'cancelled')"
             ),
         )
+        batch_op.drop_index("ix_runs_queue_order")
         batch_op.drop_index("ix_runs_repo_created")
         batch_op.drop_index("ix_runs_claim")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, select, text, update
+from sqlalchemy import Connection, DateTime, func, literal, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.store.base import StoreBase
@@ -64,8 +64,8 @@ def _candidates(now: datetime, exclude_repo_ids: Collection[int]) -> Any:
             RunRow.state == "queued",
             RunRow.run_after <= now,
             RepoRow.state != "frozen",
-            ~exists().where(and_(busy.c.repo_id == RunRow.repo_id,
-                                 busy.c.state.in_(BUSY_STATES))),
+            # Uncorrelated on purpose: planned once as a hashed set, whatever the statistics.
+            RunRow.repo_id.not_in(select(busy.c.repo_id).where(busy.c.state.in_(BUSY_STATES))),
         )
         .order_by(RunRow.priority.desc(), RunRow.id)
         .limit(1)
@@ -99,63 +99,62 @@ class ClaimMixin(StoreBase):
         try:
             with self._write() as conn:
                 now = db_now(conn)
-                if conn.dialect.name == "postgresql":
-                    taken = self._claim_postgres(conn, owner, now, max_concurrency, lease_s,
-                                                 exclude_repo_ids)
-                else:
-                    taken = self._claim_sqlite(conn, owner, now, max_concurrency, lease_s,
-                                               exclude_repo_ids)
+                claim = self._claim_postgres if conn.dialect.name == "postgresql" else (
+                    self._claim_sqlite)
+                taken = claim(conn, owner, now, max_concurrency, lease_s, exclude_repo_ids)
                 if taken is None:
                     return None
-                return self._claimed(conn, taken[0], taken[1], owner, now)
+                run_id, attempt = taken
+                self._append_event(conn, run_id, attempt, "claimed",
+                                   f"claimed by {owner} (attempt {attempt})",
+                                   {"owner": owner, "attempt": attempt}, now)
         except IntegrityError:
             return None  # uq_runs_busy_repo: another claimer took this repo first
+        # Read after commit: on PostgreSQL the claim lock is held until then, so keep it short.
+        with self._read() as conn:
+            return read_run(conn, run_id)
 
     @staticmethod
     def _claim_sqlite(
         conn: Connection, owner: str, now: datetime, cap: int, lease_s: float,
         exclude: Collection[int],
-    ) -> tuple[int, float | None] | None:
+    ) -> tuple[int, int] | None:
         pick = _candidates(now, exclude).where(_busy_count().scalar_subquery() < cap)
         claimed = conn.execute(
             update(RunRow)
             .where(RunRow.id == pick.correlate(None).scalar_subquery(), RunRow.state == "queued")
             .values(**_claim_values(owner, now, lease_s))
-            .returning(RunRow.id, RunRow.timeout_s)
+            .returning(RunRow.id, RunRow.attempt, RunRow.timeout_s)
         ).first()
-        return (int(claimed[0]), claimed[1]) if claimed is not None else None
+        if claimed is None:
+            return None
+        run_id, attempt, timeout_s = claimed
+        if timeout_s is not None:  # execution time only: the deadline starts at the claim
+            conn.execute(update(RunRow).where(RunRow.id == run_id)
+                         .values(deadline_at=now + timedelta(seconds=float(timeout_s))))
+        return int(run_id), int(attempt)
 
     @staticmethod
     def _claim_postgres(
         conn: Connection, owner: str, now: datetime, cap: int, lease_s: float,
         exclude: Collection[int],
-    ) -> tuple[int, float | None] | None:
+    ) -> tuple[int, int] | None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CLAIM_LOCK_KEY})
-        if int(conn.execute(_busy_count()).scalar_one()) >= cap:
-            return None
         run_id = conn.execute(
-            _candidates(now, exclude).with_for_update(skip_locked=True, of=RunRow)
+            _candidates(now, exclude).where(_busy_count().scalar_subquery() < cap)
+            .with_for_update(skip_locked=True, of=RunRow)
         ).scalar_one_or_none()
         if run_id is None:
             return None
-        timeout_s = conn.execute(
-            update(RunRow).where(RunRow.id == run_id).values(**_claim_values(owner, now, lease_s))
-            .returning(RunRow.timeout_s)
+        # Execution time only: the deadline starts at the claim (NULL timeout, NULL deadline).
+        deadline = literal(now, DateTime()) + func.make_interval(0, 0, 0, 0, 0, 0,
+                                                                 RunRow.timeout_s)
+        attempt = conn.execute(
+            update(RunRow).where(RunRow.id == run_id)
+            .values(**{**_claim_values(owner, now, lease_s), "deadline_at": deadline})
+            .returning(RunRow.attempt)
         ).scalar_one()
-        return int(run_id), timeout_s
-
-    def _claimed(
-        self, conn: Connection, run_id: int, timeout_s: float | None, owner: str, now: datetime
-    ) -> Run:
-        """Set the deadline (execution time only: it starts now) and log the claim."""
-        if timeout_s is not None:
-            conn.execute(update(RunRow).where(RunRow.id == run_id)
-                         .values(deadline_at=now + timedelta(seconds=float(timeout_s))))
-        run = read_run(conn, run_id)
-        self._append_event(conn, run_id, run.attempt, "claimed",
-                           f"claimed by {owner} (attempt {run.attempt})",
-                           {"owner": owner, "attempt": run.attempt}, now)
-        return run
+        return int(run_id), int(attempt)
 
     def sweep(self, *, max_recoveries: int) -> SweepReport:
         """Recover expired leases and requeue runs whose retry time has come."""

@@ -35,6 +35,7 @@ _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_STATES)
 _BUSY_SQL = ", ".join(f"'{s}'" for s in BUSY_STATES)
 ACTIVE_ISSUE_WHERE = f"issue_id IS NOT NULL AND state NOT IN ({_TERMINAL_SQL})"
 BUSY_REPO_WHERE = f"state IN ({_BUSY_SQL})"
+QUEUED_WHERE = "state = 'queued'"
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -143,6 +144,17 @@ class RunRow(Base):
     requested_by: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+# The claim order (priority first, then age) over queued runs only, so a claim walks
+# the index and stops at the first eligible run instead of sorting the whole queue.
+Index(
+    "ix_runs_queue_order",
+    RunRow.priority.desc(),
+    RunRow.id,
+    sqlite_where=text(QUEUED_WHERE),
+    postgresql_where=text(QUEUED_WHERE),
+)
 
 
 class RunEventRow(Base):
