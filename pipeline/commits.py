@@ -49,14 +49,25 @@ class Git:
     def message(self, sha: str) -> str:
         return self.run("log", "-1", "--format=%B", sha).strip()
 
-    def stage_all(self, keep_dirs: Sequence[str]) -> bool:
-        """Stage every change except the kept dependency directories; True if any."""
-        excludes = [
-            f":(exclude,glob){pattern}"
-            for directory in keep_dirs
-            for pattern in (f"**/{directory}", f"**/{directory}/**")
+    def untracked(self) -> set[str]:
+        """Untracked, not ignored files (paths relative to the root)."""
+        listing = self.run("ls-files", "-z", "--others", "--exclude-standard")
+        return {path for path in listing.split("\0") if path}
+
+    def stage_changes(self, before: set[str], keep_dirs: Sequence[str]) -> bool:
+        """Stage the agent's changes: tracked edits, and files untracked now but not ``before``.
+
+        Files that were already untracked when the agent started (test output
+        of an earlier gate run, caches) are never the agent's to commit.
+        """
+        self.run("add", "-u")
+        new = [
+            path
+            for path in sorted(self.untracked() - before)
+            if not any(directory in Path(path).parts for directory in keep_dirs)
         ]
-        self.run("add", "-A", "--", ".", *excludes)
+        if new:
+            self.run("add", "--", *new)
         return self._has_staged()
 
     def _has_staged(self) -> bool:

@@ -16,7 +16,7 @@ after the branch is put back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,7 +124,7 @@ def resolve_conflict_with_agent(description: str, resolver: ConflictResolver) ->
     target = git.run("rev-parse", "--verify",
                      f"refs/remotes/origin/{resolver.repo.default_branch}^{{commit}}").strip()
     original = git.head()
-    untracked = _untracked(git)  # test artefacts and such: never the agent's to commit
+    untracked = git.untracked()  # test artefacts and such: never the agent's to commit
     budget = _remaining_budget(resolver)
     if budget is not None and budget <= 0:
         resolver.events("agent", "the run's budget is spent; the conflict is not handed "
@@ -186,7 +186,7 @@ def _verify(
     current = git.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False).strip()
     if current != resolver.branch:
         return f"HEAD is on {current or 'a detached commit'}, not on {resolver.branch}"
-    if _stage_agent_changes(git, untracked, resolver.repo.keep_dirs):
+    if git.stage_changes(untracked, resolver.repo.keep_dirs):
         git.commit(git.with_trailers(resolver.subject, resolver.trailers))
     if not _contains(git, target):
         return f"{resolver.branch} does not contain origin/{resolver.repo.default_branch}"
@@ -199,23 +199,6 @@ def _verify(
     if not resolver.test_gate():
         return "the tests are red on the resolved branch"
     return None
-
-
-def _untracked(git: Git) -> set[str]:
-    listing = git.run("ls-files", "-z", "--others", "--exclude-standard")
-    return {path for path in listing.split("\0") if path}
-
-
-def _stage_agent_changes(git: Git, before: set[str], keep_dirs: Sequence[str]) -> bool:
-    """Stage what the agent left uncommitted (not files untracked before it ran); True if any."""
-    git.run("add", "-u")
-    new = [
-        path for path in sorted(_untracked(git) - before)
-        if not any(directory in Path(path).parts for directory in keep_dirs)
-    ]
-    if new:
-        git.run("add", "--", *new)
-    return bool(git.run("diff", "--cached", "--name-only").strip())
 
 
 def _contains(git: Git, commit: str) -> bool:

@@ -120,12 +120,7 @@ class RunFlow:
             on_agent_result=tally,
             on_phase=lambda phase: self._phase(ctx, phase),
         )
-        ctx.update(
-            head_sha=outcome.head_sha,
-            cost_usd=outcome.cost_usd,
-            tokens_in=outcome.tokens_in,
-            tokens_out=outcome.tokens_out,
-        )
+        ctx.update(head_sha=outcome.head_sha)  # spend is recorded per invocation by the tally
         ctx.set_state("publishing")
         checkpoint("publishing", run.id)
         resolver = self._conflict_resolver(ctx, repo, ws, issue, outcome, tally)

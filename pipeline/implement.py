@@ -130,6 +130,7 @@ class _Run:
         request = AgentRequest(
             prompt, self.workdir, self.env, self.home, resume, self._remaining_budget()
         )
+        untracked_before = self.git.untracked()
         result = self.agent.run(request, events=self.events, stop=self.stop)
         self.cost_usd += result.cost_usd
         self.tokens_in += result.tokens_in
@@ -140,7 +141,7 @@ class _Run:
         classify_result(self.agent.name, result, request.max_budget_usd)
         if result.blocked_reason:
             raise EscalationError("blocked", f"the agent is blocked: {result.blocked_reason}")
-        self.commit_pending()
+        self.commit_pending(untracked_before)
         return result
 
     def _remaining_budget(self) -> float | None:
@@ -160,8 +161,8 @@ class _Run:
                 f"(repos.{self.repo.name}.max_budget_usd)",
             )
 
-    def commit_pending(self) -> None:
-        if self.git.stage_all(self.repo.keep_dirs):
+    def commit_pending(self, untracked_before: set[str]) -> None:
+        if self.git.stage_changes(untracked_before, self.repo.keep_dirs):
             sha = self.git.commit(self.git.with_trailers(self.subject, self.trailers))
             self.events("agent", f"committed the agent's uncommitted changes as {sha[:12]}")
 

@@ -235,3 +235,13 @@ def test_gate_times_out_as_red_and_runs_scrubbed(project: Project) -> None:
     dump = project.outside / "gate-env.txt"
     run_test_gate(project.repo(test_command=f"env > {dump}"), project.root, base_env(), sink, None)
     assert not any(value in dump.read_text() for value in SENTINELS.values())
+
+
+def test_gate_artifacts_are_never_committed(project: Project) -> None:
+    """Files the test gate leaves behind (logs, caches) stay out of the run's commit."""
+    gate = f"{project.repo().test_command}; s=$?; echo ran >> gate-output.log; exit $s"
+    outcome = _implement(project, _scripted(project, [RED, GOOD]),
+                         repo=project.repo(test_command=gate))
+    changed = git(project.root, "show", "--name-only", "--format=", outcome.head_sha).split()
+    assert outcome.fix_iterations == 1
+    assert sorted(changed) == ["calc.py", "test_calc.py"]
