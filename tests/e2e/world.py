@@ -1,0 +1,513 @@
+"""A ship-and-watch world for e2e tests: fake GitHub, deploy targets, a scripted agent, a receiver.
+
+``ShipWorld`` lays out under one temporary directory everything the daemon
+needs to take a GitHub issue to a healthy deploy: the fake GitHub (served on
+127.0.0.1), one ``DeployTarget`` per repo (its bare remote's hook deploys and
+restarts a small app), a command agent (``AGENT`` below) that makes real
+edits chosen by an ``afk-task:`` line in the issue, a ``CiFeeder`` that
+reports GitHub check runs on the fake for every commit that lands on a
+remote's ``main`` (as Actions would), and a loopback ``Receiver`` behind an
+apprise ``json://`` URL. The daemon is the real ``python -m pipeline run``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.store import Run, Store
+from pipeline.testing.deploy_target import DEMO_APP, DeployTarget, free_port
+from pipeline.testing.forges import FakeGitHub
+from pipeline.testing.gitrepos import commit_to_remote, git
+from pipeline.testing.receiver import Receiver
+
+from .conftest import Cli, stop_daemon
+
+TOKEN_ENV = "AFK_E2E_GITHUB_TOKEN"
+TOKEN = "sentinel-e2e-forge-token"
+MAINTAINER = "alice"
+READY = "ready-for-agent"
+WORKING = "agent-working"
+BLOCKED = "agent-blocked"
+
+APP_LIB = '''"""The service's domain logic."""
+
+GREETING = "hello"
+
+
+def status():
+    return "ok"
+
+
+def greeting(name):
+    return f"{GREETING}, {name}"
+'''
+
+APP_TEST = """import unittest
+
+import lib
+
+
+class GreetingTest(unittest.TestCase):
+    def test_greets_by_name(self):
+        self.assertTrue(lib.greeting("ada").endswith(", ada"))
+"""
+
+APP_FILES = {
+    "app.py": DEMO_APP,
+    "lib.py": APP_LIB,
+    "test_lib.py": APP_TEST,
+    ".gitignore": "__pycache__/\n*.pyc\n",
+}
+
+# The scripted agent. It reads the world description from $AGENT_WORLD, logs
+# each invocation, and acts on the prompt:
+#   a rebase conflict handed over  -> BLOCKED (it cannot choose between two wordings)
+#   "Fix-forward:" in the prompt  -> heal lib.status (fix_mode "heal") or make
+#                                     a change that leaves it broken ("fail")
+#   afk-task: feature NAME        -> NAME.py and test_NAME.py
+#   afk-task: break               -> lib.status() raises; the tests stay green
+#   afk-task: race-clean          -> a feature, and a commit on another file is
+#                                     pushed to the remote meanwhile
+#   afk-task: race-conflict       -> edits GREETING, and a commit changing the
+#                                     same line is pushed to the remote meanwhile
+AGENT = r"""
+import json, os, re, subprocess, sys, tempfile, time
+from pathlib import Path
+
+world = json.loads(Path(os.environ["AGENT_WORLD"]).read_text())
+prompt = Path(sys.argv[1]).read_text()
+wd = Path(sys.argv[2])
+runs = re.findall(r"Afk-Run: (\d+)", prompt)  # the contract's comes last
+run_id = int(runs[-1]) if runs else None
+task = re.search(r"afk-task: ([\w-]+)(?: ([\w-]+))?", prompt)
+fix = "Fix-forward:" in prompt
+conflict = "no longer applies on top of it" in prompt
+with open(world["log"], "a") as log:
+    log.write(json.dumps({"run": run_id, "fix_forward": fix,
+                          "conflict": conflict, "task": task.group(0) if task else None,
+                          "t": time.time()}) + "\n")
+lib = wd / "lib.py"
+HEALTHY = '    return "ok"\n'
+
+
+def push_to_remote(files, message):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    ident = ["-c", "user.name=Bob Human", "-c", "user.email=bob@example.invalid"]
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(["git", "clone", "-q", world["remote"], str(clone)], check=True, env=env)
+        for name, text in files.items():
+            (clone / name).write_text(text)
+        subprocess.run(["git", "add", "-A"], cwd=clone, check=True, env=env)
+        subprocess.run(["git", *ident, "commit", "-q", "-m", message], cwd=clone, check=True,
+                       env=env)
+        subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=clone, check=True,
+                       env=env)
+
+
+if conflict:
+    print("BLOCKED: both changes rewrite GREETING; a human must choose the wording")
+elif fix:
+    text = lib.read_text()
+    if world["fix_mode"] == "heal":
+        (wd / "test_status.py").write_text(
+            "import unittest\nimport lib\n\n\nclass StatusTest(unittest.TestCase):\n"
+            "    def test_status_is_ok(self):\n        self.assertEqual(lib.status(), 'ok')\n")
+        lib.write_text(re.sub(r"    raise RuntimeError\(.*\)\n", HEALTHY, text))
+    else:
+        lib.write_text(text.replace("unreachable", f"unreachable (retried by run {run_id})"))
+    print("fix-forward attempted")
+elif task is None:
+    print("BLOCKED: no afk-task line in the issue")
+elif task.group(1) == "feature" or task.group(1) == "race-clean":
+    name = task.group(2) or "extra"
+    (wd / f"test_{name}.py").write_text(
+        f"import unittest\nfrom {name} import {name}\n\n\nclass T(unittest.TestCase):\n"
+        f"    def test_{name}(self):\n        self.assertEqual({name}(), '{name}')\n")
+    (wd / f"{name}.py").write_text(f"def {name}():\n    return '{name}'\n")
+    if task.group(1) == "race-clean":
+        push_to_remote({"NOTES.md": "Release notes, written by a human.\n"}, "Add release notes")
+    print(f"added {name}")
+elif task.group(1) == "break":
+    lib.write_text(lib.read_text().replace(
+        HEALTHY, '    raise RuntimeError("status backend unreachable")\n'))
+    print("status now asks the backend")
+elif task.group(1) == "race-conflict":
+    lib.write_text(lib.read_text().replace('GREETING = "hello"', 'GREETING = "hi"'))
+    push_to_remote({"lib.py": lib.read_text().replace('GREETING = "hi"', 'GREETING = "hey"')},
+                   "Greet with hey")
+    print("greeting shortened")
+"""
+
+
+@dataclass(frozen=True)
+class RepoSpec:
+    """One enrolled repo: its name in the config, its slug on the fake, its deploy target."""
+
+    name: str
+    slug: str
+    target: DeployTarget
+
+    @property
+    def remote(self) -> Path:
+        return self.target.remote
+
+
+@dataclass
+class CheckPlan:
+    """How CI reports on one commit: how long it stays pending, and its conclusion."""
+
+    pending_s: float = 0.0
+    conclusion: str = "success"
+
+
+class CiFeeder:
+    """Reports a ``build`` check run (no commit statuses) for each new commit on a remote's main.
+
+    ``plan(slug, sha, message)`` decides pending time and conclusion; pending
+    commits go ``queued`` -> ``in_progress`` -> ``completed`` as Actions does.
+    """
+
+    def __init__(
+        self, fake: FakeGitHub, repos: list[RepoSpec], plan: Callable[[str, str, str], CheckPlan]
+    ) -> None:
+        self.fake, self.repos, self.plan = fake, repos, plan
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ci-feeder", daemon=True)
+
+    def start(self) -> None:
+        for repo in self.repos:  # the seed commit predates the run: not reported
+            self.seen.update(self._commits(repo))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _commits(self, repo: RepoSpec) -> dict[str, str]:
+        out = git(repo.remote, "log", "-n", "50", "--format=%H%x09%s", "main")
+        return dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+
+    def _loop(self) -> None:
+        pending: list[tuple[float, str, str, CheckPlan]] = []
+        while not self._stop.wait(0.1):
+            self._tick(pending)
+
+    def _tick(self, pending: list[tuple[float, str, str, CheckPlan]]) -> None:
+        for repo in self.repos:
+            try:
+                commits = self._commits(repo)
+            except RuntimeError:  # git failed reading the remote; look again next tick
+                continue
+            for sha, subject in commits.items():
+                if sha not in self.seen:
+                    self.seen.add(sha)
+                    pending.append(self._report(repo.slug, sha, subject))
+        now = time.monotonic()
+        for item in [p for p in pending if p[0] <= now]:
+            pending.remove(item)
+            self._set(item[1], item[2], "completed", item[3].conclusion)
+        for _, slug, sha, _plan in pending:
+            self._set(slug, sha, "in_progress", None)
+
+    def _report(self, slug: str, sha: str, subject: str) -> tuple[float, str, str, CheckPlan]:
+        plan = self.plan(slug, sha, subject)
+        if plan.pending_s > 0:
+            self.fake.add_check_run(slug, sha, "build", "queued")
+        else:
+            self.fake.add_check_run(slug, sha, "build", "completed", plan.conclusion)
+        return time.monotonic() + plan.pending_s, slug, sha, plan
+
+    def _set(self, slug: str, sha: str, status: str, conclusion: str | None) -> None:
+        with self.fake.lock:
+            for run in self.fake.repos[slug].check_runs.get(sha, []):
+                if run.status != "completed":
+                    run.status, run.conclusion = status, conclusion
+
+
+def default_plan(slug: str, sha: str, subject: str) -> CheckPlan:
+    return CheckPlan(conclusion="failure" if "[ci-red]" in subject else "success")
+
+
+@dataclass
+class ShipWorld:
+    """Everything one test's daemon talks to; ``close()`` tears it all down."""
+
+    root: Path
+    fake: FakeGitHub
+    receiver: Receiver
+    repos: dict[str, RepoSpec]
+    cli: Cli
+    config: Path
+    feeder: CiFeeder
+    agent_log: Path
+    store: Store
+    daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    # -- building ------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        root: Path,
+        env: dict[str, str],
+        *,
+        repos: tuple[str, ...] = ("web",),
+        fix_mode: str = "heal",
+        plan: Callable[[str, str, str], CheckPlan] = default_plan,
+        max_fix_forwards: int = 2,
+    ) -> ShipWorld:
+        fake = FakeGitHub(token=TOKEN)
+        fake.serve()
+        receiver = Receiver()
+        specs = {
+            name: RepoSpec(
+                name, f"acme/{name}", DeployTarget.create(root / f"{name}-target", files=APP_FILES)
+            )
+            for name in repos
+        }
+        for spec in specs.values():
+            fake.add_repo(spec.slug)
+            fake.set_permission(spec.slug, MAINTAINER, "write")
+        agent_log = root / "agent-log.jsonl"
+        agent_log.touch()
+        world_file = root / "agent-world.json"
+        world_file.write_text(
+            json.dumps(
+                {
+                    "log": str(agent_log),
+                    "fix_mode": fix_mode,
+                    "remote": str(next(iter(specs.values())).remote),
+                }
+            )
+        )
+        (root / "agent.py").write_text(AGENT)
+        notify_urls = root / "notify-urls"
+        notify_urls.write_text(f"json://127.0.0.1:{receiver.port}/afk-hook\n")
+        (root / "volume").mkdir()
+        config = root / "pipeline.toml"
+        config.write_text(_config(root, fake.url, specs, world_file, notify_urls, max_fix_forwards))
+        env = {**env, TOKEN_ENV: TOKEN}
+        cli = Cli(config, env)
+        cli("db", "upgrade")
+        feeder = CiFeeder(fake, list(specs.values()), plan)
+        feeder.start()
+        store = Store(f"sqlite:///{root / 'history.db'}")
+        return cls(root, fake, receiver, specs, cli, config, feeder, agent_log, store)
+
+    def close(self) -> None:
+        """Stop every process and server; each step runs even if an earlier one failed."""
+        with ExitStack() as stack:
+            stack.callback(self.receiver.close)
+            stack.callback(self.fake.stop)
+            stack.callback(self.store.close)
+            for spec in self.repos.values():
+                stack.callback(spec.target.stop)
+            stack.callback(self.feeder.stop)
+            for daemon in self.daemons:
+                stack.callback(_stop_quietly, daemon)
+
+    # -- acting ----------------------------------------------------------------------
+
+    def label(self, repo: str, title: str, task: str) -> int:
+        """A maintainer files an issue with ``afk-task: <task>`` and labels it ready."""
+        slug = self.repos[repo].slug
+        return self.fake.add_issue(
+            slug,
+            title,
+            body=f"Please do this.\n\nafk-task: {task}\n",
+            author=MAINTAINER,
+            labels=[READY],
+            labelled_by=MAINTAINER,
+        )
+
+    def start(self, faults: str | None = None) -> subprocess.Popen[bytes]:
+        env = dict(self.cli.env)
+        if faults:
+            env["PIPELINE_FAULTS"] = faults
+        log = self.log_path(len(self.daemons))
+        daemon = Cli(self.config, env).daemon(log)
+        self.daemons.append(daemon)
+        return daemon
+
+    def log_path(self, index: int) -> Path:
+        return self.root / f"daemon-{index}.log"
+
+    def human_commit(self, repo: str, files: dict[str, str], message: str) -> str:
+        """A human commits ``files`` on top of the remote's main (the hook deploys it)."""
+        return commit_to_remote(str(self.repos[repo].remote), files, message)
+
+    @property
+    def app_lib(self) -> str:
+        return APP_LIB
+
+    @staticmethod
+    def git_in(path: Path, *args: str) -> str:
+        return git(path, *args)
+
+    # -- observing -------------------------------------------------------------------
+
+    def runs(self) -> list[Run]:
+        """Every run, oldest first."""
+        return sorted(self.store.list_runs(), key=lambda r: r.id)
+
+    def events(self, run_id: int) -> list[str]:
+        return [f"{e.kind}: {e.message}" for e in self.store.run_events(run_id)]
+
+    def wait(
+        self, what: str, predicate: Callable[[list[Run]], bool], timeout_s: float = 60.0
+    ) -> list[Run]:
+        """Poll the history until ``predicate(runs)``; fail with the runs and daemon logs."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            runs = self.runs()
+            if predicate(runs):
+                return runs
+            dead = [d for d in self.daemons if d.poll() is not None and d.returncode != -9]
+            if time.monotonic() > deadline or (dead and dead[-1] is self.daemons[-1]):
+                why = "the daemon exited" if dead else f"not reached in {timeout_s:.0f}s"
+                raise AssertionError(f"{what}: {why}\n" + self.describe(runs))
+            time.sleep(0.25)
+
+    def describe(self, runs: list[Run]) -> str:
+        lines = [
+            f"run {r.id} {r.kind} {r.repo_name}#{r.issue_number} {r.state} "
+            f"{r.error_class or ''} {(r.error or '')[:300]}"
+            for r in runs
+        ]
+        for run in runs[-4:]:
+            lines += [f"  {run.id}| {e}"[:300] for e in self.events(run.id)[-25:]]
+        for index in range(len(self.daemons)):
+            lines.append(f"--- daemon {index} log tail ---")
+            lines.append(self.log_path(index).read_text(errors="replace")[-3000:])
+        return "\n".join(lines)
+
+    def agent_calls(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.agent_log.read_text().splitlines() if line]
+
+    def remote_log(self, repo: str, fmt: str = "%H") -> list[str]:
+        """``main`` on the repo's remote, newest first, one formatted entry per commit."""
+        out = git(self.repos[repo].remote, "log", f"--format={fmt}%x00", "main")
+        return [entry.strip("\n") for entry in out.split("\0") if entry.strip()]
+
+    def commits_of_run(self, repo: str, run_id: int) -> list[str]:
+        """SHAs on the remote's main whose ``Afk-Run`` trailer is ``run_id``."""
+        fmt = "%H%x09%(trailers:key=Afk-Run,valueonly,separator=%x2C)"
+        found = []
+        for entry in self.remote_log(repo, fmt):
+            sha, _, runs = entry.partition("\t")
+            if str(run_id) in [v.strip() for v in runs.split(",")]:
+                found.append(sha)
+        return found
+
+
+def _stop_quietly(daemon: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after a while (a run may still be busy when a test fails)."""
+    try:
+        stop_daemon(daemon)
+    except subprocess.TimeoutExpired:
+        pass  # stop_daemon has killed it by now
+
+
+@contextmanager
+def ship_world(root: Path, env: dict[str, str], **kwargs: Any) -> Iterator[ShipWorld]:
+    world = ShipWorld.build(root, env, **kwargs)
+    try:
+        yield world
+    finally:
+        world.close()
+
+
+def _config(
+    root: Path,
+    forge_url: str,
+    repos: dict[str, RepoSpec],
+    world_file: Path,
+    notify_urls: Path,
+    max_fix_forwards: int,
+) -> str:
+    python = json.dumps(sys.executable)
+    head = f"""
+database_url = "sqlite:///{root / "history.db"}"
+volume = "{root / "volume"}"
+poll_interval_s = 0.5
+max_concurrency = 3
+
+[scheduler]
+lease_s = 10
+heartbeat_s = 1
+sweep_interval_s = 0.5
+claim_interval_s = 0.2
+backoff_base_s = 0.5
+backoff_max_s = 2
+
+[workspace]
+fetch_debounce_s = 0
+
+[http]
+listen = "127.0.0.1:{free_port()}"
+
+[trackers.gh]
+kind = "github"
+base_url = "{forge_url}"
+token_env = "{TOKEN_ENV}"
+
+[agents.scripted]
+kind = "command"
+command = [{python}, "{root / "agent.py"}", "{{prompt_file}}", "{{workdir}}"]
+idle_timeout_s = 60
+exit_grace_s = 2
+
+[agents.scripted.env]
+AGENT_WORLD = "{world_file}"
+
+[notify]
+urls_file = "{notify_urls}"
+retries = 2
+retry_delay_s = 0.2
+"""
+    return head + "".join(_repo(spec, max_fix_forwards) for spec in repos.values())
+
+
+def _repo(spec: RepoSpec, max_fix_forwards: int) -> str:
+    return f"""
+[repos.{spec.name}]
+tracker = "gh"
+slug = "{spec.slug}"
+remote_url = "{spec.target.remote_url}"
+test_command = "{sys.executable} -m unittest -q"
+test_timeout_s = 60
+agent = "scripted"
+max_fix_iterations = 1
+max_fix_forwards = {max_fix_forwards}
+run_timeout_s = 120
+
+[repos.{spec.name}.ci]
+kind = "github"
+poll_interval_s = 0.3
+appear_timeout_s = 20
+timeout_s = 40
+
+[repos.{spec.name}.deploy]
+initial_delay_s = 0.3
+interval_s = 0.3
+count = 2
+failure_limit = 0
+progress_deadline_s = 20
+
+[[repos.{spec.name}.deploy.probes]]
+kind = "http"
+url = "{spec.target.health_url}"
+json_field = "version"
+timeout_s = 2
+"""
