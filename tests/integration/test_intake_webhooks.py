@@ -1,0 +1,181 @@
+"""Webhook intake through the daemon's HTTP app: signatures, replays, trust, fast pickup."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pipeline.api import ServerHandle, create_app, serve
+from pipeline.store import Run
+from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab, send_webhook
+from pipeline.testing.forges.base import FakeForge
+from pipeline.testing.intake_world import IntakeWorld
+from tests.unit.test_tracker_webhooks import DOC_PAYLOAD, DOC_SECRET, DOC_SIGNATURE
+
+from .test_intake import FORGES, OTHER, READY, SLUG, WRITER, untrusted_comments
+
+SECRET_ENV = "AFK_TEST_WEBHOOK_SECRET"
+SECRET = "webhook-s3cret"
+EVENT = {"github": "issues", "gitea": "issue_label", "gitlab": "Issue Hook"}
+
+
+class Harness:
+    """A world whose intake is served by the daemon's app on 127.0.0.1."""
+
+    def __init__(self, world: IntakeWorld, fake: FakeForge) -> None:
+        self.world, self.fake = world, fake
+        self.rejected: list[tuple[str, str]] = []
+        app = create_app(world.store, world.settings, webhook_handler=self.handle)
+        self.metrics = app.state.metrics
+        world.intake.on_webhook_rejected = self.on_rejected
+        self.server: ServerHandle = serve(app, "127.0.0.1", 0)
+        self.url = f"{self.server.url}/webhooks/{fake.forge}"
+
+    def handle(self, tracker: str, headers: Any, body: bytes) -> tuple[int, dict[str, object]]:
+        return self.world.intake.handle_webhook(tracker, headers, body)
+
+    def on_rejected(self, tracker: str, reason: str) -> None:
+        self.rejected.append((tracker, reason))
+        self.metrics.webhook_rejected(tracker, reason)
+
+    def labelled(self, number: int, sender: str, slug: str = SLUG) -> dict[str, Any]:
+        fake = self.fake
+        if isinstance(fake, FakeGitea):
+            return fake.labeled_webhook(slug, number, sender)
+        assert isinstance(fake, FakeGitHub | FakeGitLab)
+        return fake.labeled_webhook(slug, number, READY, sender)
+
+    def send(
+        self, payload: dict[str, Any], *, secret: str = SECRET, delivery_id: str | None = None
+    ) -> httpx.Response:
+        return send_webhook(self.url, EVENT[self.fake.forge], payload, secret,
+                            kind=self.fake.forge, delivery_id=delivery_id)
+
+    def wait_for_run(self, timeout_s: float = 5.0) -> list[Run]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            runs = self.world.runs()
+            if runs:
+                return runs
+            time.sleep(0.01)
+        return []
+
+
+@pytest.fixture(params=list(FORGES))
+def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
+    forge: FakeForge = FORGES[request.param](token="fake-token")
+    forge.add_repo(SLUG)
+    forge.add_repo(OTHER)
+    forge.set_permission(SLUG, "alice", WRITER[request.param])
+    with forge:
+        yield forge
+
+
+@contextmanager
+def serving(fake: FakeForge, database_url: str, volume: Path) -> Iterator[Harness]:
+    world = IntakeWorld.build(
+        database_url, volume, {fake.forge: fake}, [(fake.forge, SLUG)],
+        webhook_secret_env=SECRET_ENV,
+    )
+    served = Harness(world, fake)
+    try:
+        yield served
+    finally:
+        served.server.stop()
+        world.close()
+
+
+@pytest.fixture
+def harness(
+    fake: FakeForge, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Harness]:
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    with serving(fake, database_url, tmp_path / "volume") as served:
+        yield served
+
+
+def test_labelled_webhook_queues_the_issue_in_under_a_second(harness: Harness) -> None:
+    """A signed labelled delivery is answered at once and the run is queued within 1 s."""
+    number = harness.fake.add_issue(SLUG, "hooked", labels=[READY])
+    started = time.monotonic()
+    response = harness.send(harness.labelled(number, "alice"))
+    assert response.status_code == 202 and response.json()["status"] == "accepted"
+    runs = harness.wait_for_run()
+    elapsed = time.monotonic() - started
+    assert [run.issue_number for run in runs] == [number]
+    assert elapsed < 1.0, f"run queued {elapsed:.2f}s after the delivery"
+
+
+def test_replayed_delivery_is_ignored(harness: Harness) -> None:
+    """The same delivery id twice is acted on once; the replay answers 'duplicate'."""
+    number = harness.fake.add_issue(SLUG, "hooked", labels=[READY])
+    payload = harness.labelled(number, "alice")
+    assert harness.send(payload, delivery_id="d-1").status_code == 202
+    assert len(harness.wait_for_run()) == 1
+    fetched = len(harness.fake.requests)
+    replay = harness.send(payload, delivery_id="d-1")
+    assert replay.status_code == 200 and replay.json()["status"] == "duplicate"
+    assert len(harness.fake.requests) == fetched  # not even fetched again
+    assert len(harness.world.runs()) == 1
+
+
+@pytest.mark.parametrize("how", ["wrong-secret", "missing"])
+def test_bad_signature_is_401_and_counted(harness: Harness, how: str) -> None:
+    """A wrong or missing signature gets 401, queues nothing, and is counted and reported."""
+    number = harness.fake.add_issue(SLUG, "hooked", labels=[READY])
+    payload = harness.labelled(number, "alice")
+    if how == "wrong-secret":
+        response = harness.send(payload, secret="not-the-secret")
+    else:
+        headers = {"X-GitHub-Event": "issues", "X-Gitea-Event": "issue_label",
+                   "X-Gitlab-Event": "Issue Hook", "X-GitHub-Delivery": "d-2"}
+        response = httpx.post(harness.url, json=payload, headers=headers, timeout=5)
+    assert response.status_code == 401
+    assert harness.rejected == [(harness.fake.forge, "missing or wrong signature")]
+    assert harness.world.intake.metrics.webhooks_rejected == {harness.fake.forge: 1}
+    scrape = httpx.get(f"{harness.server.url}/metrics", timeout=5).text
+    labels = f'reason="missing or wrong signature",tracker="{harness.fake.forge}"'
+    assert f"pipeline_webhooks_rejected_total{{{labels}}} 1.0" in scrape
+    assert harness.world.runs() == []
+    assert SECRET not in response.text
+
+
+def test_untrusted_sender_gets_one_comment_then_polls_add_none(harness: Harness) -> None:
+    """A delivery from a sender without write access is explained once, also across polls."""
+    number = harness.fake.add_issue(SLUG, "sneaky", labels=[READY], labelled_by="mallory")
+    assert harness.send(harness.labelled(number, "mallory")).status_code == 202
+    deadline = time.monotonic() + 5
+    while not untrusted_comments(harness.fake, number) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for _ in range(2):
+        harness.world.intake.poll(harness.fake.forge)
+    assert len(untrusted_comments(harness.fake, number)) == 1
+    assert harness.world.runs() == []
+
+
+def test_delivery_for_a_repo_not_enrolled_is_ignored(harness: Harness) -> None:
+    """A valid delivery about a repo that is not enrolled is acknowledged and ignored."""
+    number = harness.fake.add_issue(OTHER, "elsewhere", labels=[READY])
+    response = harness.send(harness.labelled(number, "alice", slug=OTHER))
+    assert response.status_code == 202 and response.json()["status"] == "ignored"
+    assert harness.world.runs() == []
+
+
+def test_github_documented_test_vector_passes_the_signature_check(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GitHub's published secret/payload/signature get past verification (then fail as not JSON)."""
+    monkeypatch.setenv(SECRET_ENV, DOC_SECRET.decode())
+    headers = {"X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-3",
+               "X-Hub-Signature-256": DOC_SIGNATURE}
+    with FakeGitHub() as fake, serving(fake, database_url, tmp_path / "volume") as harness:
+        response = httpx.post(harness.url, content=DOC_PAYLOAD, headers=headers, timeout=5)
+        tampered = httpx.post(harness.url, content=DOC_PAYLOAD + b" ", headers=headers, timeout=5)
+    assert response.status_code == 400 and "not valid JSON" in response.json()["error"]
+    assert tampered.status_code == 401
