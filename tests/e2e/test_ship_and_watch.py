@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.store import Run
 
-from .world import BLOCKED, READY, WORKING, CheckPlan, ShipWorld, ship_world
+from .world import BLOCKED, READY, TOKEN, WORKING, CheckPlan, ShipWorld, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
 
@@ -75,6 +75,11 @@ def test_labelled_issue_ships_and_closes(tmp_path: Path, cli_env: dict[str, str]
         events = world.events(run.id)
         assert any(e.startswith("ci: CI for") and "success" in e for e in events)
         assert any("deploy healthy" in e for e in events)
+        # The forge token stays with the daemon: not in the agent's env, logs or history.
+        assert [c["token_vars"] for c in world.agent_calls()] == [[]]
+        assert TOKEN not in world.log_path(0).read_text()
+        for db in tmp_path.glob("history.db*"):
+            assert TOKEN.encode() not in db.read_bytes()
 
 
 def test_broken_deploy_is_fixed_forward_ahead_of_the_queue(

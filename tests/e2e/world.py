@@ -91,10 +91,14 @@ run_id = int(runs[-1]) if runs else None
 task = re.search(r"afk-task: ([\w-]+)(?: ([\w-]+))?", prompt)
 fix = "Fix-forward:" in prompt
 conflict = "no longer applies on top of it" in prompt
+entry = {
+    "run": run_id, "fix_forward": fix, "conflict": conflict,
+    "task": task.group(0) if task else None,
+    "token_vars": sorted(k for k in os.environ if "TOKEN" in k.upper()),
+    "t": time.time(),
+}
 with open(world["log"], "a") as log:
-    log.write(json.dumps({"run": run_id, "fix_forward": fix,
-                          "conflict": conflict, "task": task.group(0) if task else None,
-                          "t": time.time()}) + "\n")
+    log.write(json.dumps(entry) + "\n")
 lib = wd / "lib.py"
 HEALTHY = '    return "ok"\n'
 
