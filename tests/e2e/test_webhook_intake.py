@@ -1,0 +1,149 @@
+"""The daemon against a fake GitHub: a signed webhook queues a run in under a second."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pipeline.store import Run, RunFilter, Store
+from pipeline.testing.forges import FakeGitHub, send_webhook
+from pipeline.testing.gitrepos import git, make_remote
+
+from .conftest import Cli, free_port, stop_daemon
+
+SLUG = "acme/app"
+READY = "ready-for-agent"
+TOKEN = "SENTINEL-gh-t0ken-91c3"
+SECRET = "SENTINEL-hook-s3cret-5e2a"
+AGENT = """
+import pathlib, sys
+wd = pathlib.Path(sys.argv[1])
+(wd / "NOTES.md").write_text("done\\n")
+print("wrote NOTES.md")
+"""
+
+
+def _config(tmp_path: Path, fake: FakeGitHub, port: int, push_mode: str) -> Path:
+    remote = make_remote(tmp_path, {"README.md": "app\n"})
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    config = tmp_path / "pipeline.toml"
+    config.write_text(f"""
+database_url = "sqlite:///{tmp_path / "history.db"}"
+volume = "{tmp_path / "volume"}"
+poll_interval_s = 3600
+[scheduler]
+claim_interval_s = 0.2
+[http]
+listen = "127.0.0.1:{port}"
+[trackers.gh]
+kind = "github"
+base_url = "{fake.url}"
+token_env = "AFK_E2E_GITHUB_TOKEN"
+webhook_secret_env = "AFK_E2E_WEBHOOK_SECRET"
+[agents.scripted]
+kind = "command"
+command = [{json.dumps(sys.executable)}, "{agent}", "{{workdir}}"]
+[repos.app]
+tracker = "gh"
+slug = "{SLUG}"
+remote_url = "{remote}"
+agent = "scripted"
+[repos.app.push]
+mode = "{push_mode}"
+""")
+    (tmp_path / "volume").mkdir()
+    return config
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGitHub]:
+    forge = FakeGitHub(token=TOKEN)
+    forge.add_repo(SLUG)
+    forge.set_permission(SLUG, "alice", "write")
+    with forge:
+        yield forge
+
+
+def _until(predicate: Callable[[], object], timeout_s: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not seen in {timeout_s}s\n{log.read_text()[-4000:]}")
+        time.sleep(0.01)
+
+
+def _runs(store: Store) -> list[Run]:
+    return store.list_runs(RunFilter(limit=10))
+
+
+def _start(
+    tmp_path: Path, cli_env: dict[str, str], fake: FakeGitHub, push_mode: str
+) -> tuple[Cli, int]:
+    port = free_port()
+    cli_env["AFK_E2E_GITHUB_TOKEN"] = TOKEN
+    cli_env["AFK_E2E_WEBHOOK_SECRET"] = SECRET
+    cli = Cli(_config(tmp_path, fake, port, push_mode), cli_env)
+    cli("db", "upgrade")
+    return cli, port
+
+
+def _label_and_send(fake: FakeGitHub, number: int, port: int) -> tuple[float, httpx.Response]:
+    fake.apply_label(SLUG, number, READY, "alice")
+    payload = fake.labeled_webhook(SLUG, number, READY, "alice")
+    started = time.monotonic()
+    response = send_webhook(f"http://127.0.0.1:{port}/webhooks/gh", "issues", payload, SECRET)
+    return started, response
+
+
+def test_labelled_webhook_queues_a_run_in_under_a_second(
+    tmp_path: Path, cli_env: dict[str, str], fake: FakeGitHub
+) -> None:
+    """With hourly polls, only the webhook can queue the issue, and it does so within 1 s."""
+    number = fake.add_issue(SLUG, "Write notes")
+    cli, port = _start(tmp_path, cli_env, fake, "default-branch")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    store = Store(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        listed = f"/repos/{SLUG}/issues"
+        _until(lambda: listed in fake.paths("GET"), 30, "the start-up poll", log)
+        assert _runs(store) == []
+        started, response = _label_and_send(fake, number, port)
+        answered = time.monotonic() - started
+        _until(lambda: _runs(store), 5, "the queued run", log)
+        queued = time.monotonic() - started
+    finally:
+        store.close()
+        assert stop_daemon(daemon) == 0, log.read_text()[-3000:]
+    assert response.status_code == 202, response.text
+    assert answered < 1.0 and queued < 1.0, f"answered in {answered:.3f}s, queued {queued:.3f}s"
+    assert fake.paths("GET").count(listed) == 1  # no poll did it
+    assert TOKEN not in log.read_text() and SECRET not in log.read_text()
+
+
+def test_branch_mode_run_opens_a_pull_request(
+    tmp_path: Path, cli_env: dict[str, str], fake: FakeGitHub
+) -> None:
+    """Push mode ``branch``: the run pushes its branch and opens one PR into main on the forge."""
+    number = fake.add_issue(SLUG, "Write notes")
+    cli, port = _start(tmp_path, cli_env, fake, "branch")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        _until(lambda: f"/repos/{SLUG}/issues" in fake.paths("GET"), 30, "the start-up poll", log)
+        _label_and_send(fake, number, port)
+        runs = cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] == "succeeded", 60, daemon, log)
+    finally:
+        assert stop_daemon(daemon) == 0, log.read_text()[-3000:]
+    [pull] = fake.pulls(SLUG)
+    assert pull.base == "main" and pull.head.startswith("afk/")
+    assert f"Closes #{number}" in pull.body and f"run {runs[0]['id']}" in pull.body
+    remote = tmp_path / "remote.git"
+    assert git(remote, "rev-parse", f"refs/heads/{pull.head}").strip() == runs[0]["pushed_sha"]
