@@ -12,6 +12,7 @@ with fresh clients (empty ETag caches) on the same database.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +45,7 @@ class IntakeWorld:
     clock: ManualClock
     options: HttpOptions
     tracker_overrides: dict[str, Any] = field(default_factory=dict)
+    wall_clock: bool = False
     trackers: dict[str, RemoteTracker] = field(default_factory=dict)
     intake: Intake = field(init=False)
 
@@ -59,9 +61,14 @@ class IntakeWorld:
         options: HttpOptions | None = None,
         poll_interval_s: float = 60.0,
         webhook_secret_env: str | None = None,
+        wall_clock: bool = False,
         **tracker_overrides: Any,
     ) -> IntakeWorld:
-        """Fakes must be served. ``repos`` are ``(tracker name, slug)`` pairs to enrol."""
+        """Fakes must be served. ``repos`` are ``(tracker name, slug)`` pairs to enrol.
+
+        ``wall_clock`` runs intake and clients on real time (benchmarks) instead
+        of the manual clock.
+        """
         clock = clock or ManualClock()
         options = options or HttpOptions(mutation_spacing_s=0.0, timeout_s=5.0)
         if webhook_secret_env:
@@ -87,7 +94,7 @@ class IntakeWorld:
         store = Store(database_url)
         store.upgrade()
         store.sync_repos(settings.repos)
-        world = cls(store, settings, fakes, clock, options, dict(tracker_overrides))
+        world = cls(store, settings, fakes, clock, options, dict(tracker_overrides), wall_clock)
         world.restart()
         return world
 
@@ -95,15 +102,18 @@ class IntakeWorld:
         """A new intake with new clients (cold ETag caches), as after a daemon restart."""
         self.trackers = {
             name: client_for(
-                fake, options=self.options, clock=self.clock, name=name, **self.tracker_overrides
+                fake,
+                options=self.options,
+                clock=None if self.wall_clock else self.clock,
+                name=name,
+                **self.tracker_overrides,
             )
             for name, fake in self.fakes.items()
         }
         trackers: dict[str, Tracker] = dict(self.trackers)
         lifecycle = Lifecycle(self.store, trackers, {t.name: t for t in self.settings.trackers})
-        self.intake = Intake(
-            self.store, self.settings, trackers, lifecycle, clock=self.clock.time
-        )
+        clock = time.monotonic if self.wall_clock else self.clock.time
+        self.intake = Intake(self.store, self.settings, trackers, lifecycle, clock=clock)
         return self.intake
 
     def runs(self) -> list[Run]:
