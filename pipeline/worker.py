@@ -15,7 +15,7 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from pipeline.errors import (
     CancelRequested,
@@ -211,7 +211,3 @@ def summarise_traceback(exc: BaseException, lines: int = 12) -> str:
     """The last frames of ``exc``'s traceback, bounded for the timeline."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def describe(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc)}
