@@ -74,6 +74,7 @@ class Scheduler:
         # process must not hide the superseded worker, which still has an agent to stop.
         self._workers: dict[tuple[int, int], Worker] = {}
         self._lock = threading.Lock()
+        self._claiming = threading.Lock()  # one claimer per process: slots are counted locally
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._monitor_stop = threading.Event()
@@ -133,12 +134,13 @@ class Scheduler:
     def run_once(self) -> int:
         """Claim what may start now and start a worker for each; the number started."""
         started = 0
-        while not self._stopping.is_set() and self._free_slots() > 0:
-            run = self._claim()
-            if run is None:
-                break
-            self._launch(run)
-            started += 1
+        with self._claiming:
+            while not self._stopping.is_set() and self._free_slots() > 0:
+                run = self._claim()
+                if run is None:
+                    break
+                self._launch(run)
+                started += 1
         return started
 
     def sweep_once(self) -> SweepReport:
