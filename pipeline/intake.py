@@ -238,9 +238,13 @@ class Intake:
             return 202, {"status": "ignored", "reason": f"{event.repo_slug} is not enrolled"}
         if not event.added(tracker_cfg.ready_label):
             return 202, {"status": "ignored", "reason": "not the ready label"}
+        # GitHub's ``labeled`` and GitLab's label change name who added this label;
+        # Gitea's ``label_updated`` names whoever changed any label, so there the
+        # labeller is looked up (else a trusted user's edit would vouch for another's label).
+        labeller = event.sender if tracker_cfg.kind in ("github", "gitlab") else ""
         threading.Thread(
             target=self._fetch_and_consider,
-            args=(repo, event.issue_number, event.sender),
+            args=(repo, event.issue_number, labeller),
             name=f"webhook-{tracker_name}-{event.issue_number}",
             daemon=True,
         ).start()

@@ -179,3 +179,21 @@ def test_github_documented_test_vector_passes_the_signature_check(
         tampered = httpx.post(harness.url, content=DOC_PAYLOAD + b" ", headers=headers, timeout=5)
     assert response.status_code == 400 and "not valid JSON" in response.json()["error"]
     assert tampered.status_code == 401
+
+
+def test_gitea_label_update_by_a_trusted_user_does_not_vouch_for_an_untrusted_label(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gitea's label_updated names any label editor, so the ready label's own adder is checked."""
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    with FakeGitea() as fake, serving(fake, database_url, tmp_path / "volume") as harness:
+        fake.set_permission(SLUG, "alice", "write")
+        number = fake.add_issue(SLUG, "sneaky", labels=[READY], labelled_by="mallory")
+        fake.apply_label(SLUG, number, "bug", "alice")  # alice edits labels afterwards
+        assert harness.send(harness.labelled(number, "alice")).status_code == 202
+        deadline = time.monotonic() + 5
+        while not untrusted_comments(fake, number) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [comment] = untrusted_comments(fake, number)
+        assert "@mallory" in comment
+        assert harness.world.runs() == []
