@@ -80,8 +80,9 @@ class Intake:
         self.clock = clock
         self.health = {name: TrackerHealth() for name in trackers}
         self._unfinished: dict[tuple[str, str], list[TrackerIssue]] = {}
-        # The start-up poll and the periodic one may overlap: one poll at a time.
-        self._poll_lock = threading.Lock()
+        # The start-up poll and the periodic one may overlap: one poll at a time per
+        # tracker (not overall, so a tracker that hangs until its timeout holds no other).
+        self._poll_locks = {name: threading.Lock() for name in trackers}
         self.metrics = IntakeMetrics()
         self.on_poll_error = on_poll_error
         self.on_webhook_rejected = on_webhook_rejected
@@ -104,7 +105,7 @@ class Intake:
         tracker's cycle and backs it off; a repo-scoped one (a missing repo, no
         permission) is counted and logged, and the other repos are still polled.
         """
-        with self._poll_lock:
+        with self._poll_locks.setdefault(tracker_name, threading.Lock()):
             return self._poll(tracker_name)
 
     def _poll(self, tracker_name: str) -> PollReport:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,6 +154,35 @@ def test_one_failing_tracker_does_not_stop_another(database_url: str, tmp_path: 
         assert again["github"].skipped and not again["gitea"].skipped
         assert len(world.runs()) == 2
     finally:
+        world.close()
+        for forge in fakes.values():
+            forge.stop()
+
+
+def test_a_hanging_tracker_does_not_hold_up_another_poll(
+    database_url: str, tmp_path: Path
+) -> None:
+    """While one tracker's poll waits out its timeout, another tracker's poll runs and queues."""
+    fakes: dict[str, FakeForge] = {name: FORGES[name](token="t") for name in ("github", "gitea")}
+    for name, forge in fakes.items():
+        forge.set_permission(SLUG, "alice", WRITER[name])
+        forge.add_issue(SLUG, f"on {name}", labels=[READY])
+        forge.serve()
+    fakes["github"].inject(LIST, status=None, delay_s=TIMEOUT_S * 3)
+    world = IntakeWorld.build(
+        database_url, tmp_path / "volume", fakes, [(name, SLUG) for name in fakes],
+        options=HttpOptions(timeout_s=TIMEOUT_S, mutation_spacing_s=0.0),
+    )
+    hanging = threading.Thread(target=world.intake.poll, args=("github",))
+    try:
+        hanging.start()
+        deadline = time.monotonic() + 5
+        while not fakes["github"].requests and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert world.intake.poll("gitea").enqueued == 1
+        assert hanging.is_alive()  # gitea did not wait for github's timeout
+    finally:
+        hanging.join(10)
         world.close()
         for forge in fakes.values():
             forge.stop()
