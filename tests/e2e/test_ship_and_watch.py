@@ -17,7 +17,8 @@ import pytest
 
 from pipeline.store import Run
 
-from .world import BLOCKED, READY, TOKEN, WORKING, CheckPlan, ShipWorld, ship_world
+from .ci_feeder import CheckPlan
+from .world import BLOCKED, READY, TOKEN, WORKING, ShipWorld, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
 

@@ -3,7 +3,7 @@
 ``ShipWorld`` lays out under one temporary directory everything the daemon
 needs to take a GitHub issue to a healthy deploy: the fake GitHub (served on
 127.0.0.1), one ``DeployTarget`` per repo (its bare remote's hook deploys and
-restarts a small app), a command agent (``AGENT`` below) that makes real
+restarts a small app), a command agent (``ship_agent.py``) that makes real
 edits chosen by an ``afk-task:`` line in the issue, a ``CiFeeder`` that
 reports GitHub check runs on the fake for every commit that lands on a
 remote's ``main`` (as Actions would), and a loopback ``Receiver`` behind an
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -29,6 +28,7 @@ from pipeline.testing.forges import FakeGitHub
 from pipeline.testing.gitrepos import commit_to_remote, git
 from pipeline.testing.receiver import Receiver
 
+from .ci_feeder import CheckPlan, CiFeeder, default_plan
 from .conftest import Cli, stop_daemon
 
 TOKEN_ENV = "AFK_E2E_GITHUB_TOKEN"
@@ -68,89 +68,7 @@ APP_FILES = {
     ".gitignore": "__pycache__/\n*.pyc\n",
 }
 
-# The scripted agent. It reads the world description from $AGENT_WORLD, logs
-# each invocation, and acts on the prompt:
-#   a rebase conflict handed over  -> BLOCKED (it cannot choose between two wordings)
-#   "Fix-forward:" in the prompt  -> heal lib.status (fix_mode "heal") or make
-#                                     a change that leaves it broken ("fail")
-#   afk-task: feature NAME        -> NAME.py and test_NAME.py
-#   afk-task: break               -> lib.status() raises; the tests stay green
-#   afk-task: race-clean          -> a feature, and a commit on another file is
-#                                     pushed to the remote meanwhile
-#   afk-task: race-conflict       -> edits GREETING, and a commit changing the
-#                                     same line is pushed to the remote meanwhile
-AGENT = r"""
-import json, os, re, subprocess, sys, tempfile, time
-from pathlib import Path
-
-world = json.loads(Path(os.environ["AGENT_WORLD"]).read_text())
-prompt = Path(sys.argv[1]).read_text()
-wd = Path(sys.argv[2])
-runs = re.findall(r"Afk-Run: (\d+)", prompt)  # the contract's comes last
-run_id = int(runs[-1]) if runs else None
-task = re.search(r"afk-task: ([\w-]+)(?: ([\w-]+))?", prompt)
-fix = "Fix-forward:" in prompt
-conflict = "no longer applies on top of it" in prompt
-entry = {
-    "run": run_id, "fix_forward": fix, "conflict": conflict,
-    "task": task.group(0) if task else None,
-    "token_vars": sorted(k for k in os.environ if "TOKEN" in k.upper()),
-    "t": time.time(),
-}
-with open(world["log"], "a") as log:
-    log.write(json.dumps(entry) + "\n")
-lib = wd / "lib.py"
-HEALTHY = '    return "ok"\n'
-
-
-def push_to_remote(files, message):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    ident = ["-c", "user.name=Bob Human", "-c", "user.email=bob@example.invalid"]
-    with tempfile.TemporaryDirectory() as tmp:
-        clone = Path(tmp) / "clone"
-        subprocess.run(["git", "clone", "-q", world["remote"], str(clone)], check=True, env=env)
-        for name, text in files.items():
-            (clone / name).write_text(text)
-        subprocess.run(["git", "add", "-A"], cwd=clone, check=True, env=env)
-        subprocess.run(["git", *ident, "commit", "-q", "-m", message], cwd=clone, check=True,
-                       env=env)
-        subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=clone, check=True,
-                       env=env)
-
-
-if conflict:
-    print("BLOCKED: both changes rewrite GREETING; a human must choose the wording")
-elif fix:
-    text = lib.read_text()
-    if world["fix_mode"] == "heal":
-        (wd / "test_status.py").write_text(
-            "import unittest\nimport lib\n\n\nclass StatusTest(unittest.TestCase):\n"
-            "    def test_status_is_ok(self):\n        self.assertEqual(lib.status(), 'ok')\n")
-        lib.write_text(re.sub(r"    raise RuntimeError\(.*\)\n", HEALTHY, text))
-    else:
-        lib.write_text(text.replace("unreachable", f"unreachable (retried by run {run_id})"))
-    print("fix-forward attempted")
-elif task is None:
-    print("BLOCKED: no afk-task line in the issue")
-elif task.group(1) == "feature" or task.group(1) == "race-clean":
-    name = task.group(2) or "extra"
-    (wd / f"test_{name}.py").write_text(
-        f"import unittest\nfrom {name} import {name}\n\n\nclass T(unittest.TestCase):\n"
-        f"    def test_{name}(self):\n        self.assertEqual({name}(), '{name}')\n")
-    (wd / f"{name}.py").write_text(f"def {name}():\n    return '{name}'\n")
-    if task.group(1) == "race-clean":
-        push_to_remote({"NOTES.md": "Release notes, written by a human.\n"}, "Add release notes")
-    print(f"added {name}")
-elif task.group(1) == "break":
-    lib.write_text(lib.read_text().replace(
-        HEALTHY, '    raise RuntimeError("status backend unreachable")\n'))
-    print("status now asks the backend")
-elif task.group(1) == "race-conflict":
-    lib.write_text(lib.read_text().replace('GREETING = "hello"', 'GREETING = "hi"'))
-    push_to_remote({"lib.py": lib.read_text().replace('GREETING = "hi"', 'GREETING = "hey"')},
-                   "Greet with hey")
-    print("greeting shortened")
-"""
+AGENT_SCRIPT = Path(__file__).with_name("ship_agent.py")
 
 
 @dataclass(frozen=True)
@@ -164,83 +82,6 @@ class RepoSpec:
     @property
     def remote(self) -> Path:
         return self.target.remote
-
-
-@dataclass
-class CheckPlan:
-    """How CI reports on one commit: how long it stays pending, and its conclusion."""
-
-    pending_s: float = 0.0
-    conclusion: str = "success"
-
-
-class CiFeeder:
-    """Reports a ``build`` check run (no commit statuses) for each new commit on a remote's main.
-
-    ``plan(slug, sha, message)`` decides pending time and conclusion; pending
-    commits go ``queued`` -> ``in_progress`` -> ``completed`` as Actions does.
-    """
-
-    def __init__(
-        self, fake: FakeGitHub, repos: list[RepoSpec], plan: Callable[[str, str, str], CheckPlan]
-    ) -> None:
-        self.fake, self.repos, self.plan = fake, repos, plan
-        self.seen: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="ci-feeder", daemon=True)
-
-    def start(self) -> None:
-        for repo in self.repos:  # the seed commit predates the run: not reported
-            self.seen.update(self._commits(repo))
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _commits(self, repo: RepoSpec) -> dict[str, str]:
-        out = git(repo.remote, "log", "-n", "50", "--format=%H%x09%s", "main")
-        return dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
-
-    def _loop(self) -> None:
-        pending: list[tuple[float, str, str, CheckPlan]] = []
-        while not self._stop.wait(0.1):
-            self._tick(pending)
-
-    def _tick(self, pending: list[tuple[float, str, str, CheckPlan]]) -> None:
-        for repo in self.repos:
-            try:
-                commits = self._commits(repo)
-            except RuntimeError:  # git failed reading the remote; look again next tick
-                continue
-            for sha, subject in commits.items():
-                if sha not in self.seen:
-                    self.seen.add(sha)
-                    pending.append(self._report(repo.slug, sha, subject))
-        now = time.monotonic()
-        for item in [p for p in pending if p[0] <= now]:
-            pending.remove(item)
-            self._set(item[1], item[2], "completed", item[3].conclusion)
-        for _, slug, sha, _plan in pending:
-            self._set(slug, sha, "in_progress", None)
-
-    def _report(self, slug: str, sha: str, subject: str) -> tuple[float, str, str, CheckPlan]:
-        plan = self.plan(slug, sha, subject)
-        if plan.pending_s > 0:
-            self.fake.add_check_run(slug, sha, "build", "queued")
-        else:
-            self.fake.add_check_run(slug, sha, "build", "completed", plan.conclusion)
-        return time.monotonic() + plan.pending_s, slug, sha, plan
-
-    def _set(self, slug: str, sha: str, status: str, conclusion: str | None) -> None:
-        with self.fake.lock:
-            for run in self.fake.repos[slug].check_runs.get(sha, []):
-                if run.status != "completed":
-                    run.status, run.conclusion = status, conclusion
-
-
-def default_plan(slug: str, sha: str, subject: str) -> CheckPlan:
-    return CheckPlan(conclusion="failure" if "[ci-red]" in subject else "success")
 
 
 @dataclass
@@ -295,7 +136,6 @@ class ShipWorld:
                 }
             )
         )
-        (root / "agent.py").write_text(AGENT)
         notify_urls = root / "notify-urls"
         notify_urls.write_text(f"json://127.0.0.1:{receiver.port}/afk-hook\n")
         (root / "volume").mkdir()
@@ -304,7 +144,7 @@ class ShipWorld:
         env = {**env, TOKEN_ENV: TOKEN}
         cli = Cli(config, env)
         cli("db", "upgrade")
-        feeder = CiFeeder(fake, list(specs.values()), plan)
+        feeder = CiFeeder(fake, {spec.slug: spec.remote for spec in specs.values()}, plan)
         feeder.start()
         store = Store(f"sqlite:///{root / 'history.db'}")
         return cls(root, fake, receiver, specs, cli, config, feeder, agent_log, store)
@@ -468,7 +308,7 @@ token_env = "{TOKEN_ENV}"
 
 [agents.scripted]
 kind = "command"
-command = [{python}, "{root / "agent.py"}", "{{prompt_file}}", "{{workdir}}"]
+command = [{python}, "{AGENT_SCRIPT}", "{{prompt_file}}", "{{workdir}}"]
 idle_timeout_s = 60
 exit_grace_s = 2
 

@@ -1,0 +1,94 @@
+"""CI as GitHub Actions reports it, for the ship-and-watch e2e tests.
+
+``CiFeeder`` watches bare remotes and, for each commit that lands on ``main``,
+adds a ``build`` check run on the fake GitHub (and no commit status, as in an
+Actions-only repo), queued -> in progress -> completed on the test's plan.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.testing.forges import FakeGitHub
+from pipeline.testing.gitrepos import git
+
+
+@dataclass
+class CheckPlan:
+    """How CI reports on one commit: how long it stays pending, and its conclusion."""
+
+    pending_s: float = 0.0
+    conclusion: str = "success"
+
+
+class CiFeeder:
+    """Reports a ``build`` check run (no commit statuses) for each new commit on a remote's main.
+
+    ``plan(slug, sha, message)`` decides pending time and conclusion; pending
+    commits go ``queued`` -> ``in_progress`` -> ``completed`` as Actions does.
+    """
+
+    def __init__(
+        self, fake: FakeGitHub, remotes: dict[str, Path], plan: Callable[[str, str, str], CheckPlan]
+    ) -> None:
+        self.fake, self.remotes, self.plan = fake, remotes, plan
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ci-feeder", daemon=True)
+
+    def start(self) -> None:
+        for remote in self.remotes.values():  # the seed commit predates the run: not reported
+            self.seen.update(self._commits(remote))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _commits(self, remote: Path) -> dict[str, str]:
+        out = git(remote, "log", "-n", "50", "--format=%H%x09%s", "main")
+        return dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+
+    def _loop(self) -> None:
+        pending: list[tuple[float, str, str, CheckPlan]] = []
+        while not self._stop.wait(0.1):
+            self._tick(pending)
+
+    def _tick(self, pending: list[tuple[float, str, str, CheckPlan]]) -> None:
+        for slug, remote in self.remotes.items():
+            try:
+                commits = self._commits(remote)
+            except RuntimeError:  # git failed reading the remote; look again next tick
+                continue
+            for sha, subject in commits.items():
+                if sha not in self.seen:
+                    self.seen.add(sha)
+                    pending.append(self._report(slug, sha, subject))
+        now = time.monotonic()
+        for item in [p for p in pending if p[0] <= now]:
+            pending.remove(item)
+            self._set(item[1], item[2], "completed", item[3].conclusion)
+        for _, slug, sha, _plan in pending:
+            self._set(slug, sha, "in_progress", None)
+
+    def _report(self, slug: str, sha: str, subject: str) -> tuple[float, str, str, CheckPlan]:
+        plan = self.plan(slug, sha, subject)
+        if plan.pending_s > 0:
+            self.fake.add_check_run(slug, sha, "build", "queued")
+        else:
+            self.fake.add_check_run(slug, sha, "build", "completed", plan.conclusion)
+        return time.monotonic() + plan.pending_s, slug, sha, plan
+
+    def _set(self, slug: str, sha: str, status: str, conclusion: str | None) -> None:
+        with self.fake.lock:
+            for run in self.fake.repos[slug].check_runs.get(sha, []):
+                if run.status != "completed":
+                    run.status, run.conclusion = status, conclusion
+
+
+def default_plan(slug: str, sha: str, subject: str) -> CheckPlan:
+    return CheckPlan(conclusion="failure" if "[ci-red]" in subject else "success")

@@ -1,0 +1,129 @@
+"""The scripted agent of the ship-and-watch e2e tests (run as a script by the command agent).
+
+Usage: ``python ship_agent.py PROMPT_FILE WORKDIR``. It reads the world
+description (a JSON file named by ``$AGENT_WORLD``: ``log``, ``fix_mode``,
+``remote``), appends one JSON line per invocation to the log, and acts on the
+prompt, making real edits the pipeline then tests, commits and ships:
+
+- a rebase conflict handed over -> ``BLOCKED`` (it cannot choose between two wordings)
+- ``Fix-forward:`` in the prompt -> heals ``lib.status`` (``fix_mode`` ``heal``)
+  or makes a change that leaves it broken (``fail``)
+- ``afk-task: feature NAME`` -> ``NAME.py`` and ``test_NAME.py``
+- ``afk-task: break`` -> ``lib.status()`` raises; the tests stay green
+- ``afk-task: race-clean NAME`` -> a feature, while a commit on another file
+  is pushed to the remote
+- ``afk-task: race-conflict`` -> edits ``GREETING``, while a commit changing the
+  same line is pushed to the remote
+
+Only the standard library: it runs under the daemon's interpreter in the worktree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HEALTHY = '    return "ok"\n'
+BROKEN = '    raise RuntimeError("status backend unreachable")\n'
+STATUS_TEST = (
+    "import unittest\n\nimport lib\n\n\nclass StatusTest(unittest.TestCase):\n"
+    "    def test_status_is_ok(self):\n        self.assertEqual(lib.status(), 'ok')\n"
+)
+
+
+def push_to_remote(remote: str, files: dict[str, str], message: str) -> None:
+    """What a human does meanwhile: commit ``files`` on the remote's main."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    ident = ["-c", "user.name=Bob Human", "-c", "user.email=bob@example.invalid"]
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(["git", "clone", "-q", remote, str(clone)], check=True, env=env)
+        for name, text in files.items():
+            (clone / name).write_text(text)
+        for args in (
+            ["add", "-A"],
+            [*ident, "commit", "-q", "-m", message],
+            ["push", "-q", "origin", "HEAD:main"],
+        ):
+            subprocess.run(["git", *args], cwd=clone, check=True, env=env)
+
+
+def fix_forward(wd: Path, mode: str, run_id: int | None) -> str:
+    lib = wd / "lib.py"
+    text = lib.read_text()
+    if mode == "heal":
+        (wd / "test_status.py").write_text(STATUS_TEST)
+        lib.write_text(re.sub(r"    raise RuntimeError\(.*\)\n", HEALTHY, text))
+        return "status answers ok again, with a test"
+    lib.write_text(text.replace("unreachable", f"unreachable (retried by run {run_id})"))
+    return "retried the backend call"
+
+
+def feature(wd: Path, name: str) -> str:
+    (wd / f"test_{name}.py").write_text(
+        f"import unittest\n\nfrom {name} import {name}\n\n\nclass T(unittest.TestCase):\n"
+        f"    def test_{name}(self):\n        self.assertEqual({name}(), '{name}')\n"
+    )
+    (wd / f"{name}.py").write_text(f"def {name}():\n    return '{name}'\n")
+    return f"added {name}"
+
+
+def do_task(wd: Path, world: dict[str, Any], task: str, argument: str | None) -> str:
+    lib = wd / "lib.py"
+    if task == "feature":
+        return feature(wd, argument or "extra")
+    if task == "race-clean":
+        done = feature(wd, argument or "extra")
+        notes = {"NOTES.md": "Release notes, written by a human.\n"}
+        push_to_remote(world["remote"], notes, "Add release notes")
+        return done
+    if task == "break":
+        lib.write_text(lib.read_text().replace(HEALTHY, BROKEN))
+        return "status now asks the backend"
+    if task == "race-conflict":
+        mine = lib.read_text().replace('GREETING = "hello"', 'GREETING = "hi"')
+        lib.write_text(mine)
+        theirs = mine.replace('GREETING = "hi"', 'GREETING = "hey"')
+        push_to_remote(world["remote"], {"lib.py": theirs}, "Greet with hey")
+        return "greeting shortened"
+    return f"BLOCKED: unknown afk-task {task!r}"
+
+
+def main(prompt_file: str, workdir: str) -> None:
+    world = json.loads(Path(os.environ["AGENT_WORLD"]).read_text())
+    prompt = Path(prompt_file).read_text()
+    wd = Path(workdir)
+    runs = re.findall(r"Afk-Run: (\d+)", prompt)  # the contract's comes last
+    run_id = int(runs[-1]) if runs else None
+    task = re.search(r"afk-task: ([\w-]+)(?: ([\w-]+))?", prompt)
+    fix = "Fix-forward:" in prompt
+    conflict = "no longer applies on top of it" in prompt
+    entry = {
+        "run": run_id,
+        "fix_forward": fix,
+        "conflict": conflict,
+        "task": task.group(0) if task else None,
+        "token_vars": sorted(k for k in os.environ if "TOKEN" in k.upper()),
+        "t": time.time(),
+    }
+    with open(world["log"], "a") as log:
+        log.write(json.dumps(entry) + "\n")
+    if conflict:
+        print("BLOCKED: both changes rewrite GREETING; a human must choose the wording")
+    elif fix:
+        print(fix_forward(wd, world["fix_mode"], run_id))
+    elif task is None:
+        print("BLOCKED: no afk-task line in the issue")
+    else:
+        print(do_task(wd, world, task.group(1), task.group(2)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
