@@ -1,0 +1,196 @@
+"""Run the whole reliability and security campaign and write ``docs/reliability.md``.
+
+    scripts/reliability            # bounded form (what CI runs), a few minutes
+    scripts/reliability --long     # long form: the full soak (also PIPELINE_RELIABILITY_LONG=1)
+
+Every figure in the page comes from this run's measurements; the exit code is
+1 when any scenario found a violation, a lost issue, a double push, a
+misclassified fault or a leaked secret.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .faultmatrix import fault_matrix
+from .figures import Figures
+from .forgefaults import FORGE_FAULTS, forge_fault
+from .killmatrix import kill_matrix
+from .security import secret_scan
+from .soak import SoakPlan, soak
+from .world import postgres_available
+
+ROOT = Path(__file__).resolve().parents[2]
+BOUNDED_SOAK = SoakPlan(replicas=3, issues=40, repos=8, kills=2)
+FULL_SOAK = SoakPlan(replicas=3, issues=200, repos=20, kills=10, max_concurrency=6,
+                     timeout_s=1500)
+FUZZ_TESTS = ("tests/unit/test_fuzz_webhooks.py", "tests/unit/test_fuzz_config.py",
+              "tests/unit/test_fuzz_streams.py")
+COLUMNS = ("Scenario", "Engine", "Trials", "Faults injected", "Invariant violations",
+           "Lost issues", "Double pushes", "Misclassified", "Leaked secrets",
+           "Recovery p50 / max (s)", "Throughput (runs/min)", "Duration (s)")
+
+
+def fuzz_figures() -> Figures:
+    """Run the hypothesis suites; count the examples they generated and the failures."""
+    figures = Figures(scenario="fuzzing: webhooks (intake + HTTP), config files, agent streams")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "--hypothesis-show-statistics", *FUZZ_TESTS],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    examples = sum(int(n) for n in re.findall(r"(\d+) passing,", proc.stdout))
+    figures.trials = len(re.findall(r"^\S+::test_\w+:$", proc.stdout, re.MULTILINE))
+    figures.faults_injected = examples
+    if proc.returncode != 0:
+        tail = proc.stdout.strip().splitlines()[-5:]
+        figures.misclassified.append("fuzz tests failed: " + " | ".join(tail))
+    figures.notes.append(f"{examples} generated inputs over {figures.trials} properties")
+    figures.duration_s = time.monotonic() - started
+    return figures
+
+
+def run_campaign(root: Path, *, long: bool, engines: tuple[str, ...],
+                 progress: Callable[[Figures], None]) -> list[Figures]:
+    results: list[Figures] = []
+
+    def keep(figures: Figures) -> None:
+        results.append(figures)
+        progress(figures)
+
+    for figures in kill_matrix(root / "kill", engines):
+        keep(figures)
+    if "postgresql" in engines:
+        keep(soak(root / "soak", FULL_SOAK if long else BOUNDED_SOAK))
+    for figures in fault_matrix(root / "faults"):
+        keep(figures)
+    forge = Figures(scenario="forge faults: 5xx, timeouts, 403/429 + headers, bad JSON, "
+                    "comment timeout (GitHub, Gitea, GitLab fakes)")
+    for index, fault in enumerate(FORGE_FAULTS):
+        forge.merge(forge_fault(root / f"forge{index}", fault))
+    keep(forge)
+    for engine in engines:
+        keep(secret_scan(root / f"security-{engine}", engine))
+    keep(fuzz_figures())
+    return results
+
+
+def _cell(values: list[str]) -> str:
+    return str(len(values))
+
+
+def _recovery(figures: Figures) -> str:
+    p50, most = figures.recovery_p50(), figures.recovery_max()
+    return "-" if p50 is None or most is None else f"{p50:.2f} / {most:.2f}"
+
+
+def row(figures: Figures) -> str:
+    cells = [
+        figures.scenario, figures.engine, str(figures.trials), str(figures.faults_injected),
+        _cell(figures.invariant_violations), _cell(figures.lost_issues),
+        _cell(figures.double_pushes), _cell(figures.misclassified),
+        _cell(figures.leaked_secrets), _recovery(figures),
+        "-" if figures.throughput_per_min is None else f"{figures.throughput_per_min:.1f}",
+        f"{figures.duration_s:.1f}",
+    ]
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def render(results: list[Figures], *, long: bool, engines: tuple[str, ...],
+           skipped: list[str], elapsed_s: float) -> str:
+    total = Figures(scenario="**total**")
+    for figures in results:
+        total.merge(figures)
+    total.duration_s = elapsed_s
+    problems = [f"- {f.scenario} ({f.engine}): {p}" for f in results for p in f.problems]
+    notes = [f"- {f.scenario} ({f.engine}): {n}" for f in results for n in f.notes
+             if f.scenario.startswith(("soak", "fuzz", "fault"))]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    lines = [
+        "# Reliability and security figures",
+        "",
+        "Generated by `scripts/reliability" + (" --long" if long else "") + "` on "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC at commit `{commit}` "
+        f"({os.cpu_count()} CPUs, Python {platform.python_version()}, engines: "
+        f"{', '.join(engines)}). Do not edit by hand: run the command again.",
+        "",
+        "What each scenario does is described in `tests/reliability/` (one module per "
+        "scenario). Recovery time is measured from the restart of a killed daemon (or, in "
+        "the soak, from the kill of a replica) to the moment its run is claimed again or "
+        "ended; it is bounded by the lease (3 s here) plus one sweep.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+        *[row(f) for f in results],
+        row(total),
+        "",
+        "## Problems found in this run",
+        "",
+        *(problems or ["None: zero violations, lost issues, double pushes, misclassified "
+                       "faults and leaked secrets."]),
+        "",
+        "## Notes",
+        "",
+        *(notes or ["-"]),
+        *(["", "## Not run", "", *[f"- {s}" for s in skipped]] if skipped else []),
+        "",
+        "## Regenerate",
+        "",
+        "```",
+        "scripts/reliability          # bounded form, as in CI (pytest -m reliability)",
+        "scripts/reliability --long   # the full soak: 3 replicas, 200 issues over 20 repos",
+        "```",
+        "",
+        "PostgreSQL scenarios need a server at `$PIPELINE_TEST_POSTGRES_URL` (default "
+        "`postgresql://postgres@127.0.0.1:5432/test`); each trial creates and drops its own "
+        "database.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/reliability", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--long", action="store_true",
+                        default=os.environ.get("PIPELINE_RELIABILITY_LONG") == "1",
+                        help="the long form (full soak); also PIPELINE_RELIABILITY_LONG=1")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reliability.md")
+    parser.add_argument("--json", type=Path, help="also write every figure as JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)  # the in-process scenarios' expected warnings
+    problem = postgres_available()
+    engines = ("sqlite",) if problem else ("sqlite", "postgresql")
+    skipped = [f"PostgreSQL scenarios (kill matrix, soak, security): {problem}"] if problem else []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="afk-reliability-") as tmp:
+        results = run_campaign(Path(tmp), long=args.long, engines=engines,
+                               progress=lambda f: print(row(f), flush=True))
+    elapsed = time.monotonic() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(render(results, long=args.long, engines=engines, skipped=skipped,
+                               elapsed_s=elapsed), encoding="utf-8")
+    if args.json:
+        args.json.write_text(json.dumps([f.as_json() for f in results], indent=2))
+    failed = [f for f in results if f.problems]
+    print(f"wrote {args.out}: {len(results)} scenarios, {len(failed)} with problems, "
+          f"{elapsed:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
