@@ -158,7 +158,9 @@ class Intake:
         self, name: str, health: TrackerHealth, exc: Exception, seen: int, enqueued: int
     ) -> PollReport:
         health.failures += 1
-        base = min(MAX_POLL_BACKOFF_S, self.settings.poll_interval_s * 2 ** (health.failures - 1))
+        cfg = self.settings.tracker(name)
+        interval = (cfg.poll_interval_s if cfg else None) or self.settings.poll_interval_s
+        base = min(MAX_POLL_BACKOFF_S, interval * 2 ** (health.failures - 1))
         wait = max(base, getattr(exc, "retry_after_s", None) or 0.0)
         if isinstance(exc, QueueFull):
             wait = max(wait, exc.retry_after_s)

@@ -62,15 +62,19 @@ class IntakeWorld:
         poll_interval_s: float = 60.0,
         webhook_secret_env: str | None = None,
         wall_clock: bool = False,
+        tracker_poll_interval_s: float | None = None,
         **tracker_overrides: Any,
     ) -> IntakeWorld:
         """Fakes must be served. ``repos`` are ``(tracker name, slug)`` pairs to enrol.
 
         ``wall_clock`` runs intake and clients on real time (benchmarks) instead
-        of the manual clock.
+        of the manual clock; ``tracker_poll_interval_s`` is each tracker's own
+        ``poll_interval_s`` (``poll_interval_s`` is the global default).
         """
         clock = clock or ManualClock()
         options = options or HttpOptions(mutation_spacing_s=0.0, timeout_s=5.0)
+        if tracker_poll_interval_s is not None:
+            tracker_overrides["poll_interval_s"] = tracker_poll_interval_s
         if webhook_secret_env:
             tracker_overrides["webhook_secret"] = SecretRef(env=webhook_secret_env)
         tracker_settings = tuple(

@@ -186,3 +186,23 @@ def test_a_hanging_tracker_does_not_hold_up_another_poll(
         world.close()
         for forge in fakes.values():
             forge.stop()
+
+
+
+def test_back_off_starts_from_the_trackers_own_poll_interval(
+    fake: FakeForge, database_url: str, tmp_path: Path
+) -> None:
+    """A tracker polled every 5 s (the global default is hourly) backs off 5 s, then 10 s."""
+    world = IntakeWorld.build(
+        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)],
+        poll_interval_s=3600.0, tracker_poll_interval_s=5.0,
+    )
+    try:
+        fake.inject(LIST, status=503, times=2)
+        world.intake.poll(fake.forge)
+        wait_out(world, fake, 5.0)
+        assert world.intake.poll(fake.forge).error is not None
+        wait_out(world, fake, 10.0)
+        assert world.intake.poll(fake.forge).error is None
+    finally:
+        world.close()
