@@ -175,7 +175,14 @@ class RunFlow:
     ) -> str | None:
         ctx.set_state("watching")
         checkpoint("watching", ctx.run.id)
-        verdict = self._watch(ctx, repo, sha)
+        try:
+            verdict = self._watch(ctx, repo, sha)
+        except BaseException:
+            # Cancelled, lease lost or a CI error mid-watch: decide never runs,
+            # so give the worktree back here or its warm slot stays busy for good.
+            if ws is not None:
+                self.deps.workspaces.release(ws, succeeded=False)
+            raise
         return self.deps.recovery.decide(ctx, repo, ws, sha, verdict)
 
     def _watch(self, ctx: RunContext, repo: RepoSettings, sha: str) -> Verdict:

@@ -120,6 +120,8 @@ class Recovery:
         verdict: Verdict,
     ) -> None:
         run = ctx.run
+        if ws is not None:  # first: a tracker error below must not keep the slot busy
+            self.workspaces.release(ws, succeeded=True)
         if run.kind == "issue":
             self.lifecycle.succeeded(run, repo, sha, verdict.ci, verdict.deploy)
         else:
@@ -134,8 +136,6 @@ class Recovery:
                     f"{verdict.deploy} (healed by fix-forward run {run.id})",
                 )
         ctx.update(summary=f"pushed {sha[:12]}; CI {verdict.ci}; deploy {verdict.deploy}")
-        if ws is not None:
-            self.workspaces.release(ws, succeeded=True)
         if self.settings.notify.notify_success:
             self.notifier.notify(
                 f"{repo.name}: run {run.id} succeeded",

@@ -313,3 +313,29 @@ def test_actions_only_repo_is_judged_by_its_check_runs(
         assert world.fake.issue(slug, red).state == "closed"
         for run in (ok, fix):
             assert (run.summary or "").startswith(f"pushed {(run.pushed_sha or '-')[:12]}")
+
+
+def _slow_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
+    return CheckPlan(pending_s=90.0 if "[slow-ci]" in subject else 0.0)
+
+
+def test_run_cancelled_while_watching_frees_its_worktree(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A run cancelled during its CI watch gives its warm worktree back to the next run."""
+    with ship_world(tmp_path, cli_env, plan=_slow_ci_plan) as world:
+        slow = world.label("web", "Add a reports helper [slow-ci]", "feature reports")
+        world.start()
+        runs = world.wait(
+            "the run watches CI",
+            lambda rs: any(r.issue_number == slow and r.state == "watching" for r in rs),
+        )
+        world.cli("runs", "cancel", str(_by_issue(runs, slow).id))
+        runs = world.wait("the cancel lands", lambda rs: _done(rs, slow), 30)
+        cancelled = _by_issue(runs, slow)
+        assert cancelled.state == "cancelled", world.describe(runs)
+        after = world.label("web", "Add an audit helper", "feature audit")
+        runs = world.wait("the next run ends", lambda rs: _done(rs, after))
+        run = _by_issue(runs, after)
+        assert run.state == "succeeded", world.describe(runs)
+        assert run.worktree == cancelled.worktree, "the cancelled run's worktree was not freed"
