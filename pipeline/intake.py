@@ -149,7 +149,12 @@ class Intake:
         self._unfinished[key] = issues
         enqueued = 0
         for issue in issues:
-            result = self.consider(repo, issue)
+            try:
+                result = self.consider(repo, issue)
+            except FatalError as exc:  # e.g. deleted since listed: skip it, not the rest
+                self._count_poll_error(repo.tracker)
+                log.warning("%s#%s: not considered: %s", repo.name, issue.number, exc)
+                continue
             enqueued += bool(result and result.created)
         del self._unfinished[key]
         return len(issues), enqueued

@@ -146,3 +146,17 @@ def test_a_missing_repo_does_not_stop_the_others_on_its_tracker(
         assert built.intake.metrics.poll_errors[fake.forge] == 2
     finally:
         built.close()
+
+
+def test_an_issue_gone_since_listed_does_not_block_the_rest(
+    fake: FakeForge, world: IntakeWorld
+) -> None:
+    """A 404 for one listed issue skips that issue only; later issues are queued every poll."""
+    gone = fake.add_issue(SLUG, "deleted meanwhile", labels=[READY])
+    kept = fake.add_issue(SLUG, "still here", labels=[READY])
+    events = {"github": "events", "gitea": "timeline", "gitlab": "resource_label_events"}
+    fake.inject(rf"/issues/{gone}/{events[fake.forge]}$", status=404, times=100)
+    report = world.intake.poll(fake.forge)
+    assert (report.seen, report.enqueued) == (2, 1)
+    assert queued_numbers(world) == [kept]
+    assert world.intake.metrics.poll_errors[fake.forge] == 1
