@@ -30,7 +30,7 @@ from pipeline.proc import StopToken
 from pipeline.settings import SchedulerSettings
 from pipeline.store.claim import SweepReport
 from pipeline.store.records import Run
-from pipeline.worker import RunContext, Worker, summarise_traceback, write_outcome
+from pipeline.worker import RunContext, Worker, stop_error, summarise_traceback, write_outcome
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ class Scheduler:
         if worker.stop_at is not None and now - worker.stop_at > stuck_after:
             log.warning("run %s: pipeline ignored its stop for %.0f s; abandoning its thread",
                         worker.run.id, now - worker.stop_at)
-            self._settle(worker, None, None)
+            self._settle(worker, None, stop_error(worker.stop.reason))
             self._forget(worker)
 
     def _beat(self, worker: Worker, now: float) -> None:

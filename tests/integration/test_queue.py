@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -258,3 +259,26 @@ def test_stop_leaves_running_work_to_lease_recovery(store: Store, scheduler_fact
     assert run is not None and (run.state, run.owner) == ("implementing", "w1")
     wait_for(lambda: store.sweep(max_recoveries=3).recovered == [run_id])
     assert store.get_run(run_id).state == "queued"  # type: ignore[union-attr]
+
+
+def test_pipeline_ignoring_its_stop_is_abandoned_and_the_run_ends(
+    store: Store, scheduler_factory: Any
+) -> None:
+    """A pipeline deaf to cancel is abandoned after the kill grace; the run still ends cancelled."""
+    release = threading.Event()
+    finished: list[Run] = []
+
+    def deaf(ctx: RunContext) -> None:
+        ctx.set_state("implementing")
+        release.wait(WAIT_S)  # never looks at ctx.stop
+
+    run_id = store.enqueue("alpha").run.id
+    scheduler = scheduler_factory(deaf, on_finished=finished.append)
+    wait_for(lambda: store.get_run(run_id).state == "implementing")  # type: ignore[union-attr]
+    store.cancel_run(run_id, by="alice")
+    try:
+        run = wait_for(lambda: terminal(store, run_id))
+        assert run.state == "cancelled" and [r.id for r in finished] == [run_id]
+        wait_for(lambda: scheduler.running == [])
+    finally:
+        release.set()
