@@ -9,6 +9,7 @@ outcome is decided here from the stop reason or the classified error.
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import threading
@@ -193,7 +194,7 @@ def _write_error(store: RunStore, worker: Worker, settings: SchedulerSettings,
     if isinstance(exc, EscalationError):
         return store.finish(run.id, owner, attempt, "escalated", error_class=exc.reason,
                             error=str(exc))
-    kind, retry_after = "internal", None
+    kind, retry_after = unexpected_kind(exc), None
     if isinstance(exc, RetryableError):
         kind, retry_after = exc.kind, exc.retry_after_s
     else:
@@ -202,9 +203,18 @@ def _write_error(store: RunStore, worker: Worker, settings: SchedulerSettings,
                            {"traceback": summarise_traceback(exc)})
     delay = backoff_delay(run.failures, base_s=settings.backoff_base_s,
                           max_s=settings.backoff_max_s, retry_after_s=retry_after)
+    message = str(exc) if isinstance(exc, RetryableError) else f"{type(exc).__name__}: {exc}"
     return store.schedule_retry(run.id, owner, attempt, delay_s=delay, error_class=kind,
-                                error=f"{type(exc).__name__}: {exc}" if kind == "internal"
-                                else str(exc))
+                                error=message)
+
+
+def unexpected_kind(exc: BaseException) -> str:
+    """A retry kind for an error nobody classified: disk full, network, or internal."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "disk_full"
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return "network"
+    return "internal"
 
 
 def summarise_traceback(exc: BaseException, lines: int = 12) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import random
 
 import pytest
 
 from pipeline.errors import CancelRequested, LeaseLost, RetryableError
-from pipeline.worker import ShuttingDown, backoff_delay, stop_error
+from pipeline.worker import ShuttingDown, backoff_delay, stop_error, unexpected_kind
 
 
 @pytest.mark.parametrize("failures", [0, 1, 2, 3, 10, 500])
@@ -44,3 +45,11 @@ def test_stop_reasons_map_to_classified_errors() -> None:
     timeout = stop_error("timeout")
     assert isinstance(timeout, RetryableError) and timeout.kind == "timeout"
     assert isinstance(stop_error("shutdown"), ShuttingDown)
+
+
+def test_unclassified_errors_get_a_retry_kind() -> None:
+    """Disk full and network errors nobody classified are labelled; the rest is internal."""
+    assert unexpected_kind(OSError(errno.ENOSPC, "No space left on device")) == "disk_full"
+    assert unexpected_kind(ConnectionResetError("reset by peer")) == "network"
+    assert unexpected_kind(TimeoutError("read timed out")) == "network"
+    assert unexpected_kind(KeyError("x")) == "internal"
