@@ -178,7 +178,9 @@ def test_failed_fix_forwards_freeze_the_repo_and_unfreeze_resumes(
         escalations = world.store.list_escalations("web")
         assert {(e.reason, e.run_id) for e in escalations} == {("frozen", last.id)}
         issue = world.fake.issue(world.repos["web"].slug, breaking)
-        assert BLOCKED in issue.labels and issue.state == "open"
+        assert BLOCKED in issue.labels and WORKING not in issue.labels and issue.state == "open"
+        blocked = [c for c in _comments(world, "web", breaking) if "needs a human" in c]
+        assert len(blocked) == 1 and "pipeline repos unfreeze web" in blocked[0], blocked
         # Another repo on the same daemon keeps running while this one is frozen.
         other = world.label("api", "Add a reports helper", "feature reports")
         runs = world.wait("the other repo's issue", lambda rs: _done(rs, other, "api"))
