@@ -49,6 +49,9 @@ if dump:
     with open(dump, "a") as f:
         f.write(repr(sorted(os.environ.items())) + "\n")
 mode = os.environ.get("AGENT_MODE", "ok")
+if os.environ.get("AGENT_PRINT_KEY"):  # a careless agent echoes its own API key
+    print("debug: key=" + os.environ.get("ANTHROPIC_API_KEY", "?"), flush=True)
+    print("debug: key=" + os.environ.get("ANTHROPIC_API_KEY", "?"), file=sys.stderr)
 lo = float(os.environ.get("AGENT_SLEEP_MIN_S", "0"))
 hi = float(os.environ.get("AGENT_SLEEP_MAX_S", "0"))
 if hi > 0:
