@@ -217,7 +217,9 @@ def serve(app: Starlette, host: str = "127.0.0.1", port: int = 0,
           *, startup_timeout_s: float = 10.0) -> ServerHandle:
     """Run ``app`` on ``host:port`` (0 picks a free port) in a thread; returns once it listens."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
+    # listener's proto says TCP; with proto 0 every response waits out a delayed ACK (40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
