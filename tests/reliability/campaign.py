@@ -29,18 +29,29 @@ from .figures import Figures
 from .forgefaults import FORGE_FAULTS, forge_fault
 from .killmatrix import kill_matrix
 from .security import secret_scan
-from .soak import SoakPlan, soak
+from .soak import BOUNDED, FULL, SQLITE_BOUNDED, SQLITE_FULL, soak
 from .world import postgres_available
 
 ROOT = Path(__file__).resolve().parents[2]
-BOUNDED_SOAK = SoakPlan(replicas=3, issues=40, repos=8, kills=2)
-FULL_SOAK = SoakPlan(replicas=3, issues=200, repos=20, kills=10, max_concurrency=6,
-                     timeout_s=1500)
-FUZZ_TESTS = ("tests/unit/test_fuzz_webhooks.py", "tests/unit/test_fuzz_config.py",
-              "tests/unit/test_fuzz_streams.py")
-COLUMNS = ("Scenario", "Engine", "Trials", "Faults injected", "Invariant violations",
-           "Lost issues", "Double pushes", "Misclassified", "Leaked secrets",
-           "Recovery p50 / max (s)", "Throughput (runs/min)", "Duration (s)")
+FUZZ_TESTS = (
+    "tests/unit/test_fuzz_webhooks.py",
+    "tests/unit/test_fuzz_config.py",
+    "tests/unit/test_fuzz_streams.py",
+)
+COLUMNS = (
+    "Scenario",
+    "Engine",
+    "Trials",
+    "Faults injected",
+    "Invariant violations",
+    "Lost issues",
+    "Double pushes",
+    "Misclassified",
+    "Leaked secrets",
+    "Recovery p50 / max (s)",
+    "Throughput (runs/min)",
+    "Duration (s)",
+)
 
 
 def fuzz_figures() -> Figures:
@@ -48,9 +59,20 @@ def fuzz_figures() -> Figures:
     figures = Figures(scenario="fuzzing: webhooks (intake + HTTP), config files, agent streams")
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "--hypothesis-show-statistics", *FUZZ_TESTS],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--hypothesis-show-statistics",
+            *FUZZ_TESTS,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     examples = sum(int(n) for n in re.findall(r"(\d+) passing,", proc.stdout))
     figures.trials = len(re.findall(r"^\S+::test_\w+:$", proc.stdout, re.MULTILINE))
@@ -63,8 +85,9 @@ def fuzz_figures() -> Figures:
     return figures
 
 
-def run_campaign(root: Path, *, long: bool, engines: tuple[str, ...],
-                 progress: Callable[[Figures], None]) -> list[Figures]:
+def run_campaign(
+    root: Path, *, long: bool, engines: tuple[str, ...], progress: Callable[[Figures], None]
+) -> list[Figures]:
     results: list[Figures] = []
 
     def keep(figures: Figures) -> None:
@@ -74,11 +97,14 @@ def run_campaign(root: Path, *, long: bool, engines: tuple[str, ...],
     for figures in kill_matrix(root / "kill", engines):
         keep(figures)
     if "postgresql" in engines:
-        keep(soak(root / "soak", FULL_SOAK if long else BOUNDED_SOAK))
+        keep(soak(root / "soak", FULL if long else BOUNDED))
+    keep(soak(root / "soak-sqlite", SQLITE_FULL if long else SQLITE_BOUNDED))
     for figures in fault_matrix(root / "faults"):
         keep(figures)
-    forge = Figures(scenario="forge faults: 5xx, timeouts, 403/429 + headers, bad JSON, "
-                    "comment timeout (GitHub, Gitea, GitLab fakes)")
+    forge = Figures(
+        scenario="forge faults: 5xx, timeouts, 403/429 + headers, bad JSON, "
+        "comment timeout (GitHub, Gitea, GitLab fakes)"
+    )
     for index, fault in enumerate(FORGE_FAULTS):
         forge.merge(forge_fault(root / f"forge{index}", fault))
     keep(forge)
@@ -99,27 +125,47 @@ def _recovery(figures: Figures) -> str:
 
 def row(figures: Figures) -> str:
     cells = [
-        figures.scenario, figures.engine, str(figures.trials), str(figures.faults_injected),
-        _cell(figures.invariant_violations), _cell(figures.lost_issues),
-        _cell(figures.double_pushes), _cell(figures.misclassified),
-        _cell(figures.leaked_secrets), _recovery(figures),
+        figures.scenario,
+        figures.engine,
+        str(figures.trials),
+        str(figures.faults_injected),
+        _cell(figures.invariant_violations),
+        _cell(figures.lost_issues),
+        _cell(figures.double_pushes),
+        _cell(figures.misclassified),
+        _cell(figures.leaked_secrets),
+        _recovery(figures),
         "-" if figures.throughput_per_min is None else f"{figures.throughput_per_min:.1f}",
         f"{figures.duration_s:.1f}",
     ]
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
-def render(results: list[Figures], *, long: bool, engines: tuple[str, ...],
-           skipped: list[str], elapsed_s: float) -> str:
+def render(
+    results: list[Figures],
+    *,
+    long: bool,
+    engines: tuple[str, ...],
+    skipped: list[str],
+    elapsed_s: float,
+) -> str:
     total = Figures(scenario="**total**")
     for figures in results:
         total.merge(figures)
     total.duration_s = elapsed_s
     problems = [f"- {f.scenario} ({f.engine}): {p}" for f in results for p in f.problems]
-    notes = [f"- {f.scenario} ({f.engine}): {n}" for f in results for n in f.notes
-             if f.scenario.startswith(("soak", "fuzz", "fault"))]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip() or "unknown"
+    notes = [
+        f"- {f.scenario} ({f.engine}): {n}"
+        for f in results
+        for n in f.notes
+        if f.scenario.startswith(("soak", "fuzz", "fault"))
+    ]
+    commit = (
+        subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
     lines = [
         "# Reliability and security figures",
         "",
@@ -140,8 +186,13 @@ def render(results: list[Figures], *, long: bool, engines: tuple[str, ...],
         "",
         "## Problems found in this run",
         "",
-        *(problems or ["None: zero violations, lost issues, double pushes, misclassified "
-                       "faults and leaked secrets."]),
+        *(
+            problems
+            or [
+                "None: zero violations, lost issues, double pushes, misclassified "
+                "faults and leaked secrets."
+            ]
+        ),
         "",
         "## Notes",
         "",
@@ -164,11 +215,17 @@ def render(results: list[Figures], *, long: bool, engines: tuple[str, ...],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/reliability", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--long", action="store_true",
-                        default=os.environ.get("PIPELINE_RELIABILITY_LONG") == "1",
-                        help="the long form (full soak); also PIPELINE_RELIABILITY_LONG=1")
+    parser = argparse.ArgumentParser(
+        prog="scripts/reliability",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        default=os.environ.get("PIPELINE_RELIABILITY_LONG") == "1",
+        help="the long form (full soak); also PIPELINE_RELIABILITY_LONG=1",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reliability.md")
     parser.add_argument("--json", type=Path, help="also write every figure as JSON here")
     args = parser.parse_args(argv)
@@ -178,17 +235,21 @@ def main(argv: list[str] | None = None) -> int:
     skipped = [f"PostgreSQL scenarios (kill matrix, soak, security): {problem}"] if problem else []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="afk-reliability-") as tmp:
-        results = run_campaign(Path(tmp), long=args.long, engines=engines,
-                               progress=lambda f: print(row(f), flush=True))
+        results = run_campaign(
+            Path(tmp), long=args.long, engines=engines, progress=lambda f: print(row(f), flush=True)
+        )
     elapsed = time.monotonic() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(results, long=args.long, engines=engines, skipped=skipped,
-                               elapsed_s=elapsed), encoding="utf-8")
+    args.out.write_text(
+        render(results, long=args.long, engines=engines, skipped=skipped, elapsed_s=elapsed),
+        encoding="utf-8",
+    )
     if args.json:
         args.json.write_text(json.dumps([f.as_json() for f in results], indent=2))
     failed = [f for f in results if f.problems]
-    print(f"wrote {args.out}: {len(results)} scenarios, {len(failed)} with problems, "
-          f"{elapsed:.0f} s")
+    print(
+        f"wrote {args.out}: {len(results)} scenarios, {len(failed)} with problems, {elapsed:.0f} s"
+    )
     return 1 if failed else 0
 
 

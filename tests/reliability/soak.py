@@ -37,6 +37,7 @@ class SoakPlan:
     agent_max_s: float = 1.5
     timeout_s: float = 180.0
     seed: int = 9
+    engine: str = "postgresql"
 
 
 @dataclass
@@ -101,12 +102,19 @@ class Checker:
                 self.pending[run.id] = (run.attempt, t_kill)
 
 
+# The bounded plans run in CI; the full ones with --long / PIPELINE_RELIABILITY_LONG=1.
+BOUNDED = SoakPlan(replicas=3, issues=40, repos=8, kills=2)
+FULL = SoakPlan(replicas=3, issues=200, repos=20, kills=10, max_concurrency=6, timeout_s=1500)
+SQLITE_BOUNDED = SoakPlan(replicas=3, issues=24, repos=6, kills=2, engine="sqlite")
+SQLITE_FULL = SoakPlan(replicas=3, issues=100, repos=10, kills=6, engine="sqlite", timeout_s=900)
+
+
 def soak(root: Path, plan: SoakPlan) -> Figures:
-    """Run the soak on a fresh PostgreSQL database; the figures say what broke."""
+    """Run the soak on a fresh database of ``plan.engine``; the figures say what broke."""
     figures = Figures(
         scenario=f"soak: {plan.replicas} replicas, {plan.issues} issues over "
         f"{plan.repos} repos, {plan.kills} kill -9",
-        engine="postgresql",
+        engine=plan.engine,
     )
     root.mkdir(parents=True, exist_ok=True)
     spec = WorldSpec(
@@ -119,7 +127,7 @@ def soak(root: Path, plan: SoakPlan) -> Figures:
         },
     )
     started = time.monotonic()
-    with fresh_database("postgresql", root) as url:
+    with fresh_database(plan.engine, root) as url:
         world = World(root, url, spec)
         try:
             _soak(world, plan, figures)

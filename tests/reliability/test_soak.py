@@ -1,4 +1,4 @@
-"""Replicas on one PostgreSQL under random kill -9: the guarantees hold at every instant."""
+"""Replicas on one database under random kill -9: the guarantees hold at every instant."""
 
 from __future__ import annotations
 
@@ -7,10 +7,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import LONG, require_engine
-from .soak import SoakPlan, soak
-
-BOUNDED = SoakPlan(replicas=3, issues=40, repos=8, kills=2)
-FULL = SoakPlan(replicas=3, issues=200, repos=20, kills=10, max_concurrency=6, timeout_s=1500)
+from .soak import BOUNDED, FULL, SQLITE_BOUNDED, SQLITE_FULL, soak
 
 
 @pytest.mark.slow
@@ -24,3 +21,13 @@ def test_soak_holds_every_invariant(tmp_path: Path) -> None:
     figures.assert_clean()
     assert figures.faults_injected == plan.kills
     assert figures.throughput_per_min and figures.throughput_per_min > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200 if LONG else 180)
+def test_soak_on_one_sqlite_file(tmp_path: Path) -> None:
+    """Three daemons on one SQLite file, random kills: the same guarantees, checked throughout."""
+    plan = SQLITE_FULL if LONG else SQLITE_BOUNDED
+    figures = soak(tmp_path, plan)
+    figures.assert_clean()
+    assert figures.faults_injected == plan.kills
