@@ -99,6 +99,8 @@ class Scheduler:
         """Stop claiming, give running work ``grace_s``, then stop it; leases go to recovery."""
         self._stopping.set()
         self._wake.set()
+        with self._claiming:
+            pass  # a claim in flight finishes (and its worker is joined below); none starts after
         self._periodic.shutdown()
         self._join_workers(grace_s)
         now = self.clock()
@@ -133,15 +135,33 @@ class Scheduler:
 
     def run_once(self) -> int:
         """Claim what may start now and start a worker for each; the number started."""
-        started = 0
         with self._claiming:
-            while not self._stopping.is_set() and self._free_slots() > 0:
-                run = self._claim()
-                if run is None:
-                    break
-                self._launch(run)
-                started += 1
+            return self._claim_available()
+
+    def _claim_available(self) -> int:
+        started = 0
+        while not self._stopping.is_set() and self._free_slots() > 0:
+            run = self._claim()
+            if run is None:
+                break
+            self._launch(run)
+            started += 1
         return started
+
+    def _claim_after_run(self) -> None:
+        """Claim the next run from the thread that just freed a slot: no hand-off delay.
+
+        When another thread is claiming already, the wake event makes it look again.
+        """
+        self._wake.set()
+        if self._stopping.is_set() or not self._claiming.acquire(blocking=False):
+            return
+        try:
+            self._claim_available()
+        except Exception:
+            log.exception("claiming after a run failed; the claim loop retries")
+        finally:
+            self._claiming.release()
 
     def sweep_once(self) -> SweepReport:
         report: SweepReport = self.store.sweep(max_recoveries=self.settings.max_recoveries)
@@ -197,6 +217,7 @@ class Scheduler:
             self._settle(worker, result, error)
         finally:
             self._forget(worker)
+        self._claim_after_run()
 
     def _settle(self, worker: Worker, result: str | None, error: BaseException | None) -> None:
         if not worker.claim_settlement():
