@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
@@ -36,7 +35,7 @@ from pipeline.trackers.base import (
     split_slug,
     text,
 )
-from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, Params
+from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, Params, permission_trusted
 
 DEFAULT_MAX_ITEMS = 50
 WRITE_PERMISSIONS = frozenset({"owner", "admin", "write"})
@@ -98,15 +97,7 @@ class GiteaTracker:
         return actor
 
     def is_trusted(self, slug: str, actor: str) -> bool:
-        if actor in self.settings.trusted_actors:
-            return True
-        if not self.settings.trust_write_permission:
-            return False
-        path = f"{_repo(slug)}/collaborators/{quote(actor, safe='')}/permission"
-        page = self.http.get_optional(path)
-        if page is None:
-            return False
-        return field(as_dict(page.data, page.url), "permission", page.url, str) in WRITE_PERMISSIONS
+        return permission_trusted(self.http, self.settings, _repo(slug), actor, WRITE_PERMISSIONS)
 
     def add_labels(self, slug: str, number: int, labels: Sequence[str]) -> None:
         ids = [self._label_id(slug, name, create=True) for name in labels]

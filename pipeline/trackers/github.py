@@ -28,7 +28,7 @@ from pipeline.trackers.base import (
     split_slug,
     text,
 )
-from pipeline.trackers.http import ForgeHttp, HttpOptions, link_next
+from pipeline.trackers.http import ForgeHttp, HttpOptions, link_next, permission_trusted
 
 GITHUB_API = "https://api.github.com"
 WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
@@ -92,15 +92,7 @@ class GitHubTracker:
         return actor
 
     def is_trusted(self, slug: str, actor: str) -> bool:
-        if actor in self.settings.trusted_actors:
-            return True
-        if not self.settings.trust_write_permission:
-            return False
-        path = f"{_repo(slug)}/collaborators/{quote(actor, safe='')}/permission"
-        page = self.http.get_optional(path)
-        if page is None:
-            return False
-        return field(as_dict(page.data, page.url), "permission", page.url, str) in WRITE_PERMISSIONS
+        return permission_trusted(self.http, self.settings, _repo(slug), actor, WRITE_PERMISSIONS)
 
     def add_labels(self, slug: str, number: int, labels: Sequence[str]) -> None:
         path = f"{_repo(slug)}/issues/{number}/labels"

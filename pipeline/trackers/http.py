@@ -28,10 +28,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from pipeline.errors import FatalError, RetryableError
+from pipeline.settings import TrackerSettings
+from pipeline.trackers.base import as_dict
+from pipeline.trackers.base import field as data_field
 
 Params = Mapping[str, str]
 NextRequest = Callable[["Page", Params], "tuple[str, Params] | None"]
@@ -324,3 +328,25 @@ def link_next(page: Page, params: Params) -> tuple[str, Params] | None:
         if 'rel="next"' in rel.replace(" ", ""):
             return url.strip().strip("<>"), {}
     return None
+
+
+def permission_trusted(
+    http: ForgeHttp,
+    settings: TrackerSettings,
+    repo_path: str,
+    actor: str,
+    allowed: frozenset[str],
+) -> bool:
+    """A configured trusted actor, or one whose collaborator permission is in ``allowed``.
+
+    GitHub and Gitea answer ``GET <repo>/collaborators/<user>/permission`` alike;
+    a 404 (not a collaborator) means not trusted.
+    """
+    if actor in settings.trusted_actors:
+        return True
+    if not settings.trust_write_permission:
+        return False
+    page = http.get_optional(f"{repo_path}/collaborators/{quote(actor, safe='')}/permission")
+    if page is None:
+        return False
+    return data_field(as_dict(page.data, page.url), "permission", page.url, str) in allowed
