@@ -94,7 +94,7 @@ def run_campaign(
         results.append(figures)
         progress(figures)
 
-    for figures in kill_matrix(root / "kill", engines):
+    for figures in kill_matrix(root / "kill", engines, repeat=3 if long else 1):
         keep(figures)
     if "postgresql" in engines:
         keep(soak(root / "soak", FULL if long else BOUNDED))

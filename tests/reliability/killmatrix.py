@@ -115,10 +115,59 @@ def check_outcome(world: World, figures: Figures, *, expect_success: bool) -> No
             )
 
 
-def kill_matrix(root: Path, engines: tuple[str, ...]) -> list[Figures]:
-    """Every checkpoint on every engine."""
+def kill_mid_agent_trial(root: Path, engine: str) -> Figures:
+    """kill -9 while the agent works: its orphan finishes alone; the run is redone, pushed once."""
+    figures = Figures(scenario="kill -9 mid-agent (orphaned agent)", engine=engine, trials=1)
+    started = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    spec = WorldSpec(agent_env={"AGENT_SLEEP_MIN_S": "3", "AGENT_SLEEP_MAX_S": "3"})
+    with fresh_database(engine, root) as url:
+        world = World(root, url, spec)
+        try:
+            world.migrate()
+            world.file_issue("r0", "killed while the agent works", "add a file")
+            first = world.daemon("first")
+            world.wait(
+                lambda: any(r.state == "implementing" for r in world.runs()), 60, "agent started"
+            )
+            time.sleep(1.0)  # the agent is mid-way through its 3 s
+            kill9(first)
+            figures.faults_injected = 1
+            (run,) = world.runs()
+            second = world.daemon("second")
+            try:
+                figures.recovery_s.append(
+                    world.wait(
+                        lambda: _back_in_line(world, run.id, run.attempt),
+                        FINISH_TIMEOUT_S,
+                        "claimed again",
+                        interval_s=0.05,
+                    )
+                )
+                world.wait(
+                    lambda: all(r.terminal for r in world.runs()), FINISH_TIMEOUT_S, "terminal"
+                )
+            except AssertionError as exc:
+                figures.lost_issues.append(str(exc).splitlines()[0])
+            finally:
+                stop(second)
+            check_outcome(world, figures, expect_success=True)
+        finally:
+            world.close()
+    figures.duration_s = time.monotonic() - started
+    return figures
+
+
+def kill_matrix(root: Path, engines: tuple[str, ...], repeat: int = 1) -> list[Figures]:
+    """Every checkpoint on every engine, ``repeat`` times, plus a kill in mid-agent."""
     results = []
     for engine in engines:
         for checkpoint in CHECKPOINTS:
-            results.append(kill_trial(root / f"{engine}-{checkpoint}", engine, checkpoint))
+            merged = Figures(scenario=f"kill -9 at {checkpoint}", engine=engine)
+            for index in range(repeat):
+                merged.merge(
+                    kill_trial(root / f"{engine}-{checkpoint}-{index}", engine, checkpoint)
+                )
+            results.append(merged)
+        results.append(kill_mid_agent_trial(root / f"{engine}-mid-agent", engine))
     return results

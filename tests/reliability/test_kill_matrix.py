@@ -9,7 +9,7 @@ import pytest
 from pipeline.faults import CHECKPOINTS
 
 from .conftest import ENGINES, require_engine
-from .killmatrix import kill_trial
+from .killmatrix import kill_mid_agent_trial, kill_trial
 
 
 @pytest.mark.slow
@@ -21,4 +21,14 @@ def test_kill_at_checkpoint_recovers(tmp_path: Path, engine: str, checkpoint: st
     figures = kill_trial(tmp_path, engine, checkpoint)
     figures.assert_clean()
     assert figures.faults_injected == 1
+    assert len(figures.recovery_s) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_kill_mid_agent_redoes_the_run_once(tmp_path: Path, engine: str) -> None:
+    """kill -9 while the agent works: the orphan cannot push; the run is redone and pushed once."""
+    require_engine(engine)
+    figures = kill_mid_agent_trial(tmp_path, engine)
+    figures.assert_clean()
     assert len(figures.recovery_s) == 1
