@@ -86,7 +86,14 @@ class Recovery:
         for event in self.store.run_events(run.id):
             if event.kind == "evidence":
                 return str(event.data.get("prompt", event.message))
-        return None
+        # Queued, then a crash before its evidence was written: say what is known.
+        parent = self.store.get_run(run.parent_id) if run.parent_id is not None else None
+        if parent is None or not parent.pushed_sha:
+            return None
+        return (
+            f"Fix-forward: the deploy of commit {parent.pushed_sha} (run {parent.id}) is "
+            "broken. Check the deploy, find the cause and fix it forward, test first."
+        )
 
     # Verdicts -------------------------------------------------------------------
 
@@ -157,22 +164,7 @@ class Recovery:
         fix_forwards = sum(1 for r in self.chain(run) if r.kind == "fix_forward")
         if fix_forwards >= repo.max_fix_forwards:
             self._freeze(ctx, repo, ws, sha, verdict, fix_forwards)
-        prompt = self._fix_prompt(repo, ws, sha, verdict)
-        child = self.store.enqueue(
-            repo.name,
-            kind="fix_forward",
-            priority=FIX_FORWARD_PRIORITY,
-            parent_id=run.id,
-            max_attempts=self.settings.scheduler.max_attempts,
-            timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
-            requested_by="afk-pipeline",
-        ).run
-        self.store.add_event(
-            child.id,
-            "evidence",
-            f"deploy of {sha[:12]} broken: fix forward",
-            {"prompt": prompt, "broken_sha": sha},
-        )
+        child = self._fix_forward_child(ctx, repo, ws, sha, verdict)
         ctx.events(
             "recovery",
             f"deploy broken; fix-forward run {child.id} queued first in line",
@@ -184,6 +176,35 @@ class Recovery:
             "deploy_broken",
             f"the deploy of {sha[:12]} is broken; fix-forward run {child.id} is healing it",
         )
+
+    def _fix_forward_child(
+        self,
+        ctx: RunContext,
+        repo: RepoSettings,
+        ws: PreparedWorkspace | None,
+        sha: str,
+        verdict: Verdict,
+    ) -> Run:
+        """The run's fix-forward, queued once even if this watch is repeated after a crash."""
+        existing = [r for r in self.store.children(ctx.run.id) if r.kind == "fix_forward"]
+        if existing:
+            return existing[0]
+        child = self.store.enqueue(
+            repo.name,
+            kind="fix_forward",
+            priority=FIX_FORWARD_PRIORITY,
+            parent_id=ctx.run.id,
+            max_attempts=self.settings.scheduler.max_attempts,
+            timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
+            requested_by="afk-pipeline",
+        ).run
+        self.store.add_event(
+            child.id,
+            "evidence",
+            f"deploy of {sha[:12]} broken: fix forward",
+            {"prompt": self._fix_prompt(repo, ws, sha, verdict), "broken_sha": sha},
+        )
+        return child
 
     def _freeze(
         self,

@@ -87,6 +87,12 @@ class HistoryMixin(StoreBase):
             row = conn.execute(runs_query().where(RunRow.id == run_id)).first()
         return run_from_row(row) if row is not None else None
 
+    def children(self, run_id: int) -> list[Run]:
+        """Runs whose parent is ``run_id`` (fix-forwards), oldest first."""
+        with self._read() as conn:
+            rows = conn.execute(runs_query().where(RunRow.parent_id == run_id).order_by(RunRow.id))
+            return [run_from_row(row) for row in rows]
+
     def run_events(self, run_id: int, after_id: int = 0, limit: int = 10_000) -> list[RunEvent]:
         query = (
             select(RunEventRow.__table__)
