@@ -213,6 +213,9 @@ class Scheduler:
             result = self.pipeline(worker.ctx)
         except Exception as exc:
             error = exc
+        except BaseException as exc:  # SystemExit in a pipeline must not leak the slot
+            error = exc
+            worker.request_stop("shutdown", self.clock())
         try:
             self._settle(worker, result, error)
         finally:
