@@ -149,7 +149,7 @@ class Recovery:
                 f"Pushed {sha} to {repo.default_branch}. CI: {verdict.ci}. "
                 f"Deploy: {verdict.deploy}.",
                 kind="success",
-                events=ctx.events,
+                events=self._notify_events(run.id),
             )
 
     def _broken(
@@ -287,5 +287,18 @@ class Recovery:
             f"{message}\n\nReview: pipeline runs show {run.id}\n"
             f"Retry once fixed: pipeline runs retry {run.id}",
             kind="freeze" if exc.reason == "frozen" else "escalation",
-            events=ctx.events,
+            events=self._notify_events(run.id),
         )
+
+    def _notify_events(self, run_id: int) -> EventSink:
+        """Where a notification's outcome is recorded: the run's timeline, without the lease.
+
+        Sends run in the background and finish after the run has ended, when
+        its lease-fenced sink refuses every write; the store's unfenced
+        ``add_event`` keeps "each notification is a run event" true.
+        """
+
+        def record(kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
+            self.store.add_event(run_id, kind, message, data)
+
+        return record

@@ -175,6 +175,7 @@ def test_failed_fix_forwards_freeze_the_repo_and_unfreeze_resumes(
         assert isinstance(payload, dict) and "(frozen)" in payload["title"]
         assert "pipeline repos unfreeze web" in payload["message"]
         assert str(evidence) in payload["message"]
+        world.wait_event(last.id, "notify: freeze sent to json://127.0.0.1")
         escalations = world.store.list_escalations("web")
         assert {(e.reason, e.run_id) for e in escalations} == {("frozen", last.id)}
         issue = world.fake.issue(world.repos["web"].slug, breaking)
@@ -250,6 +251,7 @@ def test_conflicting_push_race_escalates_and_keeps_the_work(
         assert any("conflict" in c for c in _comments(world, "web", number))
         assert not _frozen(world, "web")
         assert any("(conflict)" in str(r.json()) for r in world.receiver.wait_for(1, 20))
+        world.wait_event(run.id, "notify: escalation sent to json://127.0.0.1")
 
 
 def test_kill_between_push_and_record_pushes_once(tmp_path: Path, cli_env: dict[str, str]) -> None:

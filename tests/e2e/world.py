@@ -223,6 +223,17 @@ class ShipWorld:
                 raise AssertionError(f"{what}: {why}\n" + self.describe(runs))
             time.sleep(0.25)
 
+    def wait_event(self, run_id: int, prefix: str, timeout_s: float = 20.0) -> str:
+        """The first event of ``run_id`` starting with ``prefix`` (``kind: message``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [e for e in self.events(run_id) if e.startswith(prefix)]
+            if found:
+                return found[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id}: no event {prefix!r}: {self.events(run_id)}")
+            time.sleep(0.2)
+
     def describe(self, runs: list[Run]) -> str:
         lines = [
             f"run {r.id} {r.kind} {r.repo_name}#{r.issue_number} {r.state} "
