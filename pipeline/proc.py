@@ -219,3 +219,45 @@ def _supervise(
         if reason is not None:
             kill_group(proc, kill_grace_s)
             return reason
+
+
+def processes_under(root: Path) -> list[int]:
+    """Pids of processes without a terminal whose working directory is inside ``root``.
+
+    A daemon killed with SIGKILL cannot stop its agent: the agent's process
+    group lives on in the run's worktree. Before a tree is reused, these
+    stragglers are found by their working directory (Linux ``/proc``; elsewhere
+    nothing is found). Processes with a controlling terminal — a human
+    inspecting the tree — are left alone.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    target = root.resolve()
+    found: list[int] = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = (entry / "cwd").resolve(strict=True)
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        tty_nr = int(fields[4]) if len(fields) > 4 else 0
+        if tty_nr == 0 and (cwd == target or target in cwd.parents):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_stragglers(root: Path) -> list[int]:
+    """SIGKILL the process groups of every straggler working inside ``root``."""
+    pids = processes_under(root)
+    for pid in pids:
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    return pids

@@ -16,6 +16,7 @@ the previous run's edits are gone, its ``.venv``/``node_modules`` stay.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -38,9 +39,11 @@ from pipeline.housekeeping import (
     volume_capacity,
     volume_usage,
 )
-from pipeline.proc import StopToken
+from pipeline.proc import StopToken, kill_stragglers
 from pipeline.settings import RepoSettings, WorkspaceSettings
 from pipeline.worksetup import copy_files, run_setup
+
+log = logging.getLogger(__name__)
 
 # Environment variable -> directory under <volume>/cache.
 CACHE_DIRS: tuple[tuple[str, str], ...] = (
@@ -244,6 +247,11 @@ class Workspaces:
             base_sha = git(["rev-parse", "--verify", f"{base}^{{commit}}"], cwd=checkout).strip()
             worktrees = repo_dir / "worktrees"
             worktrees.mkdir(exist_ok=True)
+            # An agent orphaned by a killed daemon must not edit the next run's tree.
+            stragglers = kill_stragglers(worktrees)
+            if stragglers:
+                log.warning("%s: killed %d leftover process(es) of an earlier run: %s",
+                            repo.name, len(stragglers), stragglers)
             if repo.workspace == "clone":
                 path = worktrees / "clone"
                 prepare_clone(checkout, path, repo, branch, base_sha, repo_dir / "kept")
