@@ -28,7 +28,7 @@ from pipeline.settings import Settings, default_database_url
 from pipeline.store import Run, RunFilter, Store, redact_url
 
 DEMO_TIMEOUT_S = 150.0
-PROGRESS_KINDS = ("state", "recovery", "publish", "test", "deploy", "ci", "repo")
+PROGRESS_KINDS = ("queued", "state", "recovery", "publish", "test", "deploy", "ci", "repo")
 READY = "ready-for-agent"
 
 
@@ -97,9 +97,20 @@ class Progress:
                 continue
             if event.kind in PROGRESS_KINDS and not self.quiet:
                 elapsed = time.monotonic() - self.started
+                message = event.message
+                if event.kind == "queued":
+                    message = self._describe(event.run_id)
                 self.out.write(f"[{elapsed:5.1f}s] run {event.run_id:<3} {event.kind:<9}"
-                               f"{event.message[:110]}\n")
+                               f"{message[:110]}\n")
                 self.out.flush()
+
+    def _describe(self, run_id: int) -> str:
+        run = self.store.get_run(run_id)
+        if run is None:
+            return "queued"
+        if run.kind == "fix_forward":
+            return f"{run.repo_name}: fix-forward of run {run.parent_id}, first in line"
+        return f"{run.repo_name} #{run.issue_number}: {run.issue_title}"
 
 
 def run_demo(*, keep: bool, as_json: bool, out: TextIO, err: TextIO, workdir: Path | None,
