@@ -160,7 +160,9 @@ def _soak(world: World, plan: SoakPlan, figures: Figures) -> None:
         figures.lost_issues.append(str(exc).splitlines()[0])
     finally:
         elapsed = time.monotonic() - began
-        for proc in replicas:
+        for index, proc in enumerate(replicas):
+            if proc.poll() is not None:
+                figures.misclassified.append(f"replica {index} exited by itself: {proc.returncode}")
             stop(proc)
         checker.stop()
         thread.join(timeout=10)
@@ -174,6 +176,10 @@ def _soak(world: World, plan: SoakPlan, figures: Figures) -> None:
         f"runs at once (cap {plan.max_concurrency}); {succeeded} runs succeeded "
         f"in {elapsed:.0f} s"
     )
+    owners = _claimers(world)
+    figures.notes.append(f"{len(owners)} daemon processes claimed runs")
+    if len(owners) < plan.replicas:
+        figures.misclassified.append(f"only {len(owners)} processes ever claimed a run")
     if checker.pending:
         figures.lost_issues.append(f"runs never recovered after a kill: {sorted(checker.pending)}")
     check_outcome(world, figures, expect_success=True)
@@ -205,3 +211,13 @@ def _kill_loop(
 def _all_done(world: World, issues: int) -> bool:
     runs = [r for r in world.runs() if r.kind == "issue"]
     return len(runs) >= issues and all(r.terminal for r in runs)
+
+
+def _claimers(world: World) -> set[str]:
+    """Every owner that claimed a run, from the runs' timelines."""
+    return {
+        str(e.data.get("owner"))
+        for r in world.runs()
+        for e in world.store.run_events(r.id)
+        if e.kind == "claimed"
+    }

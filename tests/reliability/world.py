@@ -151,6 +151,7 @@ class WorldSpec:
     agent_name: str = "scripted"
     extra_agents_toml: str = ""
     remote_urls: Mapping[str, str] = field(default_factory=dict)
+    test_command: str = f"{sys.executable} -m unittest -q"
     http_toml: str = ""
 
 
@@ -165,6 +166,7 @@ class World:
         self.logs: list[Path] = []
         self.env = self._base_env()
         self.port = free_port()
+        self._ports: dict[str, int] = {}
         (root / "volume").mkdir(parents=True, exist_ok=True)
         for index in range(self.spec.repos):
             name = f"r{index}"
@@ -241,7 +243,7 @@ exit_grace_s = 1
 tracker = "local"
 slug = "demo/{name}"
 remote_url = {json.dumps(spec.remote_urls.get(name, url))}
-test_command = "{sys.executable} -m unittest -q"
+test_command = {json.dumps(spec.test_command)}
 agent = "{spec.agent_name}"
 {spec.repo_toml}
 {spec.per_repo_toml.get(name, "")}
@@ -290,10 +292,14 @@ agent = "{spec.agent_name}"
         """Start ``pipeline run``; its output goes to ``<root>/<name>.log``."""
         log = self.root / f"{name}.log"
         self.logs.append(log)
+        # Each daemon name has its own HTTP port (the first one the config's), so replicas
+        # run side by side and a restarted daemon listens where it did before.
+        port = self._ports.setdefault(name, self.port if not self._ports else free_port())
+        listen = {"PIPELINE_HTTP_LISTEN": f"127.0.0.1:{port}"}
         with log.open("ab") as handle:
             return subprocess.Popen(
                 [sys.executable, "-m", "pipeline", "run", "--config", str(self.config)],
-                env={**self.env, **(env or {})},
+                env={**self.env, **listen, **(env or {})},
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
