@@ -250,14 +250,20 @@ def processes_under(root: Path) -> list[int]:
 
 
 def kill_stragglers(root: Path) -> list[int]:
-    """SIGKILL the process groups of every straggler working inside ``root``."""
+    """SIGKILL every straggler working inside ``root``, with its group when it leads one.
+
+    An agent leads its own process group (``run_command`` starts a session), so
+    its whole tree goes. A straggler that does not lead its group is killed
+    alone: its group is some other process's — another daemon on this host
+    whose git command sits in the tree — and that daemon must live on.
+    """
     pids = processes_under(root)
     for pid in pids:
         try:
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            try:
+            if os.getpgid(pid) == pid and pid != os.getpgrp():
+                os.killpg(pid, signal.SIGKILL)
+            else:
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        except (ProcessLookupError, PermissionError):
+            pass
     return pids

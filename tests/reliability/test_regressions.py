@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -15,6 +19,7 @@ from pipeline.agents.command import CommandAgent
 from pipeline.errors import RetryableError
 from pipeline.intake import Intake
 from pipeline.logs import register_secret
+from pipeline.proc import kill_stragglers
 from pipeline.settings import AgentPreset, ProbeSettings, RepoSettings, Settings, TrackerSettings
 from pipeline.watch.deploy import command_probe
 
@@ -91,3 +96,47 @@ def test_overlapping_polls_are_serialised(tmp_path: Path) -> None:
     for thread in threads:
         thread.join(5)
     assert errors == [] and tracker.most == 1
+
+
+def _spawn_daemon_with_child_in(tree: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A stand-in daemon (own session) whose child sleeps inside ``tree``; (daemon, child pid)."""
+    script = (
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen(['sleep', '60'], cwd={str(tree)!r})\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert daemon.stdout is not None
+    return daemon, int(daemon.stdout.readline())
+
+
+def test_kill_stragglers_spares_the_daemon_that_owns_a_straggler(tmp_path: Path) -> None:
+    """A daemon's git child in a reused tree is killed alone, never the daemon's whole group."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    daemon, child = _spawn_daemon_with_child_in(tree)
+    agent = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], cwd=tree, start_new_session=True)
+    try:
+        found = kill_stragglers(tree)
+        assert child in found and agent.pid in found
+        assert agent.wait(5) == -signal.SIGKILL
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child}").exists() and _state(child) != "Z":
+            assert time.monotonic() < deadline, "the straggler survived"
+            time.sleep(0.02)
+        assert daemon.poll() is None, "the straggler's daemon was killed with it"
+    finally:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+        if daemon.stdout is not None:
+            daemon.stdout.close()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
