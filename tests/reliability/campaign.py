@@ -28,6 +28,7 @@ from .faultmatrix import fault_matrix
 from .figures import Figures
 from .forgefaults import FORGE_FAULTS, forge_fault
 from .killmatrix import kill_matrix
+from .pause import PAUSE_STATES, pause_trial
 from .security import secret_scan
 from .soak import BOUNDED, FULL, SQLITE_BOUNDED, SQLITE_FULL, soak
 from .world import postgres_available
@@ -99,6 +100,9 @@ def run_campaign(
     if "postgresql" in engines:
         keep(soak(root / "soak", FULL if long else BOUNDED))
     keep(soak(root / "soak-sqlite", SQLITE_FULL if long else SQLITE_BOUNDED))
+    for engine in engines:
+        for state in PAUSE_STATES if long else ("publishing",):
+            keep(pause_trial(root / f"pause-{engine}-{state}", engine, state))
     for figures in fault_matrix(root / "faults"):
         keep(figures)
     forge = Figures(

@@ -57,7 +57,6 @@ def _trial(world: World, state: str, figures: Figures) -> None:
         os.killpg(stale.pid, signal.SIGSTOP)
         figures.faults_injected = 1
         (run,) = world.runs()
-        paused_at = time.monotonic()
         fresh = world.daemon("fresh")
         figures.recovery_s.append(
             world.wait(
@@ -66,7 +65,6 @@ def _trial(world: World, state: str, figures: Figures) -> None:
                 "another daemon takes the run",
                 interval_s=0.05,
             )
-            + 0.0 * paused_at
         )
         world.wait(lambda: all(r.terminal for r in world.runs()), FINISH_TIMEOUT_S, "terminal")
         os.killpg(stale.pid, signal.SIGCONT)
