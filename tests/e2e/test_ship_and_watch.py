@@ -46,7 +46,7 @@ def _comments(world: ShipWorld, repo: str, number: int) -> list[str]:
 
 
 def _health(world: ShipWorld, repo: str) -> tuple[int, dict[str, object]] | None:
-    return world.repos[repo].target.health(timeout_s=2)
+    return world.repos[repo].target.health(timeout_s=10)
 
 
 def test_labelled_issue_ships_and_closes(tmp_path: Path, cli_env: dict[str, str]) -> None:

@@ -350,19 +350,19 @@ run_timeout_s = 120
 [repos.{spec.name}.ci]
 kind = "github"
 poll_interval_s = 0.3
-appear_timeout_s = 20
-timeout_s = 40
+appear_timeout_s = 30
+timeout_s = 60
 
 [repos.{spec.name}.deploy]
 initial_delay_s = 0.3
 interval_s = 0.3
 count = 2
 failure_limit = 0
-progress_deadline_s = 20
+progress_deadline_s = 30
 
 [[repos.{spec.name}.deploy.probes]]
 kind = "http"
 url = "{spec.target.health_url}"
 json_field = "version"
-timeout_s = 2
+timeout_s = 10
 """
