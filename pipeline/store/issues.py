@@ -82,6 +82,14 @@ class IssuesMixin(StoreBase):
         }
         if labeller is not None:
             values["labeller"] = labeller
+        try:
+            return self._upsert_issue(repo, number, values)
+        except IntegrityError:
+            # Another replica inserted this issue between our SELECT and INSERT (PostgreSQL
+            # does not serialise them as SQLite's BEGIN IMMEDIATE does): now it is an update.
+            return self._upsert_issue(repo, number, values)
+
+    def _upsert_issue(self, repo: str, number: int, values: dict[str, str | None]) -> Issue:
         with self._write() as conn:
             repo_id = self._repo_id(conn, repo)
             if repo_id is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from sqlalchemy import event
 
 from pipeline.agents.base import AgentRequest
 from pipeline.agents.command import CommandAgent
@@ -21,6 +22,7 @@ from pipeline.intake import Intake
 from pipeline.logs import register_secret
 from pipeline.proc import kill_stragglers
 from pipeline.settings import AgentPreset, ProbeSettings, RepoSettings, Settings, TrackerSettings
+from pipeline.store import Store
 from pipeline.watch.deploy import command_probe
 
 
@@ -140,3 +142,26 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "gone"
+
+
+@pytest.mark.postgres
+def test_upsert_issue_survives_another_replica_inserting_first(postgres_url: str) -> None:
+    """Two replicas see a new issue at once: the loser's INSERT becomes an update, not a crash."""
+    first, second = Store(postgres_url), Store(postgres_url)
+    first.upgrade()
+    first.ensure_repo("widgets")
+    fields: dict[str, Any] = {"tracker": "local", "number": 7, "author": "a", "url": "u"}
+    raced: list[int] = []
+
+    def other_replica_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO ISSUES") and not raced:
+            raced.append(second.upsert_issue("widgets", title="theirs", **fields).id)
+
+    event.listen(first.engine, "before_cursor_execute", other_replica_first)
+    try:
+        mine = first.upsert_issue("widgets", title="mine", **fields)
+    finally:
+        event.remove(first.engine, "before_cursor_execute", other_replica_first)
+        first.close()
+        second.close()
+    assert raced == [mine.id] and mine.title == "mine"
