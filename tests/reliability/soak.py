@@ -162,7 +162,10 @@ def _soak(world: World, plan: SoakPlan, figures: Figures) -> None:
         elapsed = time.monotonic() - began
         for index, proc in enumerate(replicas):
             if proc.poll() is not None:
-                figures.misclassified.append(f"replica {index} exited by itself: {proc.returncode}")
+                tail = (world.root / f"replica{index}.log").read_text(errors="replace")[-400:]
+                figures.misclassified.append(
+                    f"replica {index} exited by itself ({proc.returncode}): ...{tail}"
+                )
             stop(proc)
         checker.stop()
         thread.join(timeout=10)
