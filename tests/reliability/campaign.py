@@ -55,7 +55,7 @@ COLUMNS = (
 )
 
 
-def fuzz_figures() -> Figures:
+def fuzz_figures(*, long: bool) -> Figures:
     """Run the hypothesis suites; count the examples they generated and the failures."""
     figures = Figures(scenario="fuzzing: webhooks (intake + HTTP), config files, agent streams")
     started = time.monotonic()
@@ -114,7 +114,7 @@ def run_campaign(
     keep(forge)
     for engine in engines:
         keep(secret_scan(root / f"security-{engine}", engine))
-    keep(fuzz_figures())
+    keep(fuzz_figures(long=long))
     return results
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,9 @@ from hypothesis import strategies as st
 from pipeline.config import load_settings
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
+
+# More examples for the long campaign (scripts/reliability --long).
+EXAMPLES = 300 * (10 if os.environ.get("PIPELINE_RELIABILITY_LONG") == "1" else 1)
 
 TOP_KEYS = [
     "database_url",
@@ -187,14 +191,14 @@ def _load(text: str) -> None:
         assert isinstance(loaded, Settings)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=documents())
 def test_structured_config_gives_settings_or_config_error(text: str) -> None:
     """A config over the real keys with any values: Settings, or file:key problems."""
     _load(text)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=EXAMPLES // 2, deadline=None)
 @given(text=st.text(max_size=300))
 def test_any_text_gives_settings_or_config_error(text: str) -> None:
     """Arbitrary text as a config file: Settings, or a ConfigError naming the file."""

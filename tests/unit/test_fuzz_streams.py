@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,9 @@ from hypothesis import strategies as st
 from pipeline.agents.claude import ClaudeStreamParser
 from pipeline.agents.codex import CodexStreamParser
 from pipeline.proc import CommandResult
+
+# More examples for the long campaign (scripts/reliability --long).
+EXAMPLES = 250 * (10 if os.environ.get("PIPELINE_RELIABILITY_LONG") == "1" else 1)
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)
 JSON = st.recursive(
@@ -104,7 +108,7 @@ def _finish(parser: Any, returncode: int) -> None:
         assert isinstance(result.tokens_in, int) and isinstance(result.cost_usd, float)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(lines=_lines(CLAUDE_TYPES), returncode=st.sampled_from([0, 1, -9]))
 def test_claude_parser_never_raises(lines: list[str], returncode: int) -> None:
     """Any sequence of lines, JSON or not, is parsed or skipped; the result never raises."""
@@ -115,7 +119,7 @@ def test_claude_parser_never_raises(lines: list[str], returncode: int) -> None:
     _finish(parser, returncode)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(lines=_lines(CODEX_TYPES), returncode=st.sampled_from([0, 1, -9]))
 def test_codex_parser_never_raises(lines: list[str], returncode: int) -> None:
     """Any sequence of lines, JSON or not, is parsed or skipped; the result never raises."""

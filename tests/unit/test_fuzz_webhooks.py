@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,9 @@ from pipeline.lifecycle import Lifecycle
 from pipeline.settings import RepoSettings, SecretRef, Settings, TrackerSettings
 from pipeline.store import Store
 from pipeline.trackers.webhooks import sign_gitea, sign_github
+
+# More examples for the long campaign (scripts/reliability --long).
+EXAMPLES = 200 * (10 if os.environ.get("PIPELINE_RELIABILITY_LONG") == "1" else 1)
 
 SECRET = "fuzz-webhook-secret"
 KINDS = {"gh": "github", "gt": "gitea", "gl": "gitlab"}
@@ -145,7 +149,9 @@ def _check(status: int, payload: dict[str, object]) -> None:
 
 
 FUZZ = settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
 
