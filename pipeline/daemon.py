@@ -153,6 +153,7 @@ class Daemon:
             settings=settings.scheduler,
             max_concurrency=settings.max_concurrency,
             excluded_repos=self.budget.over_budget,
+            on_finished=self.recovery.on_finished,
         )
         self.intake = Intake(self.store, settings, self.trackers, self.lifecycle)
         self.periodic = Periodic(name="daemon")

@@ -112,7 +112,9 @@ class Lifecycle:
         tracker.remove_label(repo.slug, number, labels.working_label)
         tracker.close(repo.slug, number, None)
 
-    def escalated(self, run: Run, repo: RepoSettings, reason: str, message: str) -> None:
+    def escalated(
+        self, run: Run, repo: RepoSettings, reason: str, message: str, resume: str | None = None
+    ) -> None:
         """``agent-blocked`` and a comment with the reason and what a human must do."""
         if run.issue_number is None:
             return
@@ -122,8 +124,12 @@ class Lifecycle:
         tracker.remove_label(repo.slug, run.issue_number, labels.working_label)
         body = (
             f"The agent needs a human (run {run.id}, {reason}).\n\n{message}\n\n"
-            f"To try again after fixing the cause: `pipeline runs retry {run.id}` "
-            f"or label the issue `{labels.ready_label}` again."
+            f"To resume after fixing the cause: `{resume or f'pipeline runs retry {run.id}'}`"
+            + (
+                ""
+                if resume and "unfreeze" in resume
+                else f" or label the issue `{labels.ready_label}` again."
+            )
         )
         self.comment_once(repo, run.issue_number, f"run={run.id}:escalated", body, run.id)
 

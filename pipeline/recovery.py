@@ -35,9 +35,7 @@ DIFF_CHARS = 8_000
 
 
 class Notifies(Protocol):
-    def notify(
-        self, title: str, body: str, *, kind: NotifyKind, events: EventSink
-    ) -> None: ...
+    def notify(self, title: str, body: str, *, kind: NotifyKind, events: EventSink) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -220,7 +218,7 @@ class Recovery:
             f"deploy of {sha[:12]} still broken after {fix_forwards} fix-forward run(s) "
             f"(run {run.id})"
         )
-        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run.id)
+        self.freeze(repo, reason, run.id)
         ctx.events("recovery", f"repo {repo.name} frozen: {reason}", {"frozen": True})
         exc = EscalationError(
             "frozen",
@@ -276,17 +274,55 @@ class Recovery:
             )
         where = f"\nEvidence kept in {kept}" if kept else ""
         message = f"{exc}{where}"
+        frozen = exc.reason == "frozen"
+        if run.kind == "fix_forward" and not frozen:
+            # The deploy is known broken and this fix-forward could not heal it: the
+            # next queued issue must not ship on top of it.
+            frozen = self.freeze(repo, f"fix-forward run {run.id} ended {exc.reason}", run.id)
         self.store.add_escalation(repo.name, exc.reason, message, run.id)
+        resume = (
+            f'pipeline repos unfreeze {repo.name} --note "what you did"'
+            if frozen
+            else f"pipeline runs retry {run.id}"
+        )
         root = self.chain_root(run)
         try:
-            self.lifecycle.escalated(root, repo, exc.reason, message)
+            self.lifecycle.escalated(root, repo, exc.reason, message, resume)
         except Exception as err:  # the tracker being down must not hide the escalation
             ctx.events("tracker", f"could not label the issue as blocked: {err}")
         self.notifier.notify(
             f"{repo.name}: run {run.id} needs a human ({exc.reason})",
-            f"{message}\n\nReview: pipeline runs show {run.id}\n"
-            f"Retry once fixed: pipeline runs retry {run.id}",
-            kind="freeze" if exc.reason == "frozen" else "escalation",
+            f"{message}\n\nReview: pipeline runs show {run.id}\nResume once fixed: {resume}",
+            kind="freeze" if frozen else "escalation",
+            events=self._notify_events(run.id),
+        )
+
+    def freeze(self, repo: RepoSettings, reason: str, run_id: int) -> bool:
+        """Freeze ``repo`` for ``run_id``; the caller records the escalation. True if frozen."""
+        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run_id, escalate=False)
+        return True
+
+    def on_finished(self, run: Run) -> None:
+        """A fix-forward that ended without healing (failed, cancelled) freezes its repo.
+
+        Escalated fix-forwards were frozen by ``escalate``; one that failed with
+        ``deploy_broken`` has queued the next fix-forward of its chain.
+        """
+        if run.kind != "fix_forward" or run.state not in ("failed", "cancelled"):
+            return
+        if run.error_class == "deploy_broken":
+            return
+        repo = self.settings.repo(run.repo_name)
+        if repo is None:
+            return
+        reason = f"fix-forward run {run.id} ended {run.state} ({run.error_class or 'no cause'})"
+        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run.id)
+        self.notifier.notify(
+            f"{repo.name}: frozen, the deploy is still broken",
+            f"{reason}: {run.error or ''}\nThe repo's queue is stopped; nothing was reverted.\n"
+            f"Review: pipeline runs show {run.id}\n"
+            f'Resume once fixed: pipeline repos unfreeze {repo.name} --note "what you did"',
+            kind="freeze",
             events=self._notify_events(run.id),
         )
 

@@ -75,8 +75,13 @@ class ReposMixin(StoreBase):
             )
             return int(result.scalar_one())
 
-    def freeze_repo(self, name: str, reason: str, by: str, run_id: int | None = None) -> bool:
-        """Freeze a repo: claims skip it until a human unfreezes it. False if already frozen."""
+    def freeze_repo(
+        self, name: str, reason: str, by: str, run_id: int | None = None, *, escalate: bool = True
+    ) -> bool:
+        """Freeze a repo: claims skip it until a human unfreezes it. False if already frozen.
+
+        ``escalate=False`` when the caller records a fuller escalation itself.
+        """
         with self._write() as conn:
             repo_id = self._repo_id(conn, name)
             if repo_id is None:
@@ -94,7 +99,7 @@ class ReposMixin(StoreBase):
                     updated_at=now,
                 )
             ).rowcount
-            if changed:
+            if changed and escalate:
                 conn.execute(
                     insert(EscalationRow).values(
                         run_id=run_id,
@@ -104,17 +109,17 @@ class ReposMixin(StoreBase):
                         created_at=now,
                     )
                 )
-                if run_id is not None:
-                    attempt = self._run_attempt(conn, run_id)
-                    self._append_event(
-                        conn,
-                        run_id,
-                        attempt,
-                        "repo",
-                        f"repo {name} frozen by {by}: {reason}",
-                        {"repo": name, "frozen": True, "by": by},
-                        now,
-                    )
+            if changed and run_id is not None:
+                attempt = self._run_attempt(conn, run_id)
+                self._append_event(
+                    conn,
+                    run_id,
+                    attempt,
+                    "repo",
+                    f"repo {name} frozen by {by}: {reason}",
+                    {"repo": name, "frozen": True, "by": by},
+                    now,
+                )
             return bool(changed)
 
     def unfreeze_repo(self, name: str, note: str, by: str) -> bool:
