@@ -165,14 +165,15 @@ class Recovery:
         child = self._fix_forward_child(ctx, repo, ws, sha, verdict)
         ctx.events(
             "recovery",
-            f"deploy broken; fix-forward run {child.id} queued first in line",
+            f"{_headline(verdict)}; fix-forward run {child.id} queued first in line",
             {"fix_forward_run": child.id, "sha": sha},
         )
         if ws is not None:
             self.workspaces.release(ws, succeeded=False)
         raise FatalError(
             "deploy_broken",
-            f"the deploy of {sha[:12]} is broken; fix-forward run {child.id} is healing it",
+            f"{sha[:12]} is broken after its push ({_headline(verdict)}); "
+            f"fix-forward run {child.id} is healing it",
         )
 
     def _fix_forward_child(
@@ -235,7 +236,8 @@ class Recovery:
     ) -> str:
         diff = self._diff(ws, sha)
         return (
-            f"Fix-forward: the deploy of commit {sha} on {repo.default_branch} is broken.\n"
+            f"Fix-forward: commit {sha} on {repo.default_branch} is broken after its push "
+            f"({_headline(verdict)}).\n"
             "Do not revert it blindly: find the cause and fix it forward, test first.\n\n"
             f"Failure evidence (CI log tail or probe output):\n{verdict.evidence[-EVIDENCE_CHARS:]}"
             f"\n\nThe commit that broke it:\n{diff}"
@@ -338,3 +340,10 @@ class Recovery:
             self.store.add_event(run_id, kind, message, data)
 
         return record
+
+
+def _headline(verdict: Verdict) -> str:
+    """What broke, in a few words: CI or the deploy."""
+    if verdict.evidence.startswith("CI failed"):
+        return "CI failed"
+    return "the deploy is broken"

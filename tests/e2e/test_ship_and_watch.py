@@ -112,7 +112,7 @@ def test_broken_deploy_is_fixed_forward_ahead_of_the_queue(
         evidence = world.store.run_events(fix.id)
         text = next(str(e.data["prompt"]) for e in evidence if e.kind == "evidence")
         assert first.pushed_sha and "status backend unreachable" in text
-        assert f"deploy of commit {first.pushed_sha} on main is broken" in text
+        assert f"commit {first.pushed_sha} on main is broken after its push (the deploy" in text
         slug = world.repos["web"].slug
         for number in (breaking, queued):
             assert world.fake.issue(slug, number).state == "closed"
