@@ -71,6 +71,7 @@ def fuzz_figures(*, long: bool) -> Figures:
             *FUZZ_TESTS,
         ],
         cwd=ROOT,
+        env={**os.environ, "PIPELINE_RELIABILITY_LONG": "1" if long else "0"},
         capture_output=True,
         text=True,
         timeout=900,

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from pipeline.faults import CHECKPOINTS
+from pipeline.store import Run
 
 from .figures import Figures
 from .world import World, WorldSpec, fresh_database, kill9, stop
@@ -37,7 +38,7 @@ def kill_trial(root: Path, engine: str, checkpoint: str) -> Figures:
 
 def _trial(world: World, checkpoint: str, figures: Figures) -> None:
     world.migrate()
-    number = world.file_issue("r0", f"crash at {checkpoint}", "add a file")
+    world.file_issue("r0", f"crash at {checkpoint}", "add a file")
     first = world.daemon("faulty", env={"PIPELINE_FAULTS": checkpoint})
     try:
         world.wait(
@@ -53,8 +54,8 @@ def _trial(world: World, checkpoint: str, figures: Figures) -> None:
         figures.misclassified.append(f"daemon exited {first.returncode}, not by SIGKILL")
     figures.faults_injected += 1
     (run,) = world.runs()
+    _check_death_point(world, run, checkpoint, figures)
     attempt_at_death = run.attempt
-    restarted = time.monotonic()
     second = world.daemon("clean")
     try:
         figures.recovery_s.append(
@@ -75,10 +76,22 @@ def _trial(world: World, checkpoint: str, figures: Figures) -> None:
     finally:
         code = stop(second)
     if code != 0:
-        figures.notes.append(f"clean daemon exited {code} on SIGTERM")
-    figures.notes.append(f"restart to claim {time.monotonic() - restarted:.1f} s incl. finish")
+        figures.misclassified.append(f"the restarted daemon exited {code} on SIGTERM")
     check_outcome(world, figures, expect_success=True)
-    assert number
+
+
+def _check_death_point(world: World, run: Run, checkpoint: str, figures: Figures) -> None:
+    """The daemon died where the checkpoint says: the run's state, and for after_push, a
+    commit on the remote that the database does not know about yet."""
+    expected = {"after_push": "publishing"}.get(checkpoint, checkpoint)
+    if run.state != expected:
+        figures.misclassified.append(f"died in state {run.state}, expected {expected}")
+    if checkpoint == "after_push":
+        pushed = world.pushes_by_run().get(run.id, 0)
+        if pushed != 1 or run.pushed_sha is not None:
+            figures.misclassified.append(
+                f"after_push: {pushed} commit(s) on the remote, pushed_sha {run.pushed_sha}"
+            )
 
 
 def _back_in_line(world: World, run_id: int, attempt: int) -> bool:
