@@ -55,6 +55,58 @@ COLUMNS = (
 )
 
 
+SCENARIOS = (
+    "- **kill -9 at a checkpoint** (`killmatrix.py`): `PIPELINE_FAULTS=<checkpoint>` makes the "
+    "daemon SIGKILL itself at that phase boundary; a clean daemon is started; the run must "
+    "end succeeded, its issue closed, with exactly one commit carrying its `Afk-Run` trailer.",
+    "- **kill -9 mid-agent**: the daemon is killed while its agent works; the orphaned agent "
+    "finishes alone; the run is redone and pushed once.",
+    "- **soak** (`soak.py`): replica daemons on one database, issues spread over repos, an "
+    "agent with random durations, replicas killed at random and restarted. A checker reads "
+    "every run every 50 ms and records any instant with two busy runs in a repo, more busy "
+    "runs than `max_concurrency`, or two active runs for one issue.",
+    "- **SIGSTOP past the lease** (`pause.py`): a daemon is frozen mid-run, another one "
+    "recovers and finishes the run, then the frozen one is thawed: it must neither push "
+    "again nor die.",
+    "- **agent and git faults** (`faultmatrix.py`): each fault in its own world; the run must "
+    "end in the expected state with the expected `error_class`, the daemon must stay up and "
+    "stop cleanly, and nothing may be pushed twice.",
+    "- **forge faults** (`forgefaults.py`): the loopback GitHub, Gitea and GitLab fakes answer "
+    "the ready-issue listing with the fault once; intake must report it, back off at least as "
+    "long as the forge asked, then enqueue the issue exactly once. A comment POST that times "
+    "out after the forge stored it must not be posted again.",
+    "- **security** (`security.py`): every kind of secret configured with sentinel values "
+    "(some under innocent variable names); an issue whose title and body try shell, path and "
+    "ref injection; an untrusted labeller; a deploy probe that prints its environment; an "
+    "agent that echoes its key. Then the daemon log, every row of every table, each run's "
+    "events and `runs show`, `config show`, every file of the volume (frozen evidence "
+    "included) and the agent's environment are scanned for the sentinels.",
+    "- **fuzzing** (`tests/unit/test_fuzz_*.py`, hypothesis): webhook deliveries through "
+    "`Intake.handle_webhook` and `POST /webhooks/<tracker>`, config files through "
+    '`load_settings`, stream lines through the Claude and Codex parsers. The "faults '
+    'injected" cell counts the generated inputs.',
+)
+FIXES = (
+    "- `flow.py`: the `after_push` checkpoint was never reached (the push was recorded "
+    "directly), so the most dangerous crash point was untested; it now sits between the "
+    "push and its record.",
+    "- `watch/deploy.py`: a command deploy probe inherited the daemon's whole environment "
+    "and its output became run evidence: the webhook secret ended up in the events, the "
+    "database and the frozen manifest. Probes now get no variable holding a daemon secret, "
+    "and their output is masked.",
+    "- `intake.py`: the start-up poll and the first periodic poll ran at once and raced on "
+    "the half-processed list (KeyError), which killed the daemon at start; polls are now "
+    "serialised.",
+    "- `agents/command.py`: a command agent killed by a signal (segfault, OOM killer) was "
+    "reported as an ordinary error (`agent_error`); it is now `agent_crash`.",
+    "- `proc.py`: cleaning up stragglers in a reused worktree killed the whole process group "
+    "of any process found there; a frozen replica's git child thus took its entire daemon "
+    "down. Only a straggler that leads its group (an agent) is killed with its group.",
+    "- `store/issues.py`: two PostgreSQL replicas seeing a new issue at once both INSERTed it; "
+    "the loser's unique violation killed it at start. The loser now updates.",
+)
+
+
 def fuzz_figures(*, long: bool) -> Figures:
     """Run the hypothesis suites; count the examples they generated and the failures."""
     figures = Figures(scenario="fuzzing: webhooks (intake + HTTP), config files, agent streams")
@@ -189,6 +241,10 @@ def render(
         *[row(f) for f in results],
         row(total),
         "",
+        "## Scenarios",
+        "",
+        *SCENARIOS,
+        "",
         "## Problems found in this run",
         "",
         *(
@@ -203,6 +259,13 @@ def render(
         "",
         *(notes or ["-"]),
         *(["", "## Not run", "", *[f"- {s}" for s in skipped]] if skipped else []),
+        "",
+        "## Fixed because of this campaign",
+        "",
+        "Each fix has a regression test in `tests/reliability/test_regressions.py` (or, for "
+        "the first, the kill matrix itself).",
+        "",
+        *FIXES,
         "",
         "## Regenerate",
         "",

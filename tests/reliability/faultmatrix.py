@@ -222,7 +222,7 @@ def _run_case(world: World, case: Case, figures: Figures) -> None:
 
 def _classify(run: Run, case: Case, figures: Figures) -> None:
     state, error_class = run.state, run.error_class
-    figures.notes.append(f"{case.name}: {state} ({error_class})")
+    figures.notes.append(f"ended {state}" + (f", error_class {error_class}" if error_class else ""))
     if state != case.state:
         figures.misclassified.append(
             f"{case.name}: ended {state} ({error_class}: {run.error}), expected {case.state}"
