@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 
 from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from pipeline.settings import RepoSettings
 from pipeline.store.base import StoreBase
@@ -32,6 +33,15 @@ class ReposMixin(StoreBase):
 
     def sync_repos(self, repos: Iterable[RepoSettings]) -> None:
         """Insert new repos and refresh settings of known ones; state is kept."""
+        repos = list(repos)
+        try:
+            self._sync_repos(repos)
+        except IntegrityError:
+            # Replicas starting together (PostgreSQL): another one inserted a repo between
+            # our SELECT and INSERT. Once more, and it is an update.
+            self._sync_repos(repos)
+
+    def _sync_repos(self, repos: list[RepoSettings]) -> None:
         with self._write() as conn:
             now = db_now(conn)
             for repo in repos:

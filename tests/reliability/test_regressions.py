@@ -165,3 +165,27 @@ def test_upsert_issue_survives_another_replica_inserting_first(postgres_url: str
         first.close()
         second.close()
     assert raced == [mine.id] and mine.title == "mine"
+
+
+@pytest.mark.postgres
+def test_sync_repos_survives_replicas_starting_together(postgres_url: str) -> None:
+    """Two replicas enrol the same repo at start: the loser's INSERT becomes an update."""
+    first, second = Store(postgres_url), Store(postgres_url)
+    first.upgrade()
+    repo = RepoSettings(name="widgets", tracker="local", slug="o/widgets", remote_url="x")
+    raced: list[bool] = []
+
+    def other_replica_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO REPOS") and not raced:
+            raced.append(True)
+            second.sync_repos([repo])
+
+    event.listen(first.engine, "before_cursor_execute", other_replica_first)
+    try:
+        first.sync_repos([repo])
+        names = [r.name for r in first.list_repos()]
+    finally:
+        event.remove(first.engine, "before_cursor_execute", other_replica_first)
+        first.close()
+        second.close()
+    assert raced == [True] and names == ["widgets"]
