@@ -181,8 +181,8 @@ def _soak(world: World, plan: SoakPlan, figures: Figures) -> None:
     )
     owners = _claimers(world)
     figures.notes.append(f"{len(owners)} daemon processes claimed runs")
-    if len(owners) < plan.replicas:
-        figures.misclassified.append(f"only {len(owners)} processes ever claimed a run")
+    if len(owners) < 2:  # which replica wins each claim is luck; that several work is not
+        figures.misclassified.append(f"only {len(owners)} process ever claimed a run")
     if checker.pending:
         figures.lost_issues.append(f"runs never recovered after a kill: {sorted(checker.pending)}")
     check_outcome(world, figures, expect_success=True)
