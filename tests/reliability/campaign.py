@@ -102,8 +102,9 @@ FIXES = (
     "- `proc.py`: cleaning up stragglers in a reused worktree killed the whole process group "
     "of any process found there; a frozen replica's git child thus took its entire daemon "
     "down. Only a straggler that leads its group (an agent) is killed with its group.",
-    "- `store/issues.py`: two PostgreSQL replicas seeing a new issue at once both INSERTed it; "
-    "the loser's unique violation killed it at start. The loser now updates.",
+    "- `store/issues.py`, `store/repos.py`: PostgreSQL replicas starting together both "
+    "INSERTed the same new issue (or repo); the loser's unique violation killed it at start. "
+    "The loser now updates.",
 )
 
 
