@@ -196,7 +196,8 @@ class Daemon:
         for name in self.trackers:
             cfg = self.settings.tracker(name)
             interval = (cfg.poll_interval_s if cfg else None) or self.settings.poll_interval_s
-            self.periodic.add(f"poll:{name}", self._poller(name), interval)
+            # The first poll runs at once, under the same guard as every later one.
+            self.periodic.add(f"poll:{name}", self._poller(name), interval, run_now=True)
         self.periodic.add(
             "housekeeping",
             lambda: self.workspaces.housekeeping(self.active_paths()),
@@ -206,7 +207,6 @@ class Daemon:
             self._start_http()
         self.scheduler.start()
         self.periodic.start()
-        self.intake.poll_all()
 
     def _poller(self, name: str) -> Callable[[], object]:
         return lambda: self.intake.poll(name)
