@@ -76,6 +76,40 @@ class Cli:
         raise AssertionError(f"condition not met in {timeout_s}s; runs: {runs}\n{tail}")
 
 
+def local_config(
+    tmp_path: Path, remote: str, agent_argv: list[str], agent_env: dict[str, str] | None = None
+) -> Path:
+    """A config for one repo ``calc`` on the local tracker, run by a scripted command agent."""
+    env_table = "".join(f'{k} = "{v}"\n' for k, v in (agent_env or {}).items())
+    config = tmp_path / "pipeline.toml"
+    config.write_text(f"""
+database_url = "sqlite:///{tmp_path / 'history.db'}"
+volume = "{tmp_path / 'volume'}"
+poll_interval_s = 0.5
+[scheduler]
+lease_s = 10
+heartbeat_s = 1
+sweep_interval_s = 0.5
+claim_interval_s = 0.2
+[http]
+listen = "127.0.0.1:{free_port()}"
+[trackers.local]
+kind = "local"
+[agents.scripted]
+kind = "command"
+command = {json.dumps(agent_argv)}
+[agents.scripted.env]
+{env_table}[repos.calc]
+tracker = "local"
+slug = "demo/calc"
+remote_url = "{remote}"
+test_command = "{sys.executable} -m unittest -q"
+agent = "scripted"
+""")
+    (tmp_path / "volume").mkdir(exist_ok=True)
+    return config
+
+
 def stop_daemon(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> int:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import Cli, free_port, stop_daemon
+from .conftest import Cli, local_config, stop_daemon
 
 PROJECT = {
     "app/__init__.py": "",
@@ -38,34 +37,9 @@ def _world(tmp_path: Path) -> tuple[Path, str]:
     remote = make_remote(tmp_path, PROJECT)
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
-    config = tmp_path / "pipeline.toml"
-    config.write_text(f"""
-database_url = "sqlite:///{tmp_path / "history.db"}"
-volume = "{tmp_path / "volume"}"
-poll_interval_s = 0.5
-[scheduler]
-lease_s = 10
-heartbeat_s = 1
-sweep_interval_s = 0.5
-claim_interval_s = 0.2
-[http]
-listen = "127.0.0.1:{free_port()}"
-[trackers.local]
-kind = "local"
-[agents.scripted]
-kind = "command"
-command = [{json.dumps(sys.executable)}, "{agent}", "{{prompt_file}}", "{{workdir}}"]
-[agents.scripted.env]
-AGENT_ENV_DUMP = "{tmp_path / "agent-env.txt"}"
-[repos.calc]
-tracker = "local"
-slug = "demo/calc"
-remote_url = "{remote}"
-test_command = "{sys.executable} -m unittest -q"
-agent = "scripted"
-""")
-    (tmp_path / "volume").mkdir()
-    return config, remote
+    argv = [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
+    env = {"AGENT_ENV_DUMP": str(tmp_path / "agent-env.txt")}
+    return local_config(tmp_path, remote, argv, env), remote
 
 
 def test_local_issue_runs_end_to_end(tmp_path: Path, cli_env: dict[str, str]) -> None:
