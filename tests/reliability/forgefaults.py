@@ -32,6 +32,10 @@ READY = "ready-for-agent"
 FORGES = {"github": FakeGitHub, "gitea": FakeGitea, "gitlab": FakeGitLab}
 
 
+# Long enough that a loaded machine's fake still answers a normal request in time;
+# the timeout faults delay their answer well past it.
+CLIENT_TIMEOUT_S = 1.5
+
 @dataclass(frozen=True)
 class ForgeFault:
     name: str
@@ -54,8 +58,8 @@ FORGE_FAULTS = (
         for forge in FORGES
         for status in (500, 502, 503)
     ),
-    ForgeFault("github timeout", delay_s=0.6, status=None),
-    ForgeFault("gitlab timeout", "gitlab", delay_s=0.6, status=None),
+    ForgeFault("github timeout", delay_s=CLIENT_TIMEOUT_S * 2, status=None),
+    ForgeFault("gitlab timeout", "gitlab", delay_s=CLIENT_TIMEOUT_S * 2, status=None),
     ForgeFault(
         "github 403 rate limit exhausted",
         status=403,
@@ -84,7 +88,10 @@ FORGE_FAULTS = (
     ForgeFault("gitlab truncated JSON", "gitlab", status=200, body='[{"iid": 1'),
     ForgeFault("github HTML instead of JSON", status=200, body="<html>502 bad gateway</html>"),
     ForgeFault(
-        "github comment POST times out after storing", status=None, delay_s=0.8, comment=True
+        "github comment POST times out after storing",
+        status=None,
+        delay_s=CLIENT_TIMEOUT_S * 2,
+        comment=True,
     ),
 )
 
@@ -102,7 +109,7 @@ def _intake(root: Path, fake: FakeForge, clock: ManualClock) -> Iterator[tuple[I
     )
     client = client_for(
         fake,
-        options=HttpOptions(timeout_s=0.3, mutation_spacing_s=0.0),
+        options=HttpOptions(timeout_s=CLIENT_TIMEOUT_S, mutation_spacing_s=0.0),
         clock=clock,
         trusted_actors=("alice",),
     )
