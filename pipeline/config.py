@@ -113,6 +113,7 @@ def _build(root: Table, env: Mapping[str, str], path: Path | None) -> Settings:
         "workspace": sections.workspace(root.table("workspace")),
         "http": sections.http(root.table("http")),
         "notify": sections.notify(root.table("notify")),
+        "sandbox": sections.sandbox(root.table("sandbox")),
     }
     trackers = _named(root, "trackers", sections.builtin_trackers(), sections.tracker)
     agents = _named(root, "agents", sections.builtin_agents(), sections.agent)

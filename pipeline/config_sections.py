@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from pipeline.config_reader import ENV_NAME, Table, describe_value
@@ -15,6 +16,7 @@ from pipeline.settings import (
     AgentPreset,
     HttpSettings,
     NotifySettings,
+    SandboxSettings,
     SchedulerSettings,
     TrackerSettings,
     WorkspaceSettings,
@@ -24,6 +26,10 @@ TRACKER_KINDS = ("github", "gitea", "forgejo", "gitlab", "local")
 AGENT_KINDS = ("claude", "codex", "command")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
+SANDBOX_MODES = ("bwrap", "none")
+NETWORK_MODES = ("allowlist", "open")
+_HOST = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:\d{1,5})?$"
+                   r"|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 GITHUB_API = "https://api.github.com"
 COMMAND_PLACEHOLDERS = frozenset({"prompt_file", "workdir"})
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|PASSWD)", re.IGNORECASE)
@@ -197,6 +203,9 @@ def agent(name: str, table: Table) -> AgentPreset:
         env=agent_env(table.table("env")),
         idle_timeout_s=table.number("idle_timeout_s", base.idle_timeout_s),
         exit_grace_s=table.number("exit_grace_s", base.exit_grace_s, strict=False),
+        network=table.choice("network", NETWORK_MODES),
+        allow_hosts=hosts(table, "allow_hosts", base.allow_hosts),
+        pass_env=pass_env(table, "pass_env"),
     )
     table.finish()
     return result
@@ -246,3 +255,44 @@ def notify(table: Table) -> NotifySettings:
     )
     table.finish()
     return result
+
+
+def sandbox(table: Table) -> SandboxSettings:
+    defaults = SandboxSettings()
+    result = SandboxSettings(
+        mode=table.choice("mode", SANDBOX_MODES, defaults.mode) or defaults.mode,
+        bwrap_path=table.path("bwrap"),
+        network=table.choice("network", NETWORK_MODES, defaults.network) or defaults.network,
+        allow_hosts=hosts(table, "allow_hosts", defaults.allow_hosts),
+        pass_env=pass_env(table, "pass_env"),
+        read_only_paths=paths(table, "read_only_paths"),
+        hidden_paths=paths(table, "hidden_paths"),
+    )
+    table.finish()
+    return result
+
+
+def hosts(table: Table, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """Network allowlist entries: ``host``, ``host:port``, ``*.domain`` or ``[v6]:port``."""
+    values = table.strings(name, default)
+    for value in values:
+        if not _HOST.match(value):
+            table.error(name, f"{value!r} is not a host, host:port or *.domain")
+    return values
+
+
+def pass_env(table: Table, name: str) -> tuple[str, ...]:
+    """Host variable names passed into the sandbox; secret-looking names are refused."""
+    values = table.strings(name)
+    for value in values:
+        if not ENV_NAME.match(value):
+            table.error(name, f"{value!r} is not an environment variable name")
+        elif _SECRET_NAME.search(value):
+            table.error(name, f"{value!r} looks like a secret; an agent gets only its own "
+                        "key (api_key_env/api_key_file)")
+    return values
+
+
+def paths(table: Table, name: str) -> tuple[Path, ...]:
+    """Absolute paths (relative ones resolve against the config file's directory)."""
+    return tuple(table.resolve(value) for value in table.strings(name))

@@ -26,6 +26,7 @@ from pipeline.errors import CancelRequested, EscalationError
 from pipeline.events import EventSink
 from pipeline.proc import StopToken
 from pipeline.prompt import IssueInfo
+from pipeline.sandbox.jail import Jail
 from pipeline.settings import RepoSettings
 
 __all__ = ["ConflictResolver", "conflict_prompt", "resolve_conflict_with_agent"]
@@ -62,6 +63,7 @@ class ConflictResolver:
     test_gate: Callable[[], bool]
     resume_session: str | None = None
     spent_usd: float = 0.0  # what the run's agent invocations cost so far
+    jail: Jail | None = None
     on_agent_result: Callable[[AgentResult], None] | None = None
     green_head: str | None = field(default=None, init=False)
 
@@ -166,8 +168,9 @@ def _invoke(
         env.update(_IDENTITY_ENV)
     resolver.events("agent", "rebase conflict handed to the agent",
                     {"resumed": resolver.resume_session is not None})
+    extra = {key: env[key] for key in ("GIT_EDITOR", *dict(_IDENTITY_ENV)) if key in env}
     request = AgentRequest(prompt, resolver.workdir, env, resolver.home,
-                           resolver.resume_session, budget)
+                           resolver.resume_session, budget, jail=resolver.jail, extra_env=extra)
     result = resolver.agent.run(request, events=resolver.events, stop=resolver.stop)
     resolver.spent_usd += result.cost_usd
     if resolver.on_agent_result is not None:

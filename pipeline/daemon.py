@@ -18,17 +18,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.agents import Agent, build_agent
+from pipeline.agents import Agent, apply_overrides, build_agent
 from pipeline.errors import ConfigError
 from pipeline.flow import FlowDeps, RunFlow
 from pipeline.intake import Intake
 from pipeline.lifecycle import Lifecycle
-from pipeline.logs import register_settings_secrets
+from pipeline.logs import register_settings_secrets, secret_refs
 from pipeline.notify import Notifier
 from pipeline.periodic import Periodic
 from pipeline.queue import Scheduler
 from pipeline.recovery import Recovery
-from pipeline.settings import RepoSettings, Settings, default_data_dir
+from pipeline.sandbox import (
+    NetworkPolicy,
+    Sandbox,
+    SandboxUnavailable,
+    agent_network,
+    build_sandbox,
+)
+from pipeline.sandbox.jail import Jailer
+from pipeline.settings import AgentPreset, RepoSettings, Settings, default_data_dir
 from pipeline.store import RunFilter, Store, redact_url
 from pipeline.store.models import BUSY_STATES
 from pipeline.trackers import build_tracker
@@ -108,6 +116,7 @@ class Daemon:
     def __init__(self, settings: Settings, *, http: bool = True) -> None:
         self.settings = settings
         register_settings_secrets(settings)
+        self.sandbox = self._sandbox()  # before the database: refuse early, touch nothing
         self.store = Store(settings.database_url)
         if settings.run_migrations:
             self.store.upgrade()
@@ -120,7 +129,9 @@ class Daemon:
         if settings.volume == default_data_dir() / "volume":
             settings.volume.mkdir(parents=True, exist_ok=True)  # embedded default: zero setup
         self.trackers = build_trackers(settings, self.store)
-        self.workspaces = Workspaces(settings.volume, settings.workspace)
+        self.workspaces = Workspaces(settings.volume, settings.workspace, jailer=Jailer(
+            self.sandbox, host_env=dict(os.environ), homes_root=settings.volume / "homes",
+            pass_env=settings.sandbox.pass_env, network_for=self.repo_network))
         self.notifier = Notifier(settings.notify)
         self.http_enabled = http
         self.dashboard_url = f"http://{settings.http.listen_host}:{settings.http.listen_port}"
@@ -144,7 +155,6 @@ class Daemon:
                 recovery=self.recovery,
                 agent_factory=self.agent_for,
                 base_env=dict(os.environ),
-                homes_root=settings.volume / "homes",
             )
         )
         self.scheduler = Scheduler(
@@ -160,11 +170,28 @@ class Daemon:
         self.server: Any = None
         self._stopped = threading.Event()
 
-    def agent_for(self, repo: RepoSettings) -> Agent:
+    def _sandbox(self) -> Sandbox:
+        try:
+            sandbox = build_sandbox(self.settings, secret_refs(self.settings))
+        except SandboxUnavailable as exc:
+            raise ConfigError(f"sandbox: {exc}") from exc
+        if sandbox.mode == "none":
+            log.warning("sandbox: %s; any issue author can reach this host's secrets through "
+                        "the agent", sandbox.description)
+        return sandbox
+
+    def preset_for(self, repo: RepoSettings) -> AgentPreset:
         preset = self.settings.agent(repo.agent)
         if preset is None:
             raise ConfigError(f"repos.{repo.name}.agent: no agent preset named {repo.agent!r}")
-        return build_agent(preset, repo.agent_overrides)
+        return apply_overrides(preset, repo.agent_overrides)
+
+    def agent_for(self, repo: RepoSettings) -> Agent:
+        return build_agent(self.preset_for(repo))
+
+    def repo_network(self, repo: RepoSettings) -> NetworkPolicy:
+        """The policy for the repo's setup and tests: its agent's, without the model API."""
+        return agent_network(self.settings.sandbox, self.preset_for(repo))
 
     def active_paths(self) -> list[Path]:
         paths: list[Path] = []
@@ -180,6 +207,7 @@ class Daemon:
             f"volume: {self.settings.volume}",
             f"capacity: {self.settings.max_concurrency} concurrent runs, "
             f"queue depth {self.settings.max_queue_depth}",
+            f"sandbox: {self.sandbox.description}",
         ]
         for repo in self.settings.repos:
             lines.append(
@@ -214,12 +242,16 @@ class Daemon:
     def _start_http(self) -> None:
         from pipeline.api import create_app, serve
 
-        app = create_app(self.store, self.settings, webhook_handler=self.intake.handle_webhook)
+        app = create_app(self.store, self.settings, webhook_handler=self.intake.handle_webhook,
+                         health_extra=self._health)
         metrics = app.state.metrics
         self.intake.on_poll_error = metrics.poll_error
         self.intake.on_webhook_rejected = metrics.webhook_rejected
         self.server = serve(app, self.settings.http.listen_host, self.settings.http.listen_port)
         self.dashboard_url = self.server.url
+
+    def _health(self) -> dict[str, object]:
+        return {"sandbox": self.sandbox.mode, "sandbox_detail": self.sandbox.description}
 
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         if self._stopped.is_set():

@@ -24,7 +24,9 @@ from pipeline import render
 from pipeline.config import load_settings
 from pipeline.daemon import Daemon
 from pipeline.logs import configure
-from pipeline.settings import Settings, default_database_url
+from pipeline.sandbox import SandboxUnavailable
+from pipeline.sandbox.bwrap import find_bwrap, probe
+from pipeline.settings import SandboxSettings, Settings, default_database_url
 from pipeline.store import Run, RunFilter, Store, redact_url
 
 DEMO_TIMEOUT_S = 150.0
@@ -72,11 +74,24 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def demo_settings(config: Path, database_url: str | None) -> Settings:
+def demo_settings(config: Path, database_url: str | None) -> tuple[Settings, str | None]:
+    """The demo's settings, and why it runs unconfined when this host cannot sandbox."""
     settings = load_settings(config)
     settings.volume.mkdir(parents=True, exist_ok=True)
     http = replace(settings.http, listen_port=_free_port())
-    return replace(settings, database_url=database_url or default_database_url(), http=http)
+    sandbox, unconfined = demo_sandbox(settings.sandbox)
+    settings = replace(settings, database_url=database_url or default_database_url(),
+                       http=http, sandbox=sandbox)
+    return settings, unconfined
+
+
+def demo_sandbox(sandbox: SandboxSettings) -> tuple[SandboxSettings, str | None]:
+    """Sandboxed where this host allows it; otherwise unconfined, with the reason."""
+    try:
+        probe(find_bwrap(sandbox.bwrap_path))
+    except SandboxUnavailable as exc:
+        return replace(sandbox, mode="none"), str(exc)
+    return sandbox, None
 
 
 class Progress:
@@ -126,8 +141,11 @@ def run_demo(*, keep: bool, as_json: bool, out: TextIO, err: TextIO, workdir: Pa
     world = build_world(root)
     daemon: Daemon | None = None
     try:
-        settings = demo_settings(world.config_path, database_url)
+        settings, unconfined = demo_settings(world.config_path, database_url)
         daemon = Daemon(settings)
+        say.write(f"sandbox: {daemon.sandbox.description}\n")
+        if unconfined is not None:
+            say.write(f"  (this host cannot sandbox: {unconfined})\n")
         issue_ids = _file_issues(daemon.store, world.issues, world)
         say.write(f"filed {len(issue_ids)} ready issues on the local tracker; "
                   f"history in {redact_url(settings.database_url)}\n")

@@ -18,11 +18,11 @@ from pipeline.agents import Agent, AgentResult
 from pipeline.conflicts import ConflictResolver
 from pipeline.errors import EscalationError, FatalError
 from pipeline.faults import checkpoint
-from pipeline.gitutil import safe_component
 from pipeline.implement import ImplementOutcome, IssueInfo, implement, run_test_gate
 from pipeline.lifecycle import Lifecycle
 from pipeline.publish import find_pushed, publish
 from pipeline.recovery import Recovery, Verdict
+from pipeline.sandbox.jail import Jail
 from pipeline.settings import RepoSettings, Settings
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
@@ -46,7 +46,6 @@ class FlowDeps:
     recovery: Recovery
     agent_factory: Callable[[RepoSettings], Agent]
     base_env: Mapping[str, str]
-    homes_root: Path
 
 
 class RunFlow:
@@ -113,12 +112,13 @@ class RunFlow:
             workdir=ws.workdir,
             repo_root=ws.path,
             env=ws.env,
-            home=self._home(repo),
+            home=self._home(ws),
             events=ctx.events,
             stop=ctx.stop,
             extra_prompt=self._evidence(run),
             on_agent_result=tally,
             on_phase=lambda phase: self._phase(ctx, phase),
+            jail=ws.jail,
         )
         ctx.update(head_sha=outcome.head_sha)  # spend is recorded per invocation by the tally
         ctx.set_state("publishing")
@@ -146,13 +146,14 @@ class RunFlow:
         outcome: ImplementOutcome, tally: _AgentTally,
     ) -> ConflictResolver:
         """The agent publish hands a rebase conflict to (its session resumed), and the gate."""
+        jail = self._jail(ws)
         return ConflictResolver(
             run_id=ctx.run.id, issue=issue, repo=repo, agent=self.deps.agent_factory(repo),
             repo_root=ws.path, workdir=ws.workdir, branch=ws.branch, env=ws.env,
-            home=self._home(repo), events=ctx.events, stop=ctx.stop,
-            test_gate=lambda: run_test_gate(repo, ws.workdir, ws.env, ctx.events, ctx.stop).ok,
+            home=self._home(ws), events=ctx.events, stop=ctx.stop,
+            test_gate=lambda: run_test_gate(repo, ws.workdir, jail, ctx.events, ctx.stop).ok,
             resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,
-            on_agent_result=tally,
+            on_agent_result=tally, jail=jail,
         )
 
     def _pull_request_opener(
@@ -244,10 +245,15 @@ class RunFlow:
             return None
         return self.deps.recovery.evidence_for(run)
 
-    def _home(self, repo: RepoSettings) -> Path:
-        home = self.deps.homes_root / safe_component(repo.name)
-        home.mkdir(parents=True, exist_ok=True)
-        return home
+    def _home(self, ws: PreparedWorkspace) -> Path:
+        return self._jail(ws).home
+
+    @staticmethod
+    def _jail(ws: PreparedWorkspace) -> Jail:
+        if ws.jail is None:
+            raise FatalError("sandbox", f"the workspace of {ws.repo} was prepared without a "
+                             "sandbox; the daemon never runs agents unconfined by accident")
+        return ws.jail
 
 
 

@@ -24,14 +24,14 @@ from pipeline.agents.base import (
     AgentRequest,
     AgentResult,
     classify_result,
-    scrub_env,
     summarise,
 )
 from pipeline.commits import Git
 from pipeline.errors import CancelRequested, EscalationError
 from pipeline.events import EventSink
-from pipeline.proc import CommandResult, StopToken, run_command, shell_argv
+from pipeline.proc import CommandResult, StopToken, shell_argv
 from pipeline.prompt import IssueInfo, build_prompt, fix_prompt
+from pipeline.sandbox.jail import Jail
 from pipeline.settings import RepoSettings
 
 __all__ = ["ImplementOutcome", "IssueInfo", "implement", "run_test_gate"]
@@ -56,18 +56,19 @@ class ImplementOutcome:
 def run_test_gate(
     repo: RepoSettings,
     workdir: Path,
-    env: Mapping[str, str],
+    jail: Jail,
     events: EventSink,
     stop: StopToken | None,
 ) -> CommandResult:
-    """Run the repo's ``test_command`` in ``workdir`` (scrubbed env, with its timeout)."""
+    """Run the repo's ``test_command`` in ``workdir``, confined, with its timeout."""
     if not repo.test_command:
         events("test", "no test_command configured; the gate passes")
         return CommandResult(returncode=0, output_tail="", duration_s=0.0)
-    result = run_command(
+    result = jail.run(
         shell_argv(repo.test_command),
         cwd=workdir,
-        env=scrub_env(env),
+        env=jail.environment(),
+        events=events,
         timeout_s=repo.test_timeout_s,
         stop=stop,
     )
@@ -105,6 +106,7 @@ class _Run:
     git: Git
     base: str
     on_agent_result: Callable[[AgentResult], None] | None
+    jail: Jail
     on_phase: Callable[[str], None] | None = None
     first_prompt: str = ""
     cost_usd: float = 0.0
@@ -128,7 +130,8 @@ class _Run:
         if self.stop is not None and self.stop.stopped:
             raise CancelRequested(f"stopped before the agent ran: {self.stop.reason}")
         request = AgentRequest(
-            prompt, self.workdir, self.env, self.home, resume, self._remaining_budget()
+            prompt, self.workdir, self.env, self.home, resume, self._remaining_budget(),
+            jail=self.jail,
         )
         untracked_before = self.git.untracked()
         result = self.agent.run(request, events=self.events, stop=self.stop)
@@ -200,6 +203,7 @@ def implement(
     extra_prompt: str | None = None,
     on_agent_result: Callable[[AgentResult], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    jail: Jail | None = None,
 ) -> ImplementOutcome:
     """Run the agent until the tests are green and one trailered commit is ready.
 
@@ -208,8 +212,9 @@ def implement(
     ``CancelRequested`` as classified.
     """
     git = Git(repo_root, env)
+    jail = jail or Jail.unconfined(workdir, env, home)
     run = _Run(run_id, issue, repo, agent, workdir, env, home, events, stop, git, git.head(),
-               on_agent_result, on_phase)
+               on_agent_result, jail, on_phase)
     run.first_prompt = build_prompt(
         issue, run_id=run_id, repo=repo, repo_root=repo_root, workdir=workdir,
         extra_prompt=extra_prompt,
@@ -236,7 +241,7 @@ def _gate_loop(run: _Run, result: AgentResult) -> tuple[AgentResult, CommandResu
     iterations = 0
     while True:
         run.phase("testing")
-        gate = run_test_gate(run.repo, run.workdir, run.env, run.events, run.stop)
+        gate = run_test_gate(run.repo, run.workdir, run.jail, run.events, run.stop)
         if gate.ok:
             return result, gate, iterations
         if iterations >= run.repo.max_fix_iterations:

@@ -132,6 +132,7 @@ def run_command(
     max_line_bytes: int = 1 << 20,
     done: threading.Event | None = None,
     done_grace_s: float = 10.0,
+    pass_fds: Sequence[int] = (),
 ) -> CommandResult:
     """Run ``argv`` to completion or until a timeout or stop, whichever comes first.
 
@@ -148,6 +149,7 @@ def run_command(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
     if stdin_data is not None:
         assert proc.stdin is not None

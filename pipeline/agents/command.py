@@ -23,10 +23,10 @@ from pipeline.agents.base import (
     check_process,
     summarise,
 )
-from pipeline.agents.streams import RedactingSink, agent_env
+from pipeline.agents.streams import RedactingSink, run_agent_process
 from pipeline.errors import ConfigError
 from pipeline.events import EventSink
-from pipeline.proc import StopToken, run_command
+from pipeline.proc import StopToken
 from pipeline.settings import AgentPreset
 
 MAX_SCANNED_LINES = 2000
@@ -107,11 +107,11 @@ class CommandAgent:
             if len(lines) < MAX_SCANNED_LINES or line.lstrip().startswith("BLOCKED:"):
                 lines.append(line)
 
-        command = run_command(
+        command = run_agent_process(
+            self.preset,
             command_argv(self.preset.command, prompt_file, request.workdir),
-            cwd=request.workdir,
-            env=agent_env(self.preset, request),
-            idle_timeout_s=self.preset.idle_timeout_s,
+            request,
+            output.events,
             stop=stop,
             on_line=keep,
             tail_lines=60,

@@ -10,18 +10,28 @@ its final event is killed with its result kept.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-from pipeline.agents.base import AgentRequest, AgentResult, check_process, scrub_env, summarise
+from pipeline.agents.base import AgentRequest, AgentResult, check_process, summarise
 from pipeline.errors import FatalError
 from pipeline.events import EventSink
-from pipeline.proc import CommandResult, StopToken, run_command
+from pipeline.proc import CommandResult, StopToken
+from pipeline.sandbox.jail import Jail
+from pipeline.sandbox.network import NetworkPolicy
 from pipeline.settings import AgentPreset
 
 MAX_GARBAGE_EVENTS = 20
 MIN_MASKED_PREFIX = 4  # a cut-off key's start this long is masked too
+# The model API each agent kind reaches unless told otherwise.
+KIND_HOSTS: dict[str, tuple[str, ...]] = {
+    "claude": ("api.anthropic.com",),
+    "codex": ("api.openai.com", "chatgpt.com"),
+}
 
 
 class StreamParser(Protocol):
@@ -84,8 +94,8 @@ class RedactingSink:
 
 
 def agent_env(preset: AgentPreset, request: AgentRequest) -> dict[str, str]:
-    """The scrubbed environment with only the configured key and a per-repo HOME."""
-    keep: tuple[str, str] | None = None
+    """The agent's explicit environment: the pass-through list, its ``env``, its own key."""
+    settings = {**dict(preset.env), **request.extra_env}
     if preset.api_key.configured:
         key = preset.api_key.resolve()
         if key is None:
@@ -93,11 +103,66 @@ def agent_env(preset: AgentPreset, request: AgentRequest) -> dict[str, str]:
                 "agent_api_key",
                 f"agent {preset.name}: its API key ({preset.api_key.describe()}) is not set",
             )
-        keep = (preset.api_key_var, key)
-    env = scrub_env(request.env, keep_secret=keep)
-    env.update(dict(preset.env))
-    env["HOME"] = str(request.home)
-    return env
+        settings[preset.api_key_var] = key
+    return request.confinement.environment(extra_pass=preset.pass_env, settings=settings)
+
+
+def run_agent_process(
+    preset: AgentPreset,
+    argv: Sequence[str],
+    request: AgentRequest,
+    events: EventSink,
+    **options: Any,
+) -> CommandResult:
+    """Run the agent's process confined, with its network policy and install dir."""
+    request.home.mkdir(parents=True, exist_ok=True)
+    installed = (*install_roots(argv[0], agent_env_path(request)), *named_files(preset.command))
+    jail = request.confinement.with_read_only(installed)
+    return jail.run(argv, cwd=request.workdir, env=agent_env(preset, request),
+                    network=agent_policy(preset, jail), events=events,
+                    idle_timeout_s=preset.idle_timeout_s, **options)
+
+
+def agent_env_path(request: AgentRequest) -> str | None:
+    return request.confinement.environment().get("PATH")
+
+
+def agent_policy(preset: AgentPreset, jail: Jail) -> NetworkPolicy:
+    """The preset's network policy, its model API included."""
+    return jail.agent_network(preset.network, (*preset.allow_hosts, *model_hosts(preset)))
+
+
+def model_hosts(preset: AgentPreset) -> tuple[str, ...]:
+    """The model API the agent talks to: its kind's default and any ``*_BASE_URL`` it sets."""
+    hosts = list(KIND_HOSTS.get(preset.kind, ()))
+    for name, value in preset.env:
+        if name.endswith("_BASE_URL"):
+            parts = urlsplit(value)
+            if parts.hostname:
+                default = 443 if parts.scheme == "https" else 80
+                hosts.append(f"{parts.hostname}:{parts.port or default}")
+    return tuple(hosts)
+
+
+def named_files(template: Sequence[str]) -> tuple[Path, ...]:
+    """Files the operator named in the agent's command (a script, a config): shown read-only."""
+    return tuple(Path(part) for part in template
+                 if part.startswith("/") and "{" not in part and Path(part).is_file())
+
+
+def install_roots(command: str, path: str | None) -> tuple[Path, ...]:
+    """Where the agent's executable is installed, so a hidden directory does not hide it.
+
+    An npm installation needs its whole ``node_modules``; anything else its directory.
+    """
+    found = shutil.which(command, path=path) if "/" not in command else command
+    if found is None:
+        return ()
+    real = Path(found).resolve()
+    parts = real.parts
+    if "node_modules" in parts:
+        return (Path(*parts[: parts.index("node_modules") + 1]),)
+    return (real.parent,)
 
 
 def run_stream(
@@ -111,12 +176,11 @@ def run_stream(
     stdin_data: bytes | None,
 ) -> AgentResult:
     """Run the agent process to its final event; classify a process that gives none."""
-    request.home.mkdir(parents=True, exist_ok=True)
-    command = run_command(
+    command = run_agent_process(
+        preset,
         argv,
-        cwd=request.workdir,
-        env=agent_env(preset, request),
-        idle_timeout_s=preset.idle_timeout_s,
+        request,
+        events,
         stop=stop,
         on_line=parser.feed,
         stdin_data=stdin_data,

@@ -15,6 +15,7 @@ from pipeline.conflicts import ConflictResolver, resolve_conflict_with_agent
 from pipeline.errors import EscalationError, RetryableError
 from pipeline.implement import implement, run_test_gate
 from pipeline.publish import PublishResult, publish
+from pipeline.sandbox import Jail
 from pipeline.settings import AgentPreset, PushSettings, RepoSettings
 from pipeline.testing.sinks import RecordingSink
 from tests.fakes.project_repo import (
@@ -116,13 +117,14 @@ class World:
         repo = self.repo(**push)
         agent = build_agent(self.agent_preset(resolution))
         root = self.project.root
+        jail = Jail.unconfined(root, env, self.project.home)
         outcome = implement(run_id=42, issue=ISSUE, repo=repo, agent=agent, workdir=root,
                             repo_root=root, env=env, home=self.project.home, events=self.sink,
                             stop=None, on_agent_result=self.results.append)
         resolver = ConflictResolver(
             run_id=42, issue=ISSUE, repo=repo, agent=agent, repo_root=root, workdir=root,
             branch=BRANCH, env=env, home=self.project.home, events=self.sink, stop=None,
-            test_gate=lambda: run_test_gate(repo, root, env, self.sink, None).ok,
+            test_gate=lambda: run_test_gate(repo, root, jail, self.sink, None).ok,
             resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,
             on_agent_result=self.results.append,
         )

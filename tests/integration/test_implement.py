@@ -13,6 +13,7 @@ from pipeline.errors import EscalationError
 from pipeline.events import EventSink
 from pipeline.implement import ImplementOutcome, implement, run_test_gate
 from pipeline.proc import StopToken
+from pipeline.sandbox import Jail
 from pipeline.settings import RepoSettings, SecretRef
 from pipeline.testing.sinks import RecordingSink
 from tests.fakes.project_repo import (
@@ -222,7 +223,8 @@ def test_run_budget_is_enforced_across_invocations(project: Project) -> None:
 def test_gate_without_test_command_passes(project: Project) -> None:
     """A repo with no test command has a gate that passes and says so."""
     sink = RecordingSink()
-    result = run_test_gate(project.repo(test_command=None), project.root, {}, sink, None)
+    jail = Jail.unconfined(project.root, {}, project.home)
+    result = run_test_gate(project.repo(test_command=None), project.root, jail, sink, None)
     assert result.ok and "no test_command" in sink.events[0][1]
 
 
@@ -230,10 +232,11 @@ def test_gate_times_out_as_red_and_runs_scrubbed(project: Project) -> None:
     """A slow suite is red with a timeout; the suite's environment is scrubbed too."""
     sink = RecordingSink()
     slow = project.repo(test_command="sleep 5", test_timeout_s=0.3)
-    result = run_test_gate(slow, project.root, base_env(), sink, None)
+    jail = Jail.unconfined(project.root, base_env(), project.home)
+    result = run_test_gate(slow, project.root, jail, sink, None)
     assert not result.ok and result.timed_out and "timed out" in sink.events[0][1]
     dump = project.outside / "gate-env.txt"
-    run_test_gate(project.repo(test_command=f"env > {dump}"), project.root, base_env(), sink, None)
+    run_test_gate(project.repo(test_command=f"env > {dump}"), project.root, jail, sink, None)
     assert not any(value in dump.read_text() for value in SENTINELS.values())
 
 

@@ -1,4 +1,4 @@
-"""The agent protocol's pure parts: env scrub, BLOCKED, classification, argv, presets."""
+"""The agent protocol's pure parts: environment, BLOCKED, classification, argv, presets."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.agents import AgentRequest, AgentResult, build_agent, classify_result, scrub_env
+from pipeline.agents import AgentRequest, AgentResult, build_agent, classify_result
 from pipeline.agents.base import blocked_reason, check_process, summarise
 from pipeline.agents.claude import ClaudeAgent, claude_argv, tool_summary
 from pipeline.agents.codex import CodexAgent, codex_argv
 from pipeline.agents.command import CommandAgent, command_argv
+from pipeline.agents.streams import agent_env
 from pipeline.errors import (
     CancelRequested,
     ConfigError,
@@ -19,7 +20,7 @@ from pipeline.errors import (
     RetryableError,
 )
 from pipeline.proc import CommandResult
-from pipeline.settings import AgentPreset
+from pipeline.settings import AgentPreset, SecretRef
 
 SECRET_ENV = {
     "GITHUB_TOKEN": "s1",
@@ -41,16 +42,33 @@ def _request(tmp_path: Path, **kwargs: object) -> AgentRequest:
     return AgentRequest("do it", tmp_path, {}, tmp_path / "home", **kwargs)  # type: ignore[arg-type]
 
 
-def test_scrub_env_removes_credentials_and_keeps_the_rest() -> None:
-    """Forge tokens, daemon secrets and agent sockets go; PATH and LANG stay."""
-    env = {**SECRET_ENV, "PATH": "/usr/bin", "LANG": "C.UTF-8", "PIP_CACHE_DIR": "/c/pip"}
-    assert scrub_env(env) == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "PIP_CACHE_DIR": "/c/pip"}
+def test_agent_env_passes_only_the_list_and_the_agent_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forge tokens, daemon secrets and agent sockets stay out; PATH and the own key go in."""
+    monkeypatch.setenv("AFK_TEST_KEY", "mine")
+    host = {**SECRET_ENV, "PATH": "/usr/bin", "LANG": "C.UTF-8", "RANDOM_TOOL_SETTING": "x"}
+    preset = AgentPreset(name="c", kind="claude", api_key=SecretRef(env="AFK_TEST_KEY"),
+                         env=(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),))
+    env = agent_env(preset, AgentRequest("p", tmp_path, host, tmp_path / "home"))
+    assert env == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "HOME": str(tmp_path / "home"),
+                   "TMPDIR": "/tmp", "ANTHROPIC_API_KEY": "mine",
+                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 
 
-def test_scrub_env_adds_only_the_configured_key() -> None:
-    """The agent's own key is the one secret left after scrubbing."""
-    clean = scrub_env(SECRET_ENV, keep_secret=("ANTHROPIC_API_KEY", "mine"))
-    assert clean == {"ANTHROPIC_API_KEY": "mine"}
+def test_agent_env_has_a_path_when_the_host_has_none(tmp_path: Path) -> None:
+    """A daemon started without PATH still gives its agent a working one."""
+    env = agent_env(AgentPreset(name="c", kind="command", command=("x",)),
+                    AgentRequest("p", tmp_path, {}, tmp_path / "home"))
+    assert "/usr/bin" in env["PATH"].split(":")
+
+
+def test_agent_env_passes_the_presets_extra_variables(tmp_path: Path) -> None:
+    """``pass_env`` adds named host variables, and only those."""
+    preset = AgentPreset(name="c", kind="command", command=("x",), pass_env=("TOOL_HOME",))
+    host = {"TOOL_HOME": "/opt/tool", "OTHER": "no"}
+    env = agent_env(preset, AgentRequest("p", tmp_path, host, tmp_path / "home"))
+    assert env["TOOL_HOME"] == "/opt/tool" and "OTHER" not in env
 
 
 def test_blocked_reason_takes_the_last_blocked_line() -> None:

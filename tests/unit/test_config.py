@@ -23,6 +23,7 @@ from pipeline.settings import (
     ProbeSettings,
     PushSettings,
     RepoSettings,
+    SandboxSettings,
     SchedulerSettings,
     SecretRef,
     Settings,
@@ -56,13 +57,14 @@ def test_example_loads_with_every_section() -> None:
 def _option_keys() -> set[str]:
     """Config keys for every settings field (secrets as <key>_env, renamed fields mapped)."""
     renamed = {"capacity_bytes": "capacity", "listen_host": "listen", "listen_port": "listen",
-               "agent_overrides": "agent_options", "source": "from", "target": "to"}
+               "agent_overrides": "agent_options", "source": "from", "target": "to",
+               "bwrap_path": "bwrap"}
     skip = {"name", "trackers", "agents", "repos", "probes", "push", "ci", "deploy",
-            "scheduler", "workspace", "http", "notify"}
+            "scheduler", "workspace", "http", "notify", "sandbox"}
     keys: set[str] = set()
     classes = [Settings, SchedulerSettings, WorkspaceSettings, HttpSettings, TrackerSettings,
                AgentPreset, RepoSettings, PushSettings, CiSettings, DeploySettings,
-               ProbeSettings, CopyFile, NotifySettings]
+               ProbeSettings, CopyFile, NotifySettings, SandboxSettings]
     for cls in classes:
         for f in dataclasses.fields(cls):
             if f.name in skip or (cls is Settings and f.name == "source"):

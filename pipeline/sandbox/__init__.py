@@ -1,0 +1,119 @@
+"""Confinement for everything that runs code from the repository or the agent.
+
+The agent, setup commands and the test gate run in a bubblewrap sandbox
+(``pipeline.sandbox.bwrap``): their own PID namespace, the host read-only, the
+daemon's volume, config, database, secrets and HOME hidden, the run's tree and
+caches writable, and the network reached only through an allowlisting proxy.
+``build_sandbox`` decides at start-up; without a usable bwrap the daemon
+refuses to run agents unless the operator chose ``[sandbox] mode = "none"``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pipeline
+from pipeline.sandbox.bwrap import Layout, SandboxUnavailable, find_bwrap, probe
+from pipeline.sandbox.environment import DEFAULT_PASS_ENV, sandbox_environment
+from pipeline.sandbox.jail import BwrapSandbox, Jail, Sandbox, Unconfined, tree_layout
+from pipeline.sandbox.network import NetworkPolicy
+from pipeline.settings import AgentPreset, SandboxSettings, SecretRef, Settings
+
+__all__ = [
+    "DEFAULT_PASS_ENV",
+    "BwrapSandbox",
+    "Jail",
+    "Layout",
+    "NetworkPolicy",
+    "Sandbox",
+    "SandboxUnavailable",
+    "Unconfined",
+    "agent_network",
+    "build_sandbox",
+    "sandbox_environment",
+    "tree_layout",
+]
+
+# Directories whose hiding would hide the system itself: hide a file in them, not them.
+_BROAD = frozenset(
+    Path(p)
+    for p in (
+        "/",
+        "/etc",
+        "/usr",
+        "/usr/local",
+        "/opt",
+        "/var",
+        "/home",
+        "/srv",
+        "/mnt",
+        "/media",
+        "/tmp",
+    )
+)
+
+
+def build_sandbox(settings: Settings, secret_refs: Iterable[SecretRef] = ()) -> Sandbox:
+    """The sandbox ``settings`` ask for; SandboxUnavailable when bwrap cannot run here."""
+    if settings.sandbox.mode == "none":
+        return Unconfined()
+    bwrap = find_bwrap(settings.sandbox.bwrap_path)
+    version = probe(bwrap)
+    hidden, hidden_files = daemon_places(settings, secret_refs)
+    return BwrapSandbox(
+        bwrap=bwrap,
+        version=version,
+        hidden=hidden,
+        hidden_files=hidden_files,
+        read_only=runtime_paths(settings.sandbox),
+    )
+
+
+def daemon_places(
+    settings: Settings, secret_refs: Iterable[SecretRef]
+) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """``(directories, files)`` of the daemon that no sandbox may see."""
+    directories = [settings.volume, Path.home(), *settings.sandbox.hidden_paths]
+    files: list[Path] = []
+    database = _sqlite_path(settings.database_url)
+    candidates = [p for p in (database, settings.source) if p is not None]
+    candidates += [ref.file for ref in secret_refs if ref.file is not None]
+    for path in candidates:
+        path = path.absolute()
+        files.append(path)
+        if path.parent not in _BROAD:
+            directories.append(path.parent)
+    return tuple(_real(p) for p in directories), tuple(_real(p) for p in files)
+
+
+def runtime_paths(sandbox: SandboxSettings) -> tuple[Path, ...]:
+    """Read-only paths every sandbox needs even if a hidden directory holds them."""
+    interpreter = Path(sys.executable).resolve().parent
+    package = Path(pipeline.__file__).resolve().parent
+    paths = [
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        interpreter,
+        package,
+        *sandbox.read_only_paths,
+    ]
+    return tuple(_real(p) for p in paths)
+
+
+def agent_network(
+    sandbox: SandboxSettings, preset: AgentPreset, extra: Iterable[str] = ()
+) -> NetworkPolicy:
+    """The preset's policy: its mode (or the default) and its hosts plus the sandbox's."""
+    mode = preset.network or sandbox.network
+    hosts = dict.fromkeys((*sandbox.allow_hosts, *preset.allow_hosts, *extra))
+    return NetworkPolicy(mode=mode, allow_hosts=tuple(hosts))
+
+
+def _sqlite_path(url: str) -> Path | None:
+    return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+
+
+def _real(path: Path) -> Path:
+    return path.expanduser().resolve()

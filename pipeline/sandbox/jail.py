@@ -1,0 +1,281 @@
+"""One run's sandbox: its tree, its HOME, its caches, and how its commands are run.
+
+``Jail.run`` is ``pipeline.proc.run_command`` for code from the repository or
+the agent: the agent itself, setup commands, the test gate. The layout is
+decided once per run from the prepared tree (``tree_layout``); the network
+policy per command (the agent's own, or the repo's default for setup and tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pipeline.errors import FatalError
+from pipeline.events import EventSink
+from pipeline.gitutil import safe_component
+from pipeline.proc import CommandResult, run_command
+from pipeline.sandbox.bwrap import Layout, bwrap_argv
+from pipeline.sandbox.environment import sandbox_environment
+from pipeline.sandbox.network import Denied, NetworkPolicy, egress
+from pipeline.settings import RepoSettings
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A command ready to start: its argv and the descriptors it must inherit."""
+
+    argv: list[str]
+    pass_fds: tuple[int, ...] = ()
+
+
+class Sandbox(Protocol):
+    """Turns an argv into one that runs confined to a layout."""
+
+    @property
+    def mode(self) -> str:
+        """``bwrap`` or ``none``."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """One line for the start-up banner, the log and ``/health``."""
+        ...
+
+    def command(
+        self, argv: Sequence[str], layout: Layout, on_denied: Denied | None
+    ) -> contextlib.AbstractContextManager[Prepared]:
+        """The confined command, valid while the block runs; it is torn down after."""
+        ...
+
+
+@dataclass(frozen=True)
+class BwrapSandbox:
+    """bubblewrap, with what the daemon hides and re-exposes on every run."""
+
+    bwrap: Path
+    version: str
+    hidden: tuple[Path, ...] = ()
+    hidden_files: tuple[Path, ...] = ()
+    read_only: tuple[Path, ...] = ()
+    mode: str = "bwrap"
+
+    @property
+    def description(self) -> str:
+        return f"bwrap ({self.version}, {self.bwrap})"
+
+    @contextlib.contextmanager
+    def command(
+        self, argv: Sequence[str], layout: Layout, on_denied: Denied | None
+    ) -> Iterator[Prepared]:
+        layout = dataclasses.replace(
+            layout,
+            hidden=(*self.hidden, *layout.hidden),
+            hidden_files=(*self.hidden_files, *layout.hidden_files),
+            read_only=(*self.read_only, *layout.read_only),
+        )
+        with contextlib.ExitStack() as stack:
+            lifeline = stack.enter_context(_lifeline())
+            proxy = None
+            if layout.network.mode != "open":
+                proxy = stack.enter_context(egress(layout.network, on_denied)).path
+            yield Prepared(bwrap_argv(self.bwrap, layout, argv, proxy, lifeline), (lifeline,))
+
+
+@dataclass(frozen=True)
+class Unconfined:
+    """``[sandbox] mode = "none"``: commands run as the daemon's user, unconfined."""
+
+    mode: str = "none"
+    description: str = "NONE: agents run unconfined as the daemon's user ([sandbox] mode = none)"
+
+    @contextlib.contextmanager
+    def command(
+        self, argv: Sequence[str], layout: Layout, on_denied: Denied | None
+    ) -> Iterator[Prepared]:
+        yield Prepared(list(argv))
+
+
+@dataclass(frozen=True)
+class Jail:
+    """Everything needed to run one run's commands confined."""
+
+    sandbox: Sandbox
+    layout: Layout
+    host_env: Mapping[str, str] = field(repr=False, default_factory=dict)
+    pass_env: tuple[str, ...] = ()
+    cache_env: Mapping[str, str] = field(default_factory=dict)
+    home: Path = Path("/nonexistent")
+
+    @property
+    def network(self) -> NetworkPolicy:
+        """The repo's default policy: setup commands and the test gate use it."""
+        return self.layout.network
+
+    def environment(
+        self, *, extra_pass: Sequence[str] = (), settings: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The explicit environment: pass-through list, HOME, TMPDIR, caches, ``settings``."""
+        return sandbox_environment(
+            self.host_env,
+            home=self.home,
+            extra_pass=(*self.pass_env, *extra_pass),
+            settings={**self.cache_env, **(settings or {})},
+        )
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        network: NetworkPolicy | None = None,
+        events: EventSink | None = None,
+        **options: Any,
+    ) -> CommandResult:
+        """``run_command`` inside the sandbox; refused connections reach the timeline."""
+        layout = dataclasses.replace(
+            self.layout, workdir=cwd, network=network or self.layout.network
+        )
+        with self.sandbox.command(argv, layout, _denial_events(events)) as prepared:
+            return run_command(prepared.argv, cwd=cwd, env=env, pass_fds=prepared.pass_fds,
+                               **options)
+
+    def agent_network(self, mode: str | None, hosts: Sequence[str]) -> NetworkPolicy:
+        """The repo's policy, in ``mode`` when given, with ``hosts`` allowed as well."""
+        base = self.layout.network
+        allowed = tuple(dict.fromkeys((*base.allow_hosts, *hosts)))
+        return NetworkPolicy(mode=mode or base.mode, allow_hosts=allowed)
+
+    @classmethod
+    def unconfined(
+        cls,
+        workdir: Path,
+        host_env: Mapping[str, str],
+        home: Path,
+        cache_env: Mapping[str, str] | None = None,
+    ) -> Jail:
+        """No sandbox, the explicit environment still: for tools and tests off the daemon."""
+        return cls(
+            Unconfined(),
+            Layout(workdir=workdir, network=NetworkPolicy("open")),
+            host_env=host_env,
+            home=home,
+            cache_env=cache_env or {},
+        )
+
+    def with_read_only(self, paths: Sequence[Path]) -> Jail:
+        """This jail with more host paths shown read-only (an agent's installation)."""
+        return dataclasses.replace(
+            self,
+            layout=dataclasses.replace(self.layout, read_only=(*self.layout.read_only, *paths)),
+        )
+
+
+@contextlib.contextmanager
+def _lifeline() -> Iterator[int]:
+    """A pipe's read end for the sandbox; its write end closes when the block ends.
+
+    The write end stays in this process only (not inheritable), so it also
+    closes when the daemon dies, however it dies: the sandbox's first process
+    then ends everything inside (``pipeline.sandbox.inner``).
+    """
+    read_end, write_end = os.pipe()
+    try:
+        yield read_end
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _denial_events(events: EventSink | None) -> Denied | None:
+    if events is None:
+        return None
+
+    def denied(target: str, reason: str) -> None:
+        events("network", f"sandbox refused a connection to {target}: {reason}", {"target": target})
+
+    return denied
+
+
+def tree_layout(tree: Path, *, writable: Sequence[Path], network: NetworkPolicy) -> Layout:
+    """The layout for a worktree slot or clone at ``tree`` plus ``writable`` (caches, HOME).
+
+    A worktree's git metadata lives in the persistent checkout: its objects,
+    refs, logs and the worktree's admin directory are writable (a commit needs
+    them); the rest of the checkout's ``.git`` is read-only, and so are the
+    files that steer git (the gitfile, ``commondir``, ``objects/info``).
+    """
+    dotgit = tree / ".git"
+    if dotgit.is_dir():
+        return _clone_layout(tree, dotgit, writable, network)
+    admin = _admin_dir(tree, dotgit)
+    common = admin.parent.parent
+    (common / "objects" / "info").mkdir(parents=True, exist_ok=True)
+    (common / "logs").mkdir(exist_ok=True)
+    return Layout(
+        workdir=tree,
+        read_only=(common,),
+        writable=(tree, common / "objects", common / "refs", common / "logs", admin, *writable),
+        protected=(common / "objects" / "info", admin / "commondir", admin / "gitdir", dotgit),
+        network=network,
+    )
+
+
+def _clone_layout(
+    tree: Path, dotgit: Path, writable: Sequence[Path], network: NetworkPolicy
+) -> Layout:
+    for directory in (dotgit / "hooks", dotgit / "info", dotgit / "objects" / "info"):
+        directory.mkdir(parents=True, exist_ok=True)
+    protected = tuple(dotgit / name for name in ("config", "hooks", "info", "objects/info"))
+    return Layout(workdir=tree, writable=(tree, *writable), protected=protected, network=network)
+
+
+def _admin_dir(tree: Path, dotgit: Path) -> Path:
+    """The worktree's admin directory, checked to be where the daemon put it."""
+    text = dotgit.read_text(encoding="utf-8").strip() if dotgit.is_file() else ""
+    if not text.startswith("gitdir:"):
+        raise FatalError("sandbox", f"{tree}: .git is neither a directory nor a gitfile")
+    admin = (tree / text.removeprefix("gitdir:").strip()).resolve()
+    if admin.parent.name != "worktrees" or admin.parent.parent.name != ".git":
+        raise FatalError(
+            "sandbox",
+            f"{tree}: its .git points at {admin}, not at a worktree "
+            "of the repo's checkout; refusing to run anything in it",
+        )
+    return admin
+
+
+@dataclass(frozen=True)
+class Jailer:
+    """Builds each run's jail: the daemon's sandbox, the repo's policy, a private HOME."""
+
+    sandbox: Sandbox
+    host_env: Mapping[str, str] = field(repr=False)
+    homes_root: Path
+    pass_env: tuple[str, ...] = ()
+    network_for: Callable[[RepoSettings], NetworkPolicy] = lambda repo: NetworkPolicy()
+
+    def home(self, repo: RepoSettings) -> Path:
+        """The repo's private HOME for agents and its commands (kept between runs)."""
+        home = self.homes_root / safe_component(repo.name)
+        home.mkdir(parents=True, exist_ok=True)
+        return home
+
+    def jail(self, repo: RepoSettings, tree: Path, cache_env: Mapping[str, str]) -> Jail:
+        home = self.home(repo)
+        caches = tuple(Path(value) for value in cache_env.values())
+        layout = tree_layout(tree, writable=(*caches, home), network=self.network_for(repo))
+        return Jail(
+            self.sandbox,
+            layout,
+            host_env=self.host_env,
+            pass_env=self.pass_env,
+            cache_env=cache_env,
+            home=home,
+        )

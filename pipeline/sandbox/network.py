@@ -1,0 +1,245 @@
+"""The sandbox's way out: an HTTP proxy on a Unix socket that enforces the allowlist.
+
+In ``allowlist`` mode a sandbox has its own network namespace with nothing in
+it but loopback, so no packet leaves it directly. Its only way out is a Unix
+socket bound into it, served by this proxy in the daemon: ``CONNECT host:port``
+(HTTPS) and absolute-form HTTP requests are relayed when the host is on the
+run's allowlist and refused with a 403 that says why otherwise. The decision is
+made here, outside the sandbox, so nothing the agent does inside can widen it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import socket
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD_BYTES = 64 * 1024
+CONNECT_TIMEOUT_S = 15.0
+IDLE_TIMEOUT_S = 600.0
+_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """``open`` shares the host's network; ``allowlist`` reaches ``allow_hosts`` only."""
+
+    mode: str = "allowlist"
+    allow_hosts: tuple[str, ...] = ()
+
+    def allows(self, host: str, port: int) -> bool:
+        """True when ``host:port`` matches an entry (``host``, ``host:port``, ``*.domain``)."""
+        if self.mode == "open":
+            return True
+        host = host.lower().strip("[]")
+        return any(_matches(entry.lower(), host, port) for entry in self.allow_hosts)
+
+    def describe(self) -> str:
+        if self.mode == "open":
+            return "open (the host's network)"
+        return "allowlist: " + (", ".join(self.allow_hosts) or "nothing")
+
+
+def _matches(entry: str, host: str, port: int) -> bool:
+    name, wanted_port = _split_entry(entry)
+    if wanted_port is not None and wanted_port != port:
+        return False
+    if name.startswith("*."):
+        return host.endswith(name[1:])
+    return host == name
+
+
+def _split_entry(entry: str) -> tuple[str, int | None]:
+    if entry.startswith("["):
+        name, _, rest = entry[1:].partition("]")
+        return name, int(rest[1:]) if rest.startswith(":") else None
+    name, sep, port = entry.rpartition(":")
+    if sep and port.isdigit() and ":" not in name:
+        return name, int(port)
+    return entry, None
+
+
+@dataclass(frozen=True)
+class Request:
+    """The first line of a proxied request: where it wants to go."""
+
+    method: str
+    host: str
+    port: int
+    head: bytes  # the request head to send upstream (absolute form rewritten)
+    rest: bytes  # bytes that followed the head
+
+    @property
+    def target(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class BadRequest(ValueError):
+    """Not an HTTP proxy request this proxy understands."""
+
+
+def parse_request(data: bytes) -> Request:
+    """Parse a proxy request head: ``CONNECT h:p`` or ``METHOD http://h[:p]/path``."""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    try:
+        method, target, version = lines[0].decode("latin-1").split(" ")
+    except ValueError as exc:
+        raise BadRequest(f"malformed request line {lines[0][:200]!r}") from exc
+    if method == "CONNECT":
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit():
+            raise BadRequest(f"CONNECT needs host:port, got {target[:200]!r}")
+        return Request(method, host.strip("[]"), int(port), b"", rest)
+    parts = urlsplit(target)
+    if parts.scheme != "http" or not parts.hostname:
+        raise BadRequest(f"expected an absolute http:// URL, got {target[:200]!r}")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    kept = [line for line in lines[1:] if not _hop_by_hop(line)]
+    first = f"{method} {path} {version}".encode("latin-1")
+    upstream = b"\r\n".join([first, *kept, b"Connection: close"]) + b"\r\n\r\n"
+    return Request(method, parts.hostname, parts.port or 80, upstream, rest)
+
+
+def _hop_by_hop(line: bytes) -> bool:
+    name = line.split(b":", 1)[0].strip().lower()
+    return name.startswith(b"proxy-") or name in (b"connection", b"keep-alive")
+
+
+def _read_head(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(_CHUNK)
+        if not chunk:
+            raise BadRequest("the connection closed before a full request head")
+        data += chunk
+        if len(data) > MAX_HEAD_BYTES:
+            raise BadRequest("request head too large")
+    return data
+
+
+def relay(left: socket.socket, right: socket.socket, idle_s: float = IDLE_TIMEOUT_S) -> None:
+    """Copy bytes both ways until either side closes or nothing moves for ``idle_s``."""
+    sockets = [left, right]
+    while True:
+        readable, _, _ = select.select(sockets, [], [], idle_s)
+        if not readable:
+            return
+        for source in readable:
+            data = source.recv(_CHUNK)
+            if not data:
+                return
+            (right if source is left else left).sendall(data)
+
+
+Denied = Callable[[str, str], None]  # (target, reason)
+
+
+class EgressProxy:
+    """One listening Unix socket serving one sandboxed command under one policy."""
+
+    def __init__(self, policy: NetworkPolicy, on_denied: Denied | None = None) -> None:
+        self.policy = policy
+        self.on_denied = on_denied
+        self.allowed: list[str] = []
+        self.denied: list[str] = []
+        self._dir = Path(tempfile.mkdtemp(prefix="afk-egress-"))
+        os.chmod(self._dir, 0o700)
+        self.path = self._dir / "proxy.sock"
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(str(self.path))
+        self._server.listen(64)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="egress-proxy", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
+        self._server.close()
+        self._thread.join(timeout=5)
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+            self._dir.rmdir()
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                request = parse_request(_read_head(conn))
+            except (BadRequest, OSError) as exc:
+                _answer(conn, 400, f"afk-pipeline sandbox proxy: {exc}")
+                return
+            if not self.policy.allows(request.host, request.port):
+                self._deny(conn, request)
+                return
+            self.allowed.append(request.target)
+            self._forward(conn, request)
+
+    def _deny(self, conn: socket.socket, request: Request) -> None:
+        reason = f"{request.target} is not on the sandbox's network allowlist"
+        self.denied.append(request.target)
+        if self.on_denied is not None:
+            self.on_denied(request.target, reason)
+        _answer(
+            conn,
+            403,
+            f"afk-pipeline sandbox: {reason} ({self.policy.describe()}); "
+            "the operator can add it to allow_hosts",
+        )
+
+    def _forward(self, conn: socket.socket, request: Request) -> None:
+        try:
+            upstream = socket.create_connection((request.host, request.port), CONNECT_TIMEOUT_S)
+        except OSError as exc:
+            _answer(conn, 502, f"afk-pipeline sandbox proxy: cannot reach {request.target}: {exc}")
+            return
+        with upstream:
+            upstream.settimeout(None)
+            if request.method == "CONNECT":
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            else:
+                upstream.sendall(request.head)
+            if request.rest:
+                upstream.sendall(request.rest)
+            with contextlib.suppress(OSError):
+                relay(conn, upstream)
+
+
+def _answer(conn: socket.socket, status: int, text: str) -> None:
+    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    body = (text + "\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with contextlib.suppress(OSError):
+        conn.sendall(head + body)
+
+
+@contextlib.contextmanager
+def egress(policy: NetworkPolicy, on_denied: Denied | None = None) -> Iterator[EgressProxy]:
+    """A proxy for the duration of one sandboxed command."""
+    proxy = EgressProxy(policy, on_denied)
+    try:
+        yield proxy
+    finally:
+        proxy.close()

@@ -1,0 +1,301 @@
+"""The bubblewrap sandbox on this host: what a command inside can see, write and reach.
+
+Each test plays the agent: it runs a real command in a real jail built from a
+prepared worktree, and checks the outcome from outside.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from pipeline.sandbox import NetworkPolicy, SandboxUnavailable, build_sandbox
+from pipeline.sandbox.bwrap import find_bwrap, probe
+from pipeline.sandbox.jail import BwrapSandbox, Jail, Jailer
+from pipeline.settings import RepoSettings, SandboxSettings, SecretRef, Settings, WorkspaceSettings
+from pipeline.testing.gitrepos import git, make_remote
+from pipeline.testing.sinks import RecordingSink
+from pipeline.workspace import PreparedWorkspace, Workspaces
+
+SENTINEL = "sandbox-sentinel-7f3a91"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """A daemon's settings whose config, database and secret file live in tmp_path."""
+    config = tmp_path / "etc" / "pipeline.toml"
+    config.parent.mkdir()
+    config.write_text("# config\n")
+    secret = tmp_path / "etc" / "token"
+    secret.write_text(SENTINEL)
+    (tmp_path / "volume").mkdir()
+    return Settings(database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
+                    volume=tmp_path / "volume", source=config,
+                    sandbox=SandboxSettings(allow_hosts=()))
+
+
+@pytest.fixture
+def sandbox(settings: Settings, tmp_path: Path) -> BwrapSandbox:
+    """The real bwrap sandbox built the way the daemon builds it."""
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "history.db").write_text(SENTINEL)
+    built = build_sandbox(settings, [SecretRef(file=tmp_path / "etc" / "token")])
+    assert isinstance(built, BwrapSandbox)
+    return built
+
+
+@pytest.fixture
+def prepared(tmp_path: Path, settings: Settings, sandbox: BwrapSandbox) -> PreparedWorkspace:
+    """A prepared worktree slot of repo ``app`` with a jail, and a second repo's checkout."""
+    jailer = Jailer(sandbox, host_env={**os.environ, "GITHUB_TOKEN": SENTINEL},
+                    homes_root=settings.volume / "homes")
+    spaces = Workspaces(settings.volume, WorkspaceSettings(), jailer=jailer)
+    other = RepoSettings(name="other", tracker="gh", slug="acme/other",
+                         remote_url=make_remote(tmp_path, {"b.txt": "b\n"}, name="other"))
+    spaces.ensure_checkout(other)
+    repo = RepoSettings(name="app", tracker="gh", slug="acme/app",
+                        remote_url=make_remote(tmp_path, {"a.txt": "a\n"}, name="app"))
+    return spaces.prepare(repo, run_id=1, issue_ref="#1", base_env=dict(os.environ),
+                          events=RecordingSink())
+
+
+def jail_of(ws: PreparedWorkspace) -> Jail:
+    assert ws.jail is not None
+    return ws.jail
+
+
+def run_inside(ws: PreparedWorkspace, script: str, **options: object) -> str:
+    """Run a Python script in the jail; its output."""
+    jail = jail_of(ws)
+    result = jail.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ws.path,
+                      env=jail.environment(), timeout_s=120, **options)  # type: ignore[arg-type]
+    assert result.returncode == 0, result.output_tail
+    return result.output_tail
+
+
+def test_sees_only_its_own_processes(prepared: PreparedWorkspace) -> None:
+    """No daemon, no other process: /proc inside lists the sandbox's own few."""
+    out = run_inside(prepared, """
+        import os
+        for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
+            print(pid, open(f'/proc/{pid}/cmdline', 'rb').read().replace(b'\\0', b' ')[:60])
+    """)
+    assert "pytest" not in out
+    assert len(out.splitlines()) <= 4, out
+
+
+def test_environment_holds_no_daemon_secret(prepared: PreparedWorkspace) -> None:
+    """Neither the command's environment nor any visible process's holds a daemon secret."""
+    out = run_inside(prepared, """
+        import os
+        print(dict(os.environ))
+        for pid in (p for p in os.listdir('/proc') if p.isdigit()):
+            for name in ('environ', 'cmdline'):
+                try:
+                    print(open(f'/proc/{pid}/{name}', 'rb').read())
+                except OSError as exc:
+                    print('unreadable', exc)
+    """)
+    assert SENTINEL not in out
+    assert "'PATH':" in out and "'HOME':" in out
+
+
+def test_daemon_places_are_hidden(prepared: PreparedWorkspace, settings: Settings) -> None:
+    """Config, database, secret file, other repos and the volume root are out of sight."""
+    volume = settings.volume.resolve()
+    out = run_inside(prepared, f"""
+        import os
+        paths = {[str(settings.source), str(settings.source.parent / "token"),
+                  str(volume.parent / "db" / "history.db")]!r}
+        for path in paths:
+            try:
+                print(path, repr(open(path).read()))
+            except OSError as exc:
+                print(path, 'unreadable:', exc.strerror)
+        print('volume:', sorted(os.listdir({str(volume)!r})))
+        print('repos:', sorted(os.listdir({str(volume / "repos" / "gh" / "acme")!r})))
+    """)
+    assert SENTINEL not in out
+    assert "volume: ['cache', 'homes', 'repos']" in out
+    assert "repos: ['app']" in out
+
+
+def test_writes_outside_the_tree_fail(prepared: PreparedWorkspace, settings: Settings) -> None:
+    """The volume root, another repo's checkout and the system stay unwritten."""
+    volume = settings.volume.resolve()
+    targets = [volume / "planted", volume / "repos" / "gh" / "acme" / "other" / "checkout" / "x",
+               Path("/etc/afk-planted")]
+    out = run_inside(prepared, f"""
+        for path in {[str(t) for t in targets]!r}:
+            try:
+                open(path, 'w').write('x')
+                print('wrote', path)
+            except OSError as exc:
+                print('refused', path, exc.strerror)
+        open('inside.txt', 'w').write('fine')
+    """)
+    assert "wrote" not in out
+    assert not any(t.exists() for t in targets)
+    assert (prepared.path / "inside.txt").read_text() == "fine"
+
+
+def test_agent_commits_but_cannot_touch_what_steers_git(prepared: PreparedWorkspace) -> None:
+    """A commit works; the checkout's config, hooks, gitfile and alternates are read-only."""
+    common = prepared.path.parent.parent / "checkout" / ".git"
+    jail = jail_of(prepared)
+    script = f"""
+        set -u
+        echo change > a.txt && git add a.txt && git -c user.name=a -c user.email=a@b \\
+            commit -qm change && echo committed
+        for target in {common}/config {common}/hooks/pre-push \\
+                      {common}/objects/info/alternates .git {common}/info/attributes; do
+            if (echo planted >> "$target") 2>/dev/null; then echo "wrote $target"; fi
+        done
+        git config core.fsmonitor 'touch /tmp/x' 2>/dev/null && echo "configured"
+        true
+    """
+    result = jail.run(["/bin/sh", "-c", textwrap.dedent(script)], cwd=prepared.path,
+                      env=jail.environment(), timeout_s=120)
+    assert "committed" in result.output_tail, result.output_tail
+    assert "wrote" not in result.output_tail and "configured" not in result.output_tail
+    assert "planted" not in (common / "config").read_text()
+    assert not (common / "objects" / "info" / "alternates").exists()
+    assert git(prepared.path, "log", "-1", "--format=%s").strip() == "change"
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_detached_child_ends_with_the_sandbox(prepared: PreparedWorkspace) -> None:
+    """A child in its own session, left running, is gone once the command returns."""
+    marker = f"afk-detached-{os.getpid()}"
+    out = run_inside(prepared, f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)',
+                                  {marker!r}], start_new_session=True)
+        for _ in range(600):  # until it has exec'd: its command line names the marker
+            cmdline = open(f'/proc/{{child.pid}}/cmdline', 'rb').read()
+            if {marker!r}.encode() in cmdline:
+                break
+            time.sleep(0.05)
+        print('started', cmdline)
+    """)
+    assert marker in out
+    deadline = time.monotonic() + 30
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(marker) == []
+
+
+def test_the_sandbox_dies_with_the_daemon(tmp_path: Path, sandbox: BwrapSandbox) -> None:
+    """SIGKILL of the process that started the sandbox ends everything inside it."""
+    marker = f"afk-orphan-{os.getpid()}"
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    starter = tmp_path / "starter.py"
+    starter.write_text(textwrap.dedent(f"""
+        import subprocess, sys
+        from pathlib import Path
+        from pipeline.sandbox import BwrapSandbox, Layout, NetworkPolicy
+        sandbox = BwrapSandbox(bwrap=Path({str(sandbox.bwrap)!r}), version="test")
+        layout = Layout(workdir=Path({str(tree)!r}), writable=(Path({str(tree)!r}),),
+                        network=NetworkPolicy("open"))
+        sleeper = [sys.executable, "-c", "import time; time.sleep(600)", {marker!r}]
+        with sandbox.command(sleeper, layout, None) as prepared:
+            subprocess.Popen(prepared.argv, pass_fds=prepared.pass_fds).wait()
+    """))
+    parent = subprocess.Popen([sys.executable, str(starter)])
+    deadline = time.monotonic() + 60
+    while not _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(marker), "the sandboxed command never started"
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    while _processes_with(marker) and time.monotonic() < deadline + 30:
+        time.sleep(0.1)
+    assert _processes_with(marker) == []
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    hits: list[str]
+
+    def do_GET(self) -> None:
+        self.hits.append(self.path)
+        body = b"reached"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
+    """Two loopback HTTP servers: one the policy allows, one it does not."""
+    made = []
+    for _ in range(2):
+        handler = type("Handler", (_Recorder,), {"hits": []})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        made.append(server)
+    yield made[0], made[1]
+    for server in made:
+        server.shutdown()
+        server.server_close()
+
+
+def test_allowlist_lets_through_only_listed_hosts(
+    prepared: PreparedWorkspace, servers: tuple[ThreadingHTTPServer, ThreadingHTTPServer]
+) -> None:
+    """The allowed port answers through the proxy; the other receives nothing, by any route."""
+    allowed, forbidden = (s.server_address[1] for s in servers)
+    policy = NetworkPolicy("allowlist", (f"127.0.0.1:{allowed}",))
+    sink = RecordingSink()
+    out = run_inside(prepared, f"""
+        import socket, urllib.request
+        for port in ({allowed}, {forbidden}):
+            try:
+                print(port, urllib.request.urlopen(f'http://127.0.0.1:{{port}}/x').read())
+            except Exception as exc:
+                print(port, 'failed', exc)
+        try:
+            socket.create_connection(('127.0.0.1', {forbidden}), timeout=5)
+            print('direct connection made')
+        except OSError as exc:
+            print('direct refused', exc)
+    """, network=policy, events=sink)
+    assert f"{allowed} b'reached'" in out
+    assert "direct refused" in out and "direct connection made" not in out
+    assert servers[0].RequestHandlerClass.hits == ["/x"]  # type: ignore[attr-defined]
+    assert servers[1].RequestHandlerClass.hits == []  # type: ignore[attr-defined]
+    assert any(f"127.0.0.1:{forbidden}" in message for _, message, _ in sink.of_kind("network"))
+
+
+def test_an_unusable_bwrap_is_refused_with_what_to_install(tmp_path: Path) -> None:
+    """A bwrap that cannot build a sandbox stops start-up with an install hint."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailable, match=r"Permission denied.*install bubblewrap"):
+        probe(find_bwrap(fake))
