@@ -42,10 +42,15 @@ def prepared_jail(root: Path) -> tuple[Jail, BwrapSandbox]:
     assert isinstance(sandbox, BwrapSandbox)
     jailer = Jailer(sandbox, host_env=dict(os.environ), homes_root=volume / "homes")
     spaces = Workspaces(volume, WorkspaceSettings(), jailer=jailer)
-    repo = RepoSettings(name="bench", tracker="local", slug="bench/app",
-                        remote_url=make_remote(root, {"README.md": "bench\n"}, name="app"))
-    ws = spaces.prepare(repo, run_id=1, issue_ref="#1", base_env=dict(os.environ),
-                        events=RecordingSink())
+    repo = RepoSettings(
+        name="bench",
+        tracker="local",
+        slug="bench/app",
+        remote_url=make_remote(root, {"README.md": "bench\n"}, name="app"),
+    )
+    ws = spaces.prepare(
+        repo, run_id=1, issue_ref="#1", base_env=dict(os.environ), events=RecordingSink()
+    )
     assert ws.jail is not None
     return ws.jail, sandbox
 
@@ -53,8 +58,9 @@ def prepared_jail(root: Path) -> tuple[Jail, BwrapSandbox]:
 def start_once(jail: Jail, network: NetworkPolicy) -> float:
     """Seconds for one start of the command, to its exit."""
     started = time.perf_counter()
-    result = jail.run(AGENT, cwd=jail.layout.workdir, env=jail.environment(), network=network,
-                      timeout_s=60)
+    result = jail.run(
+        AGENT, cwd=jail.layout.workdir, env=jail.environment(), network=network, timeout_s=60
+    )
     elapsed = time.perf_counter() - started
     if result.returncode != 0:
         raise RuntimeError(f"the command failed: {result.output_tail}")
@@ -71,7 +77,7 @@ def measure(rounds: int) -> dict[str, object]:
             "bwrap_allowlist": (jail, NetworkPolicy("allowlist", ("pypi.org",))),
         }
         samples: dict[str, list[float]] = {name: [] for name in variants}
-        for name, (which, policy) in variants.items():  # warm-up, not counted
+        for which, policy in variants.values():  # warm-up, not counted
             start_once(which, policy)
         for _ in range(rounds):
             for name, (which, policy) in variants.items():
@@ -80,15 +86,30 @@ def measure(rounds: int) -> dict[str, object]:
 
 
 def summarise(samples: dict[str, list[float]], description: str) -> dict[str, object]:
-    figures = {name: {"min_s": round(min(v), 4), "median_s": round(statistics.median(v), 4),
-                      "max_s": round(max(v), 4)} for name, v in samples.items()}
+    figures = {
+        name: {
+            "min_s": round(min(v), 4),
+            "median_s": round(statistics.median(v), 4),
+            "max_s": round(max(v), 4),
+        }
+        for name, v in samples.items()
+    }
     base = statistics.median(samples["unconfined"])
-    added = {name: round(statistics.median(v) - base, 4)
-             for name, v in samples.items() if name != "unconfined"}
-    return {"benchmark": "sandbox", "sandbox": description, "rounds": len(samples["unconfined"]),
-            "starts": figures, "added_s": added, "added_s_worst": max(added.values()),
-            "target_added_s": TARGET_ADDED_S,
-            "meets_target": max(added.values()) < TARGET_ADDED_S}
+    added = {
+        name: round(statistics.median(v) - base, 4)
+        for name, v in samples.items()
+        if name != "unconfined"
+    }
+    return {
+        "benchmark": "sandbox",
+        "sandbox": description,
+        "rounds": len(samples["unconfined"]),
+        "starts": figures,
+        "added_s": added,
+        "added_s_worst": max(added.values()),
+        "target_added_s": TARGET_ADDED_S,
+        "meets_target": max(added.values()) < TARGET_ADDED_S,
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -99,7 +120,9 @@ def main(argv: list[str]) -> int:
     result = measure(args.rounds)
     if not args.json:
         for name, figure in result["starts"].items():  # type: ignore[attr-defined]
-            print(f"{name:16} median {figure['median_s'] * 1000:7.1f} ms "
-                  f"(min {figure['min_s'] * 1000:.1f}, max {figure['max_s'] * 1000:.1f})")
+            print(
+                f"{name:16} median {figure['median_s'] * 1000:7.1f} ms "
+                f"(min {figure['min_s'] * 1000:.1f}, max {figure['max_s'] * 1000:.1f})"
+            )
     print(json.dumps(result))
     return 0

@@ -182,8 +182,16 @@ def _hide_again(layout: Layout, bound: Sequence[Path]) -> list[str]:
 def first_process_argv(lifeline: int, proxy_socket: Path | None) -> list[str]:
     """``python -I -S -c <inner> FD SOCKET|- --``: lifeline and proxy port (``inner``)."""
     source = Path(inner.__file__).read_text(encoding="utf-8")
-    return [sys.executable, "-I", "-S", "-c", source, str(lifeline),
-            str(proxy_socket) if proxy_socket is not None else "-", "--"]
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        source,
+        str(lifeline),
+        str(proxy_socket) if proxy_socket is not None else "-",
+        "--",
+    ]
 
 
 def outermost(paths: Iterable[Path]) -> list[Path]:

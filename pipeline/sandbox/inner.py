@@ -24,8 +24,14 @@ import os
 import select
 import sys
 
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
-                   "all_proxy")
+PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+)
 NO_PROXY_VARIABLES = ("NO_PROXY", "no_proxy")
 Peers = dict[_socket.socket, _socket.socket]
 

@@ -143,8 +143,9 @@ class Jail:
             self.layout, workdir=cwd, network=network or self.layout.network
         )
         with self.sandbox.command(argv, layout, _denial_events(events)) as prepared:
-            return run_command(prepared.argv, cwd=cwd, env=env, pass_fds=prepared.pass_fds,
-                               **options)
+            return run_command(
+                prepared.argv, cwd=cwd, env=env, pass_fds=prepared.pass_fds, **options
+            )
 
     def agent_network(self, mode: str | None, hosts: Sequence[str]) -> NetworkPolicy:
         """The repo's policy, in ``mode`` when given, with ``hosts`` allowed as well."""

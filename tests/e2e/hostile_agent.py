@@ -86,29 +86,58 @@ def plant_git(report: dict[str, str], workdir: Path, capture: str, markers: str)
     remote = git("remote", "get-url", "origin") if (workdir / ".git").exists() else ""
     common = Path(git("rev-parse", "--path-format=absolute", "--git-common-dir"))
     hook = f"#!/bin/sh\ntouch {markers}/hook-ran\n"
-    attempt(report, "plant_insteadof", lambda: git(
-        "config", "--local", f"url.{capture}/.insteadOf", remote or "http"))
-    attempt(report, "plant_fsmonitor", lambda: git(
-        "config", "--local", "core.fsmonitor", f"touch {markers}/fsmonitor-ran"))
+    attempt(
+        report,
+        "plant_insteadof",
+        lambda: git("config", "--local", f"url.{capture}/.insteadOf", remote or "http"),
+    )
+    attempt(
+        report,
+        "plant_fsmonitor",
+        lambda: git("config", "--local", "core.fsmonitor", f"touch {markers}/fsmonitor-ran"),
+    )
     attempt(report, "plant_hookspath", lambda: git("config", "--local", "core.hooksPath", markers))
-    attempt(report, "plant_credential_helper", lambda: git(
-        "config", "--local", "credential.helper", f"!f() {{ cat > {markers}/cred; }}; f"))
-    attempt(report, "plant_config_file", lambda: append(
-        common / "config", f'[url "{capture}/"]\n\tinsteadOf = {remote or "http"}\n'))
+    attempt(
+        report,
+        "plant_credential_helper",
+        lambda: git(
+            "config", "--local", "credential.helper", f"!f() {{ cat > {markers}/cred; }}; f"
+        ),
+    )
+    attempt(
+        report,
+        "plant_config_file",
+        lambda: append(
+            common / "config", f'[url "{capture}/"]\n\tinsteadOf = {remote or "http"}\n'
+        ),
+    )
     for name in ("pre-push", "post-checkout", "reference-transaction", "pre-commit"):
-        attempt(report, f"plant_hook_{name}", lambda name=name: append(common / "hooks" / name, hook))
-    attempt(report, "plant_alternates", lambda: append(
-        common / "objects" / "info" / "alternates", "/\n"))
+        target = common / "hooks" / name
+        attempt(report, f"plant_hook_{name}", lambda target=target: append(target, hook))
+    attempt(
+        report,
+        "plant_alternates",
+        lambda: append(common / "objects" / "info" / "alternates", "/\n"),
+    )
     attempt(report, "plant_gitfile", lambda: append(workdir / ".git", "\ngitdir: /tmp/evil\n"))
-    attempt(report, "plant_commondir", lambda: append(
-        Path(git("rev-parse", "--path-format=absolute", "--git-dir")) / "commondir", "/tmp\n"))
+    attempt(
+        report,
+        "plant_commondir",
+        lambda: append(
+            Path(git("rev-parse", "--path-format=absolute", "--git-dir")) / "commondir", "/tmp\n"
+        ),
+    )
 
 
 def leave_late_child(workdir: Path) -> int:
     """A detached child that writes a marker into the worktree 20 s from now."""
     script = f"import time; time.sleep(20); open({str(workdir / 'late-marker.txt')!r}, 'w')"
-    child = subprocess.Popen([sys.executable, "-c", script, LATE_NAME], start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, LATE_NAME],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return child.pid
 
 
@@ -139,10 +168,16 @@ def main() -> int:
     roots = [p for p in env.get("HOSTILE_LOOK", "").split(":") if p]
     attempt(report, "read_files", lambda: read_everything(roots, loot))
     plant_git(report, workdir, env["HOSTILE_CAPTURE"], env["HOSTILE_MARKERS"])
-    attempt(report, "write_volume_root", lambda: append(
-        Path(env["HOSTILE_VOLUME"]) / "planted.txt", "x"))
-    attempt(report, "write_other_checkout", lambda: append(
-        Path(env["HOSTILE_OTHER"]) / "planted.txt", "x"))
+    attempt(
+        report,
+        "write_volume_root",
+        lambda: append(Path(env["HOSTILE_VOLUME"]) / "planted.txt", "x"),
+    )
+    attempt(
+        report,
+        "write_other_checkout",
+        lambda: append(Path(env["HOSTILE_OTHER"]) / "planted.txt", "x"),
+    )
     attempt(report, "late_child", lambda: leave_late_child(workdir))
     port = int(env["HOSTILE_FORBIDDEN_PORT"])
     attempt(report, "connect_forbidden_direct", lambda: direct_connect(port))

@@ -40,8 +40,8 @@ def api() -> Iterator[MessagesApiServer]:
 def _config(tmp_path: Path, remote: Path, claude: str, api: MessagesApiServer) -> Path:
     config = tmp_path / "pipeline.toml"
     config.write_text(f"""
-database_url = "sqlite:///{tmp_path / 'history.db'}"
-volume = "{tmp_path / 'volume'}"
+database_url = "sqlite:///{tmp_path / "history.db"}"
+volume = "{tmp_path / "volume"}"
 poll_interval_s = 0.5
 [scheduler]
 claim_interval_s = 0.2
@@ -74,8 +74,9 @@ agent = "claude"
 def _script(tree: Path) -> list[Turn]:
     """Test first: a red run of the suite, the fix, a green run, a look at the history."""
     return [
-        Turn(text="A failing test first.", tools=(write(str(tree / "test_calc.py"),
-                                                        FAILING_TEST),)),
+        Turn(
+            text="A failing test first.", tools=(write(str(tree / "test_calc.py"), FAILING_TEST),)
+        ),
         Turn(tools=(bash("python3 -m pytest -q; echo pytest-exit=$?"),)),
         Turn(tools=(Tool("Read", {"file_path": str(tree / "calc.py")}),)),
         Turn(tools=(edit(str(tree / "calc.py"), BUGGY.split("\n")[1], FIXED.split("\n")[1]),)),
@@ -100,24 +101,37 @@ def _tool_results(api: MessagesApiServer) -> list[str]:
 
 
 def test_claude_runs_bash_test_first_inside_the_sandbox(
-    tmp_path: Path, cli_env: dict[str, str], api: MessagesApiServer, claude_bin: str  # noqa: F811
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    api: MessagesApiServer,
+    claude_bin: str,  # noqa: F811
 ) -> None:
     """pytest (red, then green) and git log succeed in the agent's shell; the fix is pushed."""
     project = make_project(tmp_path)
     tree = tmp_path / "volume" / "repos" / "local" / "demo" / "calc" / "worktrees" / "slot-0"
     api.state.script[:] = _script(tree)
-    env = {**cli_env, "AFK_E2E_ANTHROPIC_KEY": KEY,
-           # The toolchain the repo needs: a Python with pytest first on PATH.
-           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    env = {
+        **cli_env,
+        "AFK_E2E_ANTHROPIC_KEY": KEY,
+        # The toolchain the repo needs: a Python with pytest first on PATH.
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+    }
     cli = Cli(_config(tmp_path, project.remote, claude_bin, api), env)
     cli("db", "upgrade")
-    cli("issue", "add", "--repo", "calc", "--title", "add() subtracts", "--label",
-        "ready-for-agent")
+    cli(
+        "issue", "add", "--repo", "calc", "--title", "add() subtracts", "--label", "ready-for-agent"
+    )
     log = tmp_path / "daemon.log"
     daemon = cli.daemon(log)
     try:
-        runs = cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] in
-                            ("succeeded", "failed", "escalated", "cancelled"), 240, daemon, log)
+        runs = cli.wait_for(
+            lambda rs: (
+                bool(rs) and rs[0]["state"] in ("succeeded", "failed", "escalated", "cancelled")
+            ),
+            240,
+            daemon,
+            log,
+        )
     finally:
         stop_daemon(daemon)
     results = _tool_results(api)

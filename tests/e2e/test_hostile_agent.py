@@ -63,8 +63,14 @@ class World:
         return [*SECRETS.values(), NOTIFY_PASSWORD]
 
 
-def _config(root: Path, database_url: str, git_server: GitHttpServer, forge: FakeGitHub,
-            receivers: tuple[Receiver, Receiver, Receiver], port: int) -> Path:
+def _config(
+    root: Path,
+    database_url: str,
+    git_server: GitHttpServer,
+    forge: FakeGitHub,
+    receivers: tuple[Receiver, Receiver, Receiver],
+    port: int,
+) -> Path:
     capture, forbidden, _ = receivers
     volume = root / "volume"
     hostile_env = {
@@ -107,7 +113,7 @@ idle_timeout_s = 120
 [repos.app]
 tracker = "gh"
 slug = "{SLUG}"
-remote_url = "{git_server.url('app.git')}"
+remote_url = "{git_server.url("app.git")}"
 agent = "hostile"
 [repos.app.push]
 token_env = "AFK_E2E_PUSH_TOKEN"
@@ -116,8 +122,9 @@ token_env = "AFK_E2E_PUSH_TOKEN"
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def world(request: pytest.FixtureRequest, tmp_path: Path,
-          cli_env: dict[str, str]) -> Iterator[World]:
+def world(
+    request: pytest.FixtureRequest, tmp_path: Path, cli_env: dict[str, str]
+) -> Iterator[World]:
     """The world above, on each engine; the daemon is not started yet."""
     if request.param == "sqlite":
         database_url = f"sqlite:///{tmp_path / 'db' / 'history.db'}"
@@ -136,15 +143,34 @@ def world(request: pytest.FixtureRequest, tmp_path: Path,
     forge.set_permission(SLUG, "alice", "write")
     number = forge.add_issue(SLUG, "Write the notes file")
     forge.apply_label(SLUG, number, "ready-for-agent", "alice")
-    with (GitHttpServer(srv, SECRETS["AFK_E2E_PUSH_TOKEN"]) as git_server, forge,
-          Receiver() as capture, Receiver() as forbidden, Receiver() as notified):
-        env = {**cli_env, **SECRETS, "AFK_E2E_NOTIFY_URLS":
-               f"json://afk:{NOTIFY_PASSWORD}@127.0.0.1:{notified.port}/notify"}
+    with (
+        GitHttpServer(srv, SECRETS["AFK_E2E_PUSH_TOKEN"]) as git_server,
+        forge,
+        Receiver() as capture,
+        Receiver() as forbidden,
+        Receiver() as notified,
+    ):
+        env = {
+            **cli_env,
+            **SECRETS,
+            "AFK_E2E_NOTIFY_URLS": f"json://afk:{NOTIFY_PASSWORD}@127.0.0.1:{notified.port}/notify",
+        }
         port = free_port()
-        config = _config(tmp_path, database_url, git_server, forge,
-                         (capture, forbidden, notified), port)
-        yield World(tmp_path, Cli(config, env), database_url, srv / "app.git",
-                    tmp_path / "markers", other, capture, forbidden, notified, forge)
+        config = _config(
+            tmp_path, database_url, git_server, forge, (capture, forbidden, notified), port
+        )
+        yield World(
+            tmp_path,
+            Cli(config, env),
+            database_url,
+            srv / "app.git",
+            tmp_path / "markers",
+            other,
+            capture,
+            forbidden,
+            notified,
+            forge,
+        )
 
 
 def _finished_run(store: Store, deadline: float, log: Path) -> Run:
@@ -158,9 +184,11 @@ def _finished_run(store: Store, deadline: float, log: Path) -> Run:
 
 def _served(port: int, run_id: int) -> str:
     base = f"http://127.0.0.1:{port}"
-    texts = [httpx.get(f"{base}/api/runs/{run_id}/log", timeout=30).text,
-             httpx.get(f"{base}/api/runs/{run_id}", timeout=30).text,
-             httpx.get(f"{base}/runs/{run_id}", timeout=30).text]
+    texts = [
+        httpx.get(f"{base}/api/runs/{run_id}/log", timeout=30).text,
+        httpx.get(f"{base}/api/runs/{run_id}", timeout=30).text,
+        httpx.get(f"{base}/runs/{run_id}", timeout=30).text,
+    ]
     chunks: list[str] = []
     until = time.monotonic() + 15  # a bounded read of the replayed stream, not a limit
     with httpx.stream("GET", f"{base}/api/events?after=0", timeout=30) as stream:
@@ -173,11 +201,16 @@ def _served(port: int, run_id: int) -> str:
 
 def _database_text(world: World) -> str:
     if world.database_url.startswith("sqlite:///"):
-        path = Path(world.database_url[len("sqlite:///"):])
+        path = Path(world.database_url[len("sqlite:///") :])
         return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*")).decode(
-            "utf-8", "replace")
-    dump = subprocess.run(["pg_dump", "--data-only", world.database_url.replace(
-        "postgresql+psycopg", "postgresql")], capture_output=True, text=True, check=True)
+            "utf-8", "replace"
+        )
+    dump = subprocess.run(
+        ["pg_dump", "--data-only", world.database_url.replace("postgresql+psycopg", "postgresql")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return dump.stdout
 
 
@@ -215,8 +248,15 @@ def test_hostile_agent_gets_nothing_and_pushes_only_to_the_remote(world: World) 
     attacks = {k: v for k, v in report.items() if not k.startswith(("read_", "late_"))}
     assert attacks and all(outcome.startswith("failed") for outcome in attacks.values()), attacks
     loot = git(world.remote, "show", "main:loot.txt")
-    everything = "\n".join([loot, served, log.read_text(errors="replace"), _database_text(world),
-                            *(r.body.decode("utf-8", "replace") for r in world.notified.received)])
+    everything = "\n".join(
+        [
+            loot,
+            served,
+            log.read_text(errors="replace"),
+            _database_text(world),
+            *(r.body.decode("utf-8", "replace") for r in world.notified.received),
+        ]
+    )
     leaked = [s for s in world.sentinels() if s in everything]
     assert leaked == []
     assert world.capture.received == [] and world.forbidden.received == []

@@ -39,9 +39,12 @@ def settings(tmp_path: Path) -> Settings:
     secret = tmp_path / "etc" / "token"
     secret.write_text(SENTINEL)
     (tmp_path / "volume").mkdir()
-    return Settings(database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
-                    volume=tmp_path / "volume", source=config,
-                    sandbox=SandboxSettings(allow_hosts=()))
+    return Settings(
+        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
+        volume=tmp_path / "volume",
+        source=config,
+        sandbox=SandboxSettings(allow_hosts=()),
+    )
 
 
 @pytest.fixture
@@ -57,16 +60,28 @@ def sandbox(settings: Settings, tmp_path: Path) -> BwrapSandbox:
 @pytest.fixture
 def prepared(tmp_path: Path, settings: Settings, sandbox: BwrapSandbox) -> PreparedWorkspace:
     """A prepared worktree slot of repo ``app`` with a jail, and a second repo's checkout."""
-    jailer = Jailer(sandbox, host_env={**os.environ, "GITHUB_TOKEN": SENTINEL},
-                    homes_root=settings.volume / "homes")
+    jailer = Jailer(
+        sandbox,
+        host_env={**os.environ, "GITHUB_TOKEN": SENTINEL},
+        homes_root=settings.volume / "homes",
+    )
     spaces = Workspaces(settings.volume, WorkspaceSettings(), jailer=jailer)
-    other = RepoSettings(name="other", tracker="gh", slug="acme/other",
-                         remote_url=make_remote(tmp_path, {"b.txt": "b\n"}, name="other"))
+    other = RepoSettings(
+        name="other",
+        tracker="gh",
+        slug="acme/other",
+        remote_url=make_remote(tmp_path, {"b.txt": "b\n"}, name="other"),
+    )
     spaces.ensure_checkout(other)
-    repo = RepoSettings(name="app", tracker="gh", slug="acme/app",
-                        remote_url=make_remote(tmp_path, {"a.txt": "a\n"}, name="app"))
-    return spaces.prepare(repo, run_id=1, issue_ref="#1", base_env=dict(os.environ),
-                          events=RecordingSink())
+    repo = RepoSettings(
+        name="app",
+        tracker="gh",
+        slug="acme/app",
+        remote_url=make_remote(tmp_path, {"a.txt": "a\n"}, name="app"),
+    )
+    return spaces.prepare(
+        repo, run_id=1, issue_ref="#1", base_env=dict(os.environ), events=RecordingSink()
+    )
 
 
 def jail_of(ws: PreparedWorkspace) -> Jail:
@@ -77,26 +92,36 @@ def jail_of(ws: PreparedWorkspace) -> Jail:
 def run_inside(ws: PreparedWorkspace, script: str, **options: object) -> str:
     """Run a Python script in the jail; its output."""
     jail = jail_of(ws)
-    result = jail.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ws.path,
-                      env=jail.environment(), timeout_s=120, **options)  # type: ignore[arg-type]
+    result = jail.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=ws.path,
+        env=jail.environment(),
+        timeout_s=120,
+        **options,
+    )  # type: ignore[arg-type]
     assert result.returncode == 0, result.output_tail
     return result.output_tail
 
 
 def test_sees_only_its_own_processes(prepared: PreparedWorkspace) -> None:
     """No daemon, no other process: /proc inside lists the sandbox's own few."""
-    out = run_inside(prepared, """
+    out = run_inside(
+        prepared,
+        """
         import os
         for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
             print(pid, open(f'/proc/{pid}/cmdline', 'rb').read().replace(b'\\0', b' ')[:60])
-    """)
+    """,
+    )
     assert "pytest" not in out
     assert len(out.splitlines()) <= 4, out
 
 
 def test_environment_holds_no_daemon_secret(prepared: PreparedWorkspace) -> None:
     """Neither the command's environment nor any visible process's holds a daemon secret."""
-    out = run_inside(prepared, """
+    out = run_inside(
+        prepared,
+        """
         import os
         print(dict(os.environ))
         for pid in (p for p in os.listdir('/proc') if p.isdigit()):
@@ -105,7 +130,8 @@ def test_environment_holds_no_daemon_secret(prepared: PreparedWorkspace) -> None
                     print(open(f'/proc/{pid}/{name}', 'rb').read())
                 except OSError as exc:
                     print('unreadable', exc)
-    """)
+    """,
+    )
     assert SENTINEL not in out
     assert "'PATH':" in out and "'HOME':" in out
 
@@ -113,10 +139,17 @@ def test_environment_holds_no_daemon_secret(prepared: PreparedWorkspace) -> None
 def test_daemon_places_are_hidden(prepared: PreparedWorkspace, settings: Settings) -> None:
     """Config, database, secret file, other repos and the volume root are out of sight."""
     volume = settings.volume.resolve()
-    out = run_inside(prepared, f"""
+    out = run_inside(
+        prepared,
+        f"""
         import os
-        paths = {[str(settings.source), str(settings.source.parent / "token"),
-                  str(volume.parent / "db" / "history.db")]!r}
+        paths = {
+            [
+                str(settings.source),
+                str(settings.source.parent / "token"),
+                str(volume.parent / "db" / "history.db"),
+            ]!r
+        }
         for path in paths:
             try:
                 print(path, repr(open(path).read()))
@@ -124,7 +157,8 @@ def test_daemon_places_are_hidden(prepared: PreparedWorkspace, settings: Setting
                 print(path, 'unreadable:', exc.strerror)
         print('volume:', sorted(os.listdir({str(volume)!r})))
         print('repos:', sorted(os.listdir({str(volume / "repos" / "gh" / "acme")!r})))
-    """)
+    """,
+    )
     assert SENTINEL not in out
     assert "volume: ['cache', 'homes', 'repos']" in out
     assert "repos: ['app']" in out
@@ -133,9 +167,14 @@ def test_daemon_places_are_hidden(prepared: PreparedWorkspace, settings: Setting
 def test_writes_outside_the_tree_fail(prepared: PreparedWorkspace, settings: Settings) -> None:
     """The volume root, another repo's checkout and the system stay unwritten."""
     volume = settings.volume.resolve()
-    targets = [volume / "planted", volume / "repos" / "gh" / "acme" / "other" / "checkout" / "x",
-               Path("/etc/afk-planted")]
-    out = run_inside(prepared, f"""
+    targets = [
+        volume / "planted",
+        volume / "repos" / "gh" / "acme" / "other" / "checkout" / "x",
+        Path("/etc/afk-planted"),
+    ]
+    out = run_inside(
+        prepared,
+        f"""
         for path in {[str(t) for t in targets]!r}:
             try:
                 open(path, 'w').write('x')
@@ -143,7 +182,8 @@ def test_writes_outside_the_tree_fail(prepared: PreparedWorkspace, settings: Set
             except OSError as exc:
                 print('refused', path, exc.strerror)
         open('inside.txt', 'w').write('fine')
-    """)
+    """,
+    )
     assert "wrote" not in out
     assert not any(t.exists() for t in targets)
     assert (prepared.path / "inside.txt").read_text() == "fine"
@@ -164,8 +204,12 @@ def test_agent_commits_but_cannot_touch_what_steers_git(prepared: PreparedWorksp
         git config core.fsmonitor 'touch /tmp/x' 2>/dev/null && echo "configured"
         true
     """
-    result = jail.run(["/bin/sh", "-c", textwrap.dedent(script)], cwd=prepared.path,
-                      env=jail.environment(), timeout_s=120)
+    result = jail.run(
+        ["/bin/sh", "-c", textwrap.dedent(script)],
+        cwd=prepared.path,
+        env=jail.environment(),
+        timeout_s=120,
+    )
     assert "committed" in result.output_tail, result.output_tail
     assert "wrote" not in result.output_tail and "configured" not in result.output_tail
     assert "planted" not in (common / "config").read_text()
@@ -188,7 +232,9 @@ def _processes_with(marker: str) -> list[int]:
 def test_a_detached_child_ends_with_the_sandbox(prepared: PreparedWorkspace) -> None:
     """A child in its own session, left running, is gone once the command returns."""
     marker = f"afk-detached-{os.getpid()}"
-    out = run_inside(prepared, f"""
+    out = run_inside(
+        prepared,
+        f"""
         import subprocess, sys, time
         child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)',
                                   {marker!r}], start_new_session=True)
@@ -198,7 +244,8 @@ def test_a_detached_child_ends_with_the_sandbox(prepared: PreparedWorkspace) -> 
                 break
             time.sleep(0.05)
         print('started', cmdline)
-    """)
+    """,
+    )
     assert marker in out
     deadline = time.monotonic() + 30
     while _processes_with(marker) and time.monotonic() < deadline:
@@ -212,7 +259,8 @@ def test_the_sandbox_dies_with_the_daemon(tmp_path: Path, sandbox: BwrapSandbox)
     tree = tmp_path / "tree"
     tree.mkdir()
     starter = tmp_path / "starter.py"
-    starter.write_text(textwrap.dedent(f"""
+    starter.write_text(
+        textwrap.dedent(f"""
         import subprocess, sys
         from pathlib import Path
         from pipeline.sandbox import BwrapSandbox, Layout, NetworkPolicy
@@ -222,7 +270,8 @@ def test_the_sandbox_dies_with_the_daemon(tmp_path: Path, sandbox: BwrapSandbox)
         sleeper = [sys.executable, "-c", "import time; time.sleep(600)", {marker!r}]
         with sandbox.command(sleeper, layout, None) as prepared:
             subprocess.Popen(prepared.argv, pass_fds=prepared.pass_fds).wait()
-    """))
+    """)
+    )
     parent = subprocess.Popen([sys.executable, str(starter)])
     deadline = time.monotonic() + 60
     while not _processes_with(marker) and time.monotonic() < deadline:
@@ -272,7 +321,9 @@ def test_allowlist_lets_through_only_listed_hosts(
     allowed, forbidden = (s.server_address[1] for s in servers)
     policy = NetworkPolicy("allowlist", (f"127.0.0.1:{allowed}",))
     sink = RecordingSink()
-    out = run_inside(prepared, f"""
+    out = run_inside(
+        prepared,
+        f"""
         import socket, urllib.request
         for port in ({allowed}, {forbidden}):
             try:
@@ -284,7 +335,10 @@ def test_allowlist_lets_through_only_listed_hosts(
             print('direct connection made')
         except OSError as exc:
             print('direct refused', exc)
-    """, network=policy, events=sink)
+    """,
+        network=policy,
+        events=sink,
+    )
     assert f"{allowed} b'reached'" in out
     assert "direct refused" in out and "direct connection made" not in out
     assert servers[0].RequestHandlerClass.hits == ["/x"]  # type: ignore[attr-defined]
