@@ -205,10 +205,11 @@ def outermost(paths: Iterable[Path]) -> list[Path]:
 
 
 def _existing(paths: Iterable[Path]) -> list[Path]:
+    """The paths that exist, resolved (bwrap mounts onto real paths, not symlinks), once each."""
     seen: dict[Path, None] = {}
     for path in paths:
         if path.exists():
-            seen.setdefault(path, None)
+            seen.setdefault(path.resolve(), None)
     return list(seen)
 
 

@@ -125,7 +125,7 @@ class Jail:
             self.host_env,
             home=self.home,
             extra_pass=(*self.pass_env, *extra_pass),
-            settings={**self.cache_env, **(settings or {})},
+            settings={**self.cache_env, **_bytecode(self.sandbox.mode), **(settings or {})},
         )
 
     def run(
@@ -178,6 +178,18 @@ class Jail:
         )
 
 
+def _bytecode(mode: str) -> dict[str, str]:
+    """Python bytecode that cannot go stale between the agent's edits and the test gate.
+
+    ``.pyc`` files are checked by source mtime (whole seconds) and size: a
+    same-size edit within the second of the last import would run old code. A
+    sandbox keeps bytecode in its own fresh /tmp; unconfined, none is written.
+    """
+    if mode == "none":
+        return {"PYTHONDONTWRITEBYTECODE": "1"}
+    return {"PYTHONPYCACHEPREFIX": "/tmp/pycache"}
+
+
 @contextlib.contextmanager
 def _lifeline() -> Iterator[int]:
     """A pipe's read end for the sandbox; its write end closes when the block ends.
@@ -207,34 +219,28 @@ def _denial_events(events: EventSink | None) -> Denied | None:
 def tree_layout(tree: Path, *, writable: Sequence[Path], network: NetworkPolicy) -> Layout:
     """The layout for a worktree slot or clone at ``tree`` plus ``writable`` (caches, HOME).
 
-    A worktree's git metadata lives in the persistent checkout: its objects,
-    refs, logs and the worktree's admin directory are writable (a commit needs
-    them); the rest of the checkout's ``.git`` is read-only, and so are the
-    files that steer git (the gitfile, ``commondir``, ``objects/info``).
+    A worktree's git metadata lives in the persistent checkout's ``.git``: it is
+    writable (a commit writes objects and refs; a rebase may rewrite
+    ``packed-refs``), except what steers git itself, bound read-only on top:
+    ``config``, ``hooks``, ``info``, ``objects/info`` (alternates), the
+    worktree's gitfile and its admin directory's ``commondir`` and ``gitdir``.
+    Files the agent adds there (a ``commondir`` of the checkout, say) steer
+    nothing the daemon runs: its git names the repository explicitly.
     """
     dotgit = tree / ".git"
-    if dotgit.is_dir():
-        return _clone_layout(tree, dotgit, writable, network)
-    admin = _admin_dir(tree, dotgit)
-    common = admin.parent.parent
-    (common / "objects" / "info").mkdir(parents=True, exist_ok=True)
-    (common / "logs").mkdir(exist_ok=True)
-    return Layout(
-        workdir=tree,
-        read_only=(common,),
-        writable=(tree, common / "objects", common / "refs", common / "logs", admin, *writable),
-        protected=(common / "objects" / "info", admin / "commondir", admin / "gitdir", dotgit),
-        network=network,
-    )
-
-
-def _clone_layout(
-    tree: Path, dotgit: Path, writable: Sequence[Path], network: NetworkPolicy
-) -> Layout:
-    for directory in (dotgit / "hooks", dotgit / "info", dotgit / "objects" / "info"):
+    extra: tuple[Path, ...] = ()
+    common = dotgit
+    if not dotgit.is_dir():
+        admin = _admin_dir(tree, dotgit)
+        common = admin.parent.parent
+        extra = (common, admin)
+    for directory in (common / "hooks", common / "info", common / "objects" / "info"):
         directory.mkdir(parents=True, exist_ok=True)
-    protected = tuple(dotgit / name for name in ("config", "hooks", "info", "objects/info"))
-    return Layout(workdir=tree, writable=(tree, *writable), protected=protected, network=network)
+    protected = [common / name for name in ("config", "hooks", "info", "objects/info")]
+    if extra:
+        protected += [extra[1] / "commondir", extra[1] / "gitdir", dotgit]
+    return Layout(workdir=tree, writable=(tree, *extra, *writable), protected=tuple(protected),
+                  network=network)
 
 
 def _admin_dir(tree: Path, dotgit: Path) -> Path:

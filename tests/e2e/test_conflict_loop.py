@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
 
-from pipeline.testing.gitrepos import git, make_remote
+from pipeline.testing.gitrepos import commit_to_remote, git, make_remote
 
 from .conftest import Cli, local_config, stop_daemon
 
@@ -22,19 +24,21 @@ ADD = "def add(a, b):\n    return a + b\n"
 MUL = "\n\ndef mul(a, b):\n    return a * b\n"
 SUB = "\n\ndef sub(a, b):\n    return a - b\n"
 
-# The first invocation adds mul() while a colleague pushes sub() to the same
-# spot; the second (the conflict prompt) rebases and keeps both.
+# The first invocation adds mul() and, before it finishes, has a colleague push
+# sub() to the same spot (the colleague is outside the sandbox: the test, told
+# through the agent's HOME); the second (the conflict prompt) rebases and keeps both.
 AGENT = f"""
-import pathlib, subprocess, sys
-from pipeline.testing.gitrepos import commit_to_remote
+import os, pathlib, subprocess, sys, time
 prompt = pathlib.Path(sys.argv[1]).read_text()
-wd, remote = pathlib.Path(sys.argv[2]), sys.argv[3]
+wd, home = pathlib.Path(sys.argv[2]), pathlib.Path(os.environ["HOME"])
 if "no longer applies" not in prompt:
     (wd / "app" / "calc.py").write_text({ADD + MUL!r})
     (wd / "test_mul.py").write_text(
         "import unittest\\nfrom app.calc import mul\\n\\n\\nclass T(unittest.TestCase):\\n"
         "    def test_mul(self):\\n        self.assertEqual(mul(2, 3), 6)\\n")
-    commit_to_remote(remote, {{"app/calc.py": {ADD + SUB!r}}}, "colleague adds sub")
+    (home / "colleague-please").write_text("push sub now")
+    while not (home / "colleague-done").exists():
+        time.sleep(0.05)
     print("added mul; meanwhile a colleague pushed sub")
 else:
     subprocess.run(["git", "rebase", "origin/main"], cwd=wd)
@@ -45,6 +49,15 @@ else:
 """
 
 
+def _colleague(home: Path, remote: str) -> None:
+    """Push sub() to the remote when the agent asks (it cannot reach the remote itself)."""
+    deadline = time.monotonic() + 60
+    while not (home / "colleague-please").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    commit_to_remote(remote, {"app/calc.py": ADD + SUB}, "colleague adds sub")
+    (home / "colleague-done").write_text("pushed")
+
+
 def test_conflict_during_the_run_is_resolved_by_the_agent(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
@@ -52,12 +65,15 @@ def test_conflict_during_the_run_is_resolved_by_the_agent(
     remote = make_remote(tmp_path, PROJECT)
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
-    argv = [sys.executable, str(agent), "{prompt_file}", "{workdir}", remote]
+    argv = [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
     config = local_config(tmp_path, remote, argv)
     cli = Cli(config, cli_env)
     cli("db", "upgrade")
     cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
     log = tmp_path / "daemon.log"
+    colleague = threading.Thread(target=_colleague, args=(tmp_path / "volume" / "homes" / "calc",
+                                                         remote), daemon=True)
+    colleague.start()
     daemon = cli.daemon(log)
     try:
         runs = cli.wait_for(

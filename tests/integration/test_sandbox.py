@@ -139,24 +139,22 @@ def test_environment_holds_no_daemon_secret(prepared: PreparedWorkspace) -> None
 def test_daemon_places_are_hidden(prepared: PreparedWorkspace, settings: Settings) -> None:
     """Config, database, secret file, other repos and the volume root are out of sight."""
     volume = settings.volume.resolve()
+    assert settings.source is not None
+    paths = [settings.source, settings.source.parent / "token", volume.parent / "db" / "history.db"]
+    listed = [str(path) for path in paths]
+    acme = str(volume / "repos" / "gh" / "acme")
     out = run_inside(
         prepared,
         f"""
         import os
-        paths = {
-            [
-                str(settings.source),
-                str(settings.source.parent / "token"),
-                str(volume.parent / "db" / "history.db"),
-            ]!r
-        }
+        paths = {listed!r}
         for path in paths:
             try:
                 print(path, repr(open(path).read()))
             except OSError as exc:
                 print(path, 'unreadable:', exc.strerror)
         print('volume:', sorted(os.listdir({str(volume)!r})))
-        print('repos:', sorted(os.listdir({str(volume / "repos" / "gh" / "acme")!r})))
+        print('repos:', sorted(os.listdir({acme!r})))
     """,
     )
     assert SENTINEL not in out

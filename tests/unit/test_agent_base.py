@@ -53,7 +53,7 @@ def test_agent_env_passes_only_the_list_and_the_agent_key(
     env = agent_env(preset, AgentRequest("p", tmp_path, host, tmp_path / "home"))
     assert env == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "HOME": str(tmp_path / "home"),
                    "TMPDIR": "/tmp", "ANTHROPIC_API_KEY": "mine",
-                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def test_agent_env_has_a_path_when_the_host_has_none(tmp_path: Path) -> None:
