@@ -23,13 +23,13 @@ from pipeline.errors import ConfigError
 from pipeline.flow import FlowDeps, RunFlow
 from pipeline.intake import Intake
 from pipeline.lifecycle import Lifecycle
-from pipeline.logs import register_settings_secrets
+from pipeline.masking import redact_url, register_settings_secrets
 from pipeline.notify import Notifier
 from pipeline.periodic import Periodic
 from pipeline.queue import Scheduler
 from pipeline.recovery import Recovery
 from pipeline.settings import RepoSettings, Settings, default_data_dir
-from pipeline.store import RunFilter, Store, redact_url
+from pipeline.store import RunFilter, Store
 from pipeline.store.models import BUSY_STATES
 from pipeline.trackers import build_tracker
 from pipeline.trackers.base import Tracker
@@ -107,7 +107,8 @@ class Daemon:
 
     def __init__(self, settings: Settings, *, http: bool = True) -> None:
         self.settings = settings
-        register_settings_secrets(settings)
+        for warning in register_settings_secrets(settings):
+            log.warning("%s", warning)
         self.store = Store(settings.database_url)
         if settings.run_migrations:
             self.store.upgrade()
