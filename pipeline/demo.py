@@ -24,8 +24,9 @@ from pipeline import render
 from pipeline.config import load_settings
 from pipeline.daemon import Daemon
 from pipeline.logs import configure
+from pipeline.masking import redact_url
 from pipeline.settings import Settings, default_database_url
-from pipeline.store import Run, RunFilter, Store, redact_url
+from pipeline.store import Run, RunFilter, Store
 
 DEMO_TIMEOUT_S = 150.0
 PROGRESS_KINDS = ("queued", "state", "recovery", "publish", "test", "deploy", "ci", "repo")
