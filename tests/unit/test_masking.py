@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.evidence import write_manifest
 from pipeline.logs import JsonFormatter, MaskingFilter, MaskingFormatter
 from pipeline.masking import (
     MIN_SECRET_LEN,
@@ -243,3 +244,11 @@ def test_plain_words_in_apprise_urls_are_not_secrets() -> None:
     """Options and channel names (?format=markdown, /general) stay readable; tokens do not."""
     register_secret("slack://T0KENAAAAA/B0KENBBBBB/C0KENCCCCCC/announcements?format=markdown")
     assert mask("markdown announcements T0KENAAAAA") == "markdown announcements ***"
+
+
+def test_evidence_manifest_is_written_masked(tmp_path: Path) -> None:
+    """The frozen evidence's manifest.json holds no secret, however deep in its fields."""
+    register_secret(TOKEN)
+    write_manifest(tmp_path, {"reason": f"blocked: {TOKEN}", "extra": {"tail": [TOKEN]}})
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["reason"] == "blocked: ***" and manifest["extra"] == {"tail": ["***"]}
