@@ -98,11 +98,16 @@ class WorkspaceSettings:
     capacity_bytes: int | None = None
 
 
+# GitHub caps webhook payloads at 25 MB and does not deliver larger ones.
+DEFAULT_MAX_WEBHOOK_BODY_BYTES = 25 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class HttpSettings:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8787
     api_token: SecretRef = field(default_factory=SecretRef)
+    max_webhook_body_bytes: int = DEFAULT_MAX_WEBHOOK_BODY_BYTES
 
 
 @dataclass(frozen=True)
