@@ -162,7 +162,21 @@ def base64_forms(data: bytes) -> set[str]:
 
 
 def _shortest_cut(value: str) -> int:
-    """The shortest piece of ``value`` masked when it is cut off: past any URL scheme."""
+    """The shortest piece of ``value`` masked when it is cut off: past its public part.
+
+    A URL's scheme is public, and so is the host of a channel that names a real
+    server (``json://127.0.0.1:8080`` is what notify events show) unless
+    credentials come before it; the secret starts after that.
+    """
+    return min(len(value), len(_public_prefix(value)) + MIN_CUT_LEN)
+
+
+def _public_prefix(value: str) -> str:
     match = _URL.match(value)
-    scheme = len(match.group("scheme")) + 3 if match else 0
-    return min(len(value), scheme + MIN_CUT_LEN)
+    if match is None:
+        return ""
+    scheme = match.group("scheme")
+    netloc = value[len(scheme) + 3 :].split("/", 1)[0]
+    if "@" in netloc or scheme.lower() not in HOST_SCHEMES:
+        return f"{scheme}://"
+    return f"{scheme}://{netloc}"

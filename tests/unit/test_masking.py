@@ -136,6 +136,15 @@ def test_a_cut_url_secret_shows_past_its_scheme_before_it_is_masked() -> None:
     assert mask("see json://alice:p…") == "see ***…"
 
 
+def test_a_channel_url_without_credentials_shows_its_host_when_cut() -> None:
+    """A notify URL's scheme and host are public (events name the channel by them)."""
+    register_secret("json://127.0.0.1:9999/notify-path-x1")
+    assert mask("escalation sent to json://127.0.0.1") == "escalation sent to json://127.0.0.1"
+    assert mask("sent to json://127.0.0.1:9999") == "sent to json://127.0.0.1:9999"
+    assert mask("see json://127.0.0.1:9999/noti…") == "see ***…"
+    assert mask("json://127.0.0.1:9999/notify-path-x1") == "***"
+
+
 def test_mask_data_masks_every_string_keys_included() -> None:
     """Nested dicts and lists are masked all the way down; other values kept."""
     register_secret(TOKEN)
