@@ -2,7 +2,8 @@
 
 ``create_app`` builds a Starlette app over a ``Store``; ``serve`` runs it with
 uvicorn in a thread (the daemon and the tests use it). The OpenAPI description
-is served at ``/openapi.json``; ``/api`` points to it.
+is served at ``/openapi.json``; ``/api`` points to it. Every text response is
+masked for registered secrets on its way out (``pipeline.api_masking``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -35,13 +37,16 @@ from pipeline.api_common import (
     context,
     error,
 )
+from pipeline.api_masking import MaskingMiddleware
 from pipeline.metrics import CONTENT_TYPE, Metrics
 from pipeline.openapi import openapi_description
 from pipeline.settings import Settings
 from pipeline.sse import events_endpoint
 from pipeline.store import Store
 
-MAX_WEBHOOK_BYTES = 5 * 1024 * 1024
+
+class BodyTooLarge(Exception):
+    """A request body over the configured limit (answered 413)."""
 
 
 def health(request: Request) -> Response:
@@ -105,9 +110,11 @@ async def webhook(request: Request) -> Response:
     tracker = request.path_params["tracker"]
     if handler is None:
         return error(404, f"no webhook intake for tracker {tracker!r}")
-    body = await request.body()
-    if len(body) > MAX_WEBHOOK_BYTES:
-        return error(413, f"webhook body over {MAX_WEBHOOK_BYTES} bytes")
+    limit = context(request).settings.http.max_webhook_body_bytes
+    try:
+        body = await read_bounded(request, limit)
+    except BodyTooLarge:
+        return error(413, f"webhook body over {limit} bytes ([http] max_webhook_body_bytes)")
     headers = {k.lower(): v for k, v in request.headers.items()}
     if inspect.iscoroutinefunction(handler):
         result = await cast(Awaitable[WebhookResult], handler(tracker, headers, body))
@@ -115,6 +122,24 @@ async def webhook(request: Request) -> Response:
         result = cast(WebhookResult, await run_in_threadpool(handler, tracker, headers, body))
     status, payload = result
     return JSONResponse(dict(payload), status_code=status)
+
+
+async def read_bounded(request: Request, limit: int) -> bytes:
+    """The request body, refused (``BodyTooLarge``) as soon as it is known to exceed ``limit``.
+
+    A declared ``Content-Length`` over the limit is refused before reading a
+    byte; a chunked body is counted as it arrives and dropped at the limit, so
+    memory never holds more than ``limit`` bytes whatever the client sends.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        if len(body) + len(chunk) > limit:
+            raise BodyTooLarge
+        body += chunk
+    return bytes(body)
 
 
 async def runs_collection(request: Request) -> Response:
@@ -177,6 +202,7 @@ def create_app(
     app = Starlette(
         routes=routes(),
         exception_handlers={BadInput: on_bad_input, HTTPException: on_http_error},
+        middleware=[Middleware(MaskingMiddleware)],
     )
     app.state.ctx = ApiContext(
         store=store, settings=settings, metrics=metrics, webhook_handler=webhook_handler,

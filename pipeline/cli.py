@@ -32,7 +32,8 @@ from pipeline.errors import ConfigError
 
 
 def cmd_db_upgrade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.store import Store, redact_url
+    from pipeline.masking import redact_url
+    from pipeline.store import Store
 
     settings = load(args)
     store = Store(settings.database_url)
@@ -262,6 +263,6 @@ def main(
 
 
 def _redacted(url: str) -> str:
-    from pipeline.store import redact_url
+    from pipeline.masking import redact_url
 
     return redact_url(url) if url else "(configured)"

@@ -62,9 +62,12 @@ def load(args: argparse.Namespace) -> Settings:
 
 
 def open_store(args: argparse.Namespace, *, require_schema: bool = True) -> Store:
-    from pipeline.store import Store, redact_url
+    """The history store; the config's secrets are registered, so what it reads is masked."""
+    from pipeline.masking import redact_url, register_settings_secrets
+    from pipeline.store import Store
 
     settings = load(args)
+    register_settings_secrets(settings)
     store = Store(settings.database_url)
     if require_schema and not store.schema_current():
         store.close()

@@ -102,7 +102,7 @@ def workspace(table: Table) -> WorkspaceSettings:
             "housekeeping_interval_s", defaults.housekeeping_interval_s),
         high_watermark=high,
         low_watermark=low,
-        capacity_bytes=capacity(table, "capacity"),
+        capacity_bytes=byte_size(table, "capacity"),
     )
     table.finish()
     return result
@@ -121,7 +121,8 @@ def parse_size(value: object) -> int | None:
     return size if size > 0 else None
 
 
-def capacity(table: Table, name: str) -> int | None:
+def byte_size(table: Table, name: str) -> int | None:
+    """A byte count (``26214400``) or size (``"25MiB"``); None when absent or invalid."""
     if not table.has(name):
         return None
     raw = table.data[name]
@@ -151,7 +152,11 @@ def http(table: Table) -> HttpSettings:
             table.error("listen", f"must be host:port with a port 0-65535, got {listen!r}")
         else:
             host, port = parsed
-    result = HttpSettings(listen_host=host, listen_port=port, api_token=table.secret("api_token"))
+    result = HttpSettings(
+        listen_host=host, listen_port=port, api_token=table.secret("api_token"),
+        max_webhook_body_bytes=byte_size(table, "max_webhook_body_bytes")
+        or defaults.max_webhook_body_bytes,
+    )
     table.finish()
     return result
 

@@ -23,7 +23,7 @@ from pipeline.errors import ConfigError
 from pipeline.flow import FlowDeps, RunFlow
 from pipeline.intake import Intake
 from pipeline.lifecycle import Lifecycle
-from pipeline.logs import register_settings_secrets, secret_refs
+from pipeline.masking import redact_url, register_settings_secrets, settings_secret_refs
 from pipeline.notify import Notifier
 from pipeline.periodic import Periodic
 from pipeline.queue import Scheduler
@@ -37,7 +37,7 @@ from pipeline.sandbox import (
 )
 from pipeline.sandbox.jail import Jailer
 from pipeline.settings import AgentPreset, RepoSettings, Settings, default_data_dir
-from pipeline.store import RunFilter, Store, redact_url
+from pipeline.store import RunFilter, Store
 from pipeline.store.models import BUSY_STATES
 from pipeline.trackers import build_tracker
 from pipeline.trackers.base import Tracker
@@ -115,7 +115,8 @@ class Daemon:
 
     def __init__(self, settings: Settings, *, http: bool = True) -> None:
         self.settings = settings
-        register_settings_secrets(settings)
+        for warning in register_settings_secrets(settings):
+            log.warning("%s", warning)
         self.sandbox = self._sandbox()  # before the database: refuse early, touch nothing
         self.store = Store(settings.database_url)
         if settings.run_migrations:
@@ -172,7 +173,8 @@ class Daemon:
 
     def _sandbox(self) -> Sandbox:
         try:
-            sandbox = build_sandbox(self.settings, secret_refs(self.settings))
+            refs = (ref for _, ref in settings_secret_refs(self.settings))
+            sandbox = build_sandbox(self.settings, refs)
         except SandboxUnavailable as exc:
             raise ConfigError(f"sandbox: {exc}") from exc
         if sandbox.mode == "none":

@@ -24,10 +24,11 @@ from pipeline import render
 from pipeline.config import load_settings
 from pipeline.daemon import Daemon
 from pipeline.logs import configure
+from pipeline.masking import redact_url
 from pipeline.sandbox import SandboxUnavailable
 from pipeline.sandbox.bwrap import find_bwrap, probe
 from pipeline.settings import SandboxSettings, Settings, default_database_url
-from pipeline.store import Run, RunFilter, Store, redact_url
+from pipeline.store import Run, RunFilter, Store
 
 DEMO_TIMEOUT_S = 150.0
 PROGRESS_KINDS = ("queued", "state", "recovery", "publish", "test", "deploy", "ci", "repo")

@@ -17,6 +17,7 @@ from pathlib import Path
 from pipeline.errors import FatalError
 from pipeline.gitutil import git
 from pipeline.housekeeping import remove_tree
+from pipeline.masking import mask_data
 
 MANIFEST = "manifest.json"
 TREE = "worktree"
@@ -44,10 +45,11 @@ def freeze_tree(tree: Path, *, strategy: str, checkout: Path, target: Path, run_
 
 
 def write_manifest(evidence: Path, fields: Mapping[str, object]) -> None:
-    """Write ``manifest.json`` with ``fields`` plus the freezing time."""
+    """Write ``manifest.json`` with ``fields`` plus the freezing time, secrets masked."""
     manifest = {**fields, "frozen_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "worktree": TREE}
-    (evidence / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(mask_data(manifest), indent=2, default=str)
+    (evidence / MANIFEST).write_text(text + "\n", encoding="utf-8")
 
 
 def discard_evidence(frozen_root: Path, evidence: Path) -> None:

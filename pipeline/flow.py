@@ -20,6 +20,7 @@ from pipeline.errors import EscalationError, FatalError
 from pipeline.faults import checkpoint
 from pipeline.implement import ImplementOutcome, IssueInfo, implement, run_test_gate
 from pipeline.lifecycle import Lifecycle
+from pipeline.masking import mask
 from pipeline.publish import find_pushed, publish
 from pipeline.recovery import Recovery, Verdict
 from pipeline.sandbox.jail import Jail
@@ -167,7 +168,10 @@ class RunFlow:
         body = f"{closes}Published by afk-pipeline run {run.id}."
 
         def open_pr(branch: str, title: str) -> str:
-            return tracker.open_pull_request(repo.slug, branch, repo.default_branch, title, body)
+            # The title is the agent's commit subject: masked like any text leaving the daemon.
+            return tracker.open_pull_request(
+                repo.slug, branch, repo.default_branch, mask(title), body
+            )
 
         return open_pr
 

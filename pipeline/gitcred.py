@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.errors import FatalError
+from pipeline.masking import redact_url
 from pipeline.settings import PushSettings
 
 TOKEN_VAR = "AFK_GIT_PUSH_TOKEN"
@@ -99,8 +100,10 @@ def credential_env(push: PushSettings, base_env: Mapping[str, str]) -> Iterator[
 
 
 def scrub(text: str, push: PushSettings) -> str:
-    """``text`` with the push token (if any) replaced, for messages and events."""
-    token = push.token.resolve() if push.token.configured else None
-    if token:
-        return text.replace(token, "<redacted>")
-    return text
+    """``text`` for messages and events: URL credentials and every secret masked.
+
+    The push token is resolved first, which registers it for masking.
+    """
+    if push.token.configured:
+        push.token.resolve()
+    return redact_url(text)

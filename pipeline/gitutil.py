@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pipeline.errors import FatalError, RetryableError
+from pipeline.masking import redact_url
 
 DISK_FULL_MARKERS = ("No space left on device", "Disk quota exceeded")
-_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_COMPONENT = 80
 
@@ -28,11 +28,6 @@ class DiskFull(RetryableError):
 
     def __init__(self, message: str) -> None:
         super().__init__("disk_full", message)
-
-
-def redact_url(text: str) -> str:
-    """Hide ``user:token@`` in any URL inside ``text``."""
-    return _URL_USERINFO.sub(r"\g<scheme>***@", text)
 
 
 def is_disk_full(text: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pipeline.events import EventSink
+from pipeline.masking import mask
 from pipeline.settings import RepoSettings, TrackerSettings
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
@@ -71,7 +72,7 @@ class Lifecycle:
         try:
             posted = not any(tag in c.body for c in tracker.list_comments(repo.slug, number))
             if posted:
-                tracker.comment(repo.slug, number, f"{body}\n\n{tag}")
+                tracker.comment(repo.slug, number, f"{mask(body)}\n\n{tag}")
         except Exception:
             if contended:
                 self.store.release_side_effect(effect)

@@ -1,8 +1,9 @@
 """Logging: human-readable by default, JSON lines with a flag, secrets masked.
 
-Every secret the daemon resolves is registered here, and a filter replaces it
-with ``***`` in every record, whichever module logged it: a belt to the braces
-of never formatting a secret in the first place.
+Every secret the daemon resolves is registered with ``pipeline.masking``; a
+filter masks each record's message and the formatters mask what they add
+(tracebacks), whichever module logged it: a belt to the braces of never
+formatting a secret in the first place.
 """
 
 from __future__ import annotations
@@ -10,54 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import threading
-from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from pipeline.settings import SecretRef, Settings
-
-_SECRETS: set[str] = set()
-_LOCK = threading.Lock()
-MIN_SECRET_LEN = 4
-
-
-def register_secret(value: str | None) -> None:
-    if value and len(value) >= MIN_SECRET_LEN:
-        with _LOCK:
-            _SECRETS.add(value)
-
-
-def mask(text: str) -> str:
-    with _LOCK:
-        secrets = sorted(_SECRETS, key=len, reverse=True)
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, "***")
-    return text
-
-
-def secret_refs(settings: Settings) -> Iterable[SecretRef]:
-    """Every secret reference in the settings."""
-    yield settings.http.api_token
-    yield settings.notify.urls
-    for tracker in settings.trackers:
-        yield tracker.token
-        yield tracker.webhook_secret
-    for agent in settings.agents:
-        yield agent.api_key
-    for repo in settings.repos:
-        yield repo.push.token
-        yield repo.ci.token
-        yield repo.git_crypt_key
-
-
-def register_settings_secrets(settings: Settings) -> None:
-    for ref in secret_refs(settings):
-        value = ref.resolve()
-        if value:
-            register_secret(value)
-            for line in value.splitlines():
-                register_secret(line.strip())
+from pipeline.masking import mask
 
 
 class MaskingFilter(logging.Filter):
@@ -69,13 +25,20 @@ class MaskingFilter(logging.Filter):
         return True
 
 
+class MaskingFormatter(logging.Formatter):
+    """The standard text format, masked as a whole (tracebacks and stack included)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask(super().format(record))
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         payload = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": mask(record.getMessage()),
         }
         if record.exc_info:
             payload["exception"] = mask(self.formatException(record.exc_info))
@@ -89,7 +52,7 @@ def configure(level: str = "info", fmt: str = "text", stream: object = None) -> 
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+            MaskingFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
         )
     handler.addFilter(MaskingFilter())
     root = logging.getLogger()

@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 import apprise
 
 from pipeline.events import EventSink
+from pipeline.masking import mask
+from pipeline.secret_forms import HOST_SCHEMES
 from pipeline.settings import NotifySettings
 
 Kind = Literal["escalation", "freeze", "success"]
@@ -31,14 +33,6 @@ _TYPES: dict[str, str] = {
     "freeze": apprise.NotifyType.WARNING,
     "success": apprise.NotifyType.SUCCESS,
 }
-# Schemes whose host part is a real server name, safe to show. Elsewhere
-# (slack://TokenA/..., discord://webhook_id/..., tgram://bot_token/...) the
-# "host" is a credential.
-_HOST_SCHEMES = frozenset({
-    "json", "jsons", "xml", "xmls", "form", "forms", "ntfy", "ntfys", "matrix", "matrixs",
-    "mailto", "mailtos", "gotify", "gotifys", "mmost", "mmosts", "rocket", "rockets",
-    "apprise", "apprises", "http", "https",
-})
 
 _load_lock = threading.Lock()
 _loaded = False
@@ -70,7 +64,7 @@ def describe_channel(url: str) -> str:
         return "<unparseable url>"
     if not scheme:
         return "<no scheme>"
-    return f"{scheme}://{host}" if scheme in _HOST_SCHEMES else f"{scheme}://"
+    return f"{scheme}://{host}" if scheme in HOST_SCHEMES else f"{scheme}://"
 
 
 def parse_urls(text: str | None) -> list[str]:
@@ -90,7 +84,11 @@ class Notifier:
         self._threads: list[threading.Thread] = []
 
     def notify(self, title: str, body: str, *, kind: Kind, events: EventSink) -> None:
-        """Send to every channel; returns at once (unless ``background=False``), never raises."""
+        """Send to every channel; returns at once (unless ``background=False``), never raises.
+
+        The URLs are resolved (so registered for masking) before the title and
+        body are masked: a message never carries a secret, a channel's own included.
+        """
         if kind == "success" and not self.settings.notify_success:
             return
         try:
@@ -102,6 +100,8 @@ class Notifier:
             _record(events, f"{kind} not sent: no notification channels configured",
                     {"kind": kind})
             return
+        title, body = mask(title), mask(body)
+
         def job() -> None:
             self._send_all(urls, title, body, kind, events)
 

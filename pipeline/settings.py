@@ -3,7 +3,8 @@
 Built once at the edge by ``pipeline.config.load_settings`` from
 ``config/*.toml`` plus ``PIPELINE_*`` environment overrides, then passed in
 through constructors. Secrets are never held here: a ``SecretRef`` names an
-environment variable or a file, resolved only when the secret is used.
+environment variable or a file, resolved only when the secret is used; every
+value it resolves to is registered for masking (``pipeline.masking``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pipeline.masking import register_secret
 
 DEFAULT_KEEP_DIRS: tuple[str, ...] = (
     ".venv",
@@ -47,7 +50,12 @@ class SecretRef:
         return self.env is not None or self.file is not None
 
     def resolve(self) -> str | None:
-        """Read the secret now; ``None`` when it is not configured or absent."""
+        """Read the secret now (and register it for masking); ``None`` when absent."""
+        value = self._read()
+        register_secret(value)
+        return value
+
+    def _read(self) -> str | None:
         if self.env is not None:
             value = os.environ.get(self.env)
             if value:
@@ -90,11 +98,16 @@ class WorkspaceSettings:
     capacity_bytes: int | None = None
 
 
+# GitHub caps webhook payloads at 25 MB and does not deliver larger ones.
+DEFAULT_MAX_WEBHOOK_BODY_BYTES = 25 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class HttpSettings:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8787
     api_token: SecretRef = field(default_factory=SecretRef)
+    max_webhook_body_bytes: int = DEFAULT_MAX_WEBHOOK_BODY_BYTES
 
 
 # Package registries every sandboxed command may reach in ``allowlist`` mode.

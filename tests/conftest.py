@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.masking import clear_secrets
+
 # Variables a developer's shell might carry that would change what tests see.
 _LEAKY_PREFIXES = ("PIPELINE_", "ANTHROPIC_", "CLAUDE_", "OPENAI_", "CODEX_", "GIT_")
 _LEAKY_NAMES = ("GITHUB_TOKEN", "GH_TOKEN", "GITEA_TOKEN", "GITLAB_TOKEN", "XDG_DATA_HOME")
@@ -34,6 +36,14 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "afk@test.invalid")
     monkeypatch.setenv("GIT_COMMITTER_NAME", "afk test")
     monkeypatch.setenv("GIT_COMMITTER_EMAIL", "afk@test.invalid")
+
+
+@pytest.fixture(autouse=True)
+def clean_secrets() -> Iterator[None]:
+    """Forget registered secrets around each test, so one test's secrets never mask another's."""
+    clear_secrets()
+    yield
+    clear_secrets()
 
 
 def _postgres_available() -> str | None:

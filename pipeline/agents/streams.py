@@ -20,13 +20,13 @@ from urllib.parse import urlsplit
 from pipeline.agents.base import AgentRequest, AgentResult, check_process, summarise
 from pipeline.errors import FatalError
 from pipeline.events import EventSink
+from pipeline.masking import mask, mask_data
 from pipeline.proc import CommandResult, StopToken
 from pipeline.sandbox.jail import Jail
 from pipeline.sandbox.network import NetworkPolicy
 from pipeline.settings import AgentPreset
 
 MAX_GARBAGE_EVENTS = 20
-MIN_MASKED_PREFIX = 4  # a cut-off key's start this long is masked too
 # The model API each agent kind reaches unless told otherwise.
 KIND_HOSTS: dict[str, tuple[str, ...]] = {
     "claude": ("api.anthropic.com",),
@@ -70,27 +70,24 @@ class JsonLines:
 
 
 class RedactingSink:
-    """Passes events on with the agent's own key masked, should a tool call echo it."""
+    """Passes events on with every registered secret masked, should the agent print one.
+
+    The agent's own key is resolved (so registered) first; the rest of the
+    daemon's secrets are in the same registry (``pipeline.masking``).
+    """
 
     def __init__(self, events: EventSink, preset: AgentPreset) -> None:
         self.events = events
-        key = preset.api_key.resolve() if preset.api_key.configured else None
-        self.secret = key if key and len(key) >= 8 else None
+        if preset.api_key.configured:
+            preset.api_key.resolve()
 
     def __call__(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
-        self.events(kind, self.mask(message), data)
+        masked = mask_data(dict(data)) if data is not None else None
+        self.events(kind, self.mask(message), masked)
 
     def mask(self, message: str) -> str:
-        """``message`` with the key masked, also when a bounded summary cut it short."""
-        if self.secret is None:
-            return message
-        message = message.replace(self.secret, "***")
-        if message.endswith("…"):
-            body = message[:-1]
-            for size in range(min(len(self.secret) - 1, len(body)), MIN_MASKED_PREFIX - 1, -1):
-                if body.endswith(self.secret[:size]):
-                    return body[:-size] + "***…"
-        return message
+        """``message`` with secrets masked, also when a bounded summary cut one short."""
+        return mask(message)
 
 
 def agent_env(preset: AgentPreset, request: AgentRequest) -> dict[str, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pipeline.store import migrate
 from pipeline.store.claim import ClaimMixin, SweepReport
-from pipeline.store.engine import describe_db_error, redact_url
+from pipeline.store.engine import describe_db_error
 from pipeline.store.history import HistoryMixin
 from pipeline.store.issues import IssuesMixin, LocalComment, LocalIssue, UnknownIssue
 from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
@@ -54,5 +54,4 @@ __all__ = [
     "UnknownRepo",
     "UnknownRun",
     "describe_db_error",
-    "redact_url",
 ]

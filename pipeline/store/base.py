@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, insert, select, text
 from sqlalchemy.exc import OperationalError
 
+from pipeline.masking import mask
 from pipeline.store.engine import db_now, make_engine, normalise_url, read_tx, write_tx
 from pipeline.store.models import RepoRow, RunEventRow, RunRow
 
@@ -71,7 +72,9 @@ class StoreBase:
                 attempt=attempt,
                 ts=now or db_now(conn),
                 kind=kind,
-                message=message[:MAX_EVENT_MESSAGE],
+                # Masked before it is cut, so no piece of a secret survives the cut;
+                # the column type masks the data (and everything else) again.
+                message=mask(message)[:MAX_EVENT_MESSAGE],
                 data_json=dump_data(data),
             )
         )

@@ -33,14 +33,6 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def redact_url(url: str) -> str:
-    """The URL with any password hidden, for logs and messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparseable database URL>"
-
-
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; raises ConfigError naming what is wrong with it."""
     url = normalise_url(url)

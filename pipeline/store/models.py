@@ -1,5 +1,8 @@
 """SQLAlchemy models: the run history and the queue, one schema for both engines.
 
+Free-text columns are ``Masked*`` types (``pipeline.store.masked``): secrets are
+masked in them on every write and read, whichever verb touches them.
+
 Two partial unique indexes carry the core guarantees in the database itself,
 so that neither a crash nor a second replica can break them:
 
@@ -25,6 +28,8 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from pipeline.store.masked import MaskedJson, MaskedString, MaskedText
 
 TERMINAL_STATES = ("succeeded", "failed", "escalated", "cancelled")
 WAITING_STATES = ("queued", "retry_wait")
@@ -60,7 +65,7 @@ class RepoRow(Base):
     default_branch: Mapped[str] = mapped_column(String(200), default="main")
     settings_json: Mapped[str] = mapped_column(Text, default="{}")
     state: Mapped[str] = mapped_column(String(20), default="active")
-    frozen_reason: Mapped[str | None] = mapped_column(Text)
+    frozen_reason: Mapped[str | None] = mapped_column(MaskedText)
     frozen_run_id: Mapped[int | None] = mapped_column(Integer)
     frozen_by: Mapped[str | None] = mapped_column(String(200))
     frozen_at: Mapped[datetime | None] = mapped_column(DateTime)
@@ -77,10 +82,10 @@ class IssueRow(Base):
     tracker: Mapped[str] = mapped_column(String(100))
     external_id: Mapped[str] = mapped_column(String(100), default="")
     number: Mapped[int] = mapped_column(Integer)
-    title: Mapped[str] = mapped_column(Text, default="")
+    title: Mapped[str] = mapped_column(MaskedText, default="")
     author: Mapped[str] = mapped_column(String(200), default="")
     labeller: Mapped[str | None] = mapped_column(String(200))
-    url: Mapped[str] = mapped_column(Text, default="")
+    url: Mapped[str] = mapped_column(MaskedText, default="")
     etag: Mapped[str | None] = mapped_column(String(200))
     remote_updated_at: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime)
@@ -128,19 +133,19 @@ class RunRow(Base):
     timeout_s: Mapped[float | None] = mapped_column(Float)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     error_class: Mapped[str | None] = mapped_column(String(50))
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(MaskedText)
     base_sha: Mapped[str | None] = mapped_column(String(64))
     head_sha: Mapped[str | None] = mapped_column(String(64))
     pushed_sha: Mapped[str | None] = mapped_column(String(64))
     branch: Mapped[str | None] = mapped_column(String(300))
     worktree: Mapped[str | None] = mapped_column(Text)
-    agent_session: Mapped[str | None] = mapped_column(String(200))
+    agent_session: Mapped[str | None] = mapped_column(MaskedString(200))
     tokens_in: Mapped[int] = mapped_column(Integer, default=0)
     tokens_out: Mapped[int] = mapped_column(Integer, default=0)
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
     num_turns: Mapped[int] = mapped_column(Integer, default=0)
     setup_s: Mapped[float | None] = mapped_column(Float)
-    summary: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[str | None] = mapped_column(MaskedText)
     requested_by: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
@@ -166,8 +171,8 @@ class RunEventRow(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     ts: Mapped[datetime] = mapped_column(DateTime)
     kind: Mapped[str] = mapped_column(String(30))
-    message: Mapped[str] = mapped_column(Text)
-    data_json: Mapped[str] = mapped_column(Text, default="{}")
+    message: Mapped[str] = mapped_column(MaskedText)
+    data_json: Mapped[str] = mapped_column(MaskedJson, default="{}")
 
 
 class EscalationRow(Base):
@@ -177,8 +182,8 @@ class EscalationRow(Base):
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
     repo_id: Mapped[int] = mapped_column(ForeignKey("repos.id"))
     reason: Mapped[str] = mapped_column(String(100))
-    detail: Mapped[str] = mapped_column(Text, default="")
-    notified: Mapped[str] = mapped_column(Text, default="")
+    detail: Mapped[str] = mapped_column(MaskedText, default="")
+    notified: Mapped[str] = mapped_column(MaskedText, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime)
     acknowledged_by: Mapped[str | None] = mapped_column(String(200))
     acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime)
@@ -196,7 +201,7 @@ class SideEffectRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(300), unique=True)
     run_id: Mapped[int | None] = mapped_column(Integer)
-    detail: Mapped[str] = mapped_column(Text, default="")
+    detail: Mapped[str] = mapped_column(MaskedText, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime)
 
 
@@ -219,8 +224,8 @@ class LocalIssueRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     repo: Mapped[str] = mapped_column(String(200))
-    title: Mapped[str] = mapped_column(Text)
-    body: Mapped[str] = mapped_column(Text, default="")
+    title: Mapped[str] = mapped_column(MaskedText)
+    body: Mapped[str] = mapped_column(MaskedText, default="")
     author: Mapped[str] = mapped_column(String(200), default="")
     state: Mapped[str] = mapped_column(String(20), default="open")
     labels_json: Mapped[str] = mapped_column(Text, default="[]")
@@ -236,5 +241,5 @@ class LocalCommentRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     issue_id: Mapped[int] = mapped_column(ForeignKey("local_issues.id"))
     author: Mapped[str] = mapped_column(String(200), default="")
-    body: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(MaskedText)
     created_at: Mapped[datetime] = mapped_column(DateTime)

@@ -25,7 +25,7 @@ from typing import Literal
 import httpx
 
 from pipeline.events import EventSink
-from pipeline.logs import mask
+from pipeline.masking import mask
 from pipeline.proc import StopToken, run_command
 from pipeline.settings import DeploySettings, ProbeSettings
 

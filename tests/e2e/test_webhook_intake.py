@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import select
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -147,3 +149,65 @@ def test_branch_mode_run_opens_a_pull_request(
     assert f"Closes #{number}" in pull.body and f"run {runs[0]['id']}" in pull.body
     remote = tmp_path / "remote.git"
     assert git(remote, "rev-parse", f"refs/heads/{pull.head}").strip() == runs[0]["pushed_sha"]
+
+
+HUGE = 100 * 1024 * 1024
+PIECE = b"x" * 65536
+
+
+def _post_until_answered(port: int, head: bytes, frames: Iterator[bytes]) -> str:
+    """Send ``head`` then ``frames`` until the daemon answers; its status line.
+
+    The daemon may answer (and stop reading) before the body is complete, so
+    the socket is checked for an answer before each frame, as curl does.
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(head)
+        for frame in frames:
+            if select.select([sock], [], [], 0)[0]:
+                break
+            try:
+                sock.sendall(frame)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        return sock.recv(4096).decode("latin-1").split("\r\n", 1)[0]
+
+
+def _peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    [line] = [x for x in status.splitlines() if x.startswith("VmHWM:")]
+    return int(line.split()[1]) / 1024
+
+
+def test_oversized_webhooks_are_413_with_bounded_memory(
+    tmp_path: Path, cli_env: dict[str, str], fake: FakeGitHub
+) -> None:
+    """100 MB bodies, declared or chunked, get 413; the daemon stays under 150 MB; then work."""
+    number = fake.add_issue(SLUG, "Write notes")
+    cli, port = _start(tmp_path, cli_env, fake, "default-branch")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    request = b"POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    store = Store(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        _until(lambda: f"/repos/{SLUG}/issues" in fake.paths("GET"), 30, "the start-up poll", log)
+        declared = _post_until_answered(
+            port,
+            request + f"Content-Length: {HUGE}\r\n\r\n".encode(),
+            (PIECE for _ in range(HUGE // len(PIECE))),
+        )
+        chunked = _post_until_answered(
+            port,
+            request + b"Transfer-Encoding: chunked\r\n\r\n",
+            (b"%x\r\n%s\r\n" % (len(PIECE), PIECE) for _ in range(HUGE // len(PIECE))),
+        )
+        peak_mb = _peak_rss_mb(daemon.pid)
+        _, response = _label_and_send(fake, number, port)
+        _until(lambda: _runs(store), 30, "the queued run", log)
+    finally:
+        store.close()
+        assert stop_daemon(daemon) == 0, log.read_text()[-3000:]
+    assert declared.startswith("HTTP/1.1 413 "), declared
+    assert chunked.startswith("HTTP/1.1 413 "), chunked
+    assert peak_mb < 150, f"daemon peak RSS {peak_mb:.0f} MB"
+    assert response.status_code == 202, response.text

@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.events import NullSink
 from pipeline.lifecycle import marker
+from pipeline.masking import register_secret
 from pipeline.store import Run
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld
@@ -102,3 +103,16 @@ def test_escalation_labels_blocked_and_says_what_to_do_once(
     [comment] = tagged(fake, run.issue_number, f"run={run.id}:escalated")
     assert "tests_never_green" in comment and "The tests failed 3 times." in comment
     assert f"pipeline runs retry {run.id}" in comment and READY in comment
+
+
+def test_a_secret_in_an_escalation_never_reaches_the_issue_comment(
+    fake: FakeForge, world: IntakeWorld
+) -> None:
+    """The agent's words in an escalation are masked before the forge sees the comment."""
+    register_secret("SNTL-lifecycle-token-77aa")
+    run = queued_run(fake, world)
+    repo = world.settings.repos[0]
+    assert run.issue_number is not None
+    world.intake.lifecycle.escalated(run, repo, "blocked", "needs SNTL-lifecycle-token-77aa now")
+    [comment] = tagged(fake, run.issue_number, f"run={run.id}:escalated")
+    assert "needs *** now" in comment and "SNTL" not in comment

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from pipeline.masking import register_secret
 from pipeline.notify import Notifier
 from pipeline.settings import NotifySettings, SecretRef
 from pipeline.testing.deploy_target import free_port
@@ -61,3 +62,20 @@ def test_dead_channel_never_blocks_or_raises(monkeypatch: pytest.MonkeyPatch) ->
     assert notifier.flush(timeout_s=30)
     (_, message, data), = sink.of_kind("notify")
     assert data["ok"] is False and data["attempts"] == 3 and "failed after 3" in message
+
+
+def test_secrets_in_a_notification_are_masked_the_channels_own_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Title and body reach the channel masked, also the channel URL's own password."""
+    register_secret("SNTL-notify-push-token-5e")
+    with Receiver() as receiver:
+        url = f"json://bot:SNTL-notify-pass-9f@127.0.0.1:{receiver.port}/hook"
+        notifier = Notifier(settings(monkeypatch, url))
+        notifier.notify("run 1: SNTL-notify-push-token-5e", "saw SNTL-notify-pass-9f in a log",
+                        kind="escalation", events=RecordingSink())
+        assert notifier.flush(timeout_s=20)
+        (request,) = receiver.received
+    payload = request.json()
+    assert isinstance(payload, dict)
+    assert payload["title"] == "run 1: ***" and payload["message"] == "saw *** in a log"

@@ -19,7 +19,7 @@ from pipeline.agents.base import AgentRequest
 from pipeline.agents.command import CommandAgent
 from pipeline.errors import RetryableError
 from pipeline.intake import Intake
-from pipeline.logs import register_secret
+from pipeline.masking import register_secret
 from pipeline.proc import kill_stragglers
 from pipeline.settings import AgentPreset, ProbeSettings, RepoSettings, Settings, TrackerSettings
 from pipeline.store import Store

@@ -12,6 +12,7 @@ from pipeline.agents.claude import ClaudeStreamParser
 from pipeline.agents.codex import CodexStreamParser
 from pipeline.agents.streams import MAX_GARBAGE_EVENTS, RedactingSink
 from pipeline.errors import RetryableError
+from pipeline.masking import register_secret
 from pipeline.proc import CommandResult
 from pipeline.settings import AgentPreset, SecretRef
 from pipeline.testing.sinks import RecordingSink
@@ -165,3 +166,13 @@ def test_redacting_sink_masks_a_key_cut_short_by_a_summary(
     assert [message for _, message, _ in sink.events] == [
         "Bash echo ***", "Bash " + "y" * 189 + "***…", "Bash echo sk-other…"
     ]
+
+
+def test_redacting_sink_masks_every_registered_secret_in_message_and_data() -> None:
+    """Not only the agent's key: a push token the agent found is masked, in its data too."""
+    register_secret("SNTL-stream-push-token-3d")
+    sink = RecordingSink()
+    preset = AgentPreset(name="c", kind="command", command=("true",))
+    RedactingSink(sink, preset)("tool", "cat token: SNTL-stream-push-token-3d",
+                                {"input": {"command": "echo SNTL-stream-push-token-3d"}})
+    assert sink.events == [("tool", "cat token: ***", {"input": {"command": "echo ***"}})]

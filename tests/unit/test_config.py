@@ -232,6 +232,17 @@ def test_capacity_accepts_sizes(tmp_path: Path, written: str, size: int) -> None
     assert load_settings(path, environ={}).workspace.capacity_bytes == size
 
 
+def test_webhook_body_limit_defaults_to_githubs_cap_and_takes_sizes(tmp_path: Path) -> None:
+    """[http] max_webhook_body_bytes: 25 MiB by default (GitHub's cap), bytes or a size."""
+    assert load_settings(write(tmp_path, ""), environ={}).http.max_webhook_body_bytes == 25 * 2**20
+    path = write(tmp_path, '[http]\nmax_webhook_body_bytes = "1MiB"\n')
+    assert load_settings(path, environ={}).http.max_webhook_body_bytes == 2**20
+    path = write(tmp_path, "[http]\nmax_webhook_body_bytes = 0\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, environ={})
+    assert "http.max_webhook_body_bytes: must be a positive byte count" in str(caught.value)
+
+
 def test_check_prints_summary(tmp_path: Path) -> None:
     """check_command prints OK with counts and returns 0."""
     out, err = io.StringIO(), io.StringIO()

@@ -12,10 +12,10 @@ from pipeline.errors import FatalError
 from pipeline.gitutil import (
     branch_name,
     is_disk_full,
-    redact_url,
     relative_inside,
     safe_component,
 )
+from pipeline.masking import redact_url
 from pipeline.workspace import _keep_pattern
 
 
@@ -69,7 +69,8 @@ def test_branch_name_from_a_typical_issue_ref() -> None:
 def test_redact_url_hides_userinfo_only() -> None:
     """Tokens in URLs are replaced; the host and path remain for the reader."""
     text = "fatal: https://x-access-token:ghp_abc@github.com/acme/app.git not found"
-    assert redact_url(text) == "fatal: https://***@github.com/acme/app.git not found"
+    assert redact_url(text) == "fatal: https://x-access-token:***@github.com/acme/app.git not found"
+    assert redact_url("https://ghp_abc@github.com/a.git") == "https://***@github.com/a.git"
     assert redact_url("git@github.com:acme/app.git") == "git@github.com:acme/app.git"
 
 
