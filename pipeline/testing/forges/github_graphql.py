@@ -82,8 +82,12 @@ def _actor(login: str) -> dict[str, Any]:
 
 
 def _not_found(path: list[str], message: str, data: dict[str, Any]) -> Reply:
-    error = {"type": "NOT_FOUND", "path": path, "locations": [{"line": 2, "column": 3}],
-             "message": message}
+    error = {
+        "type": "NOT_FOUND",
+        "path": path,
+        "locations": [{"line": 2, "column": 3}],
+        "message": message,
+    }
     return Reply(200, {"data": data, "errors": [error]})
 
 
