@@ -23,6 +23,7 @@ from pipeline.settings import (
 )
 
 TRACKER_KINDS = ("github", "gitea", "forgejo", "gitlab", "local")
+UNTRUSTED_TEXT_MODES = ("omit", "quote")
 AGENT_KINDS = ("claude", "codex", "command")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -180,6 +181,9 @@ def tracker(name: str, table: Table) -> TrackerSettings:
         working_label=table.text("working_label", defaults.working_label),
         blocked_label=table.text("blocked_label", defaults.blocked_label),
         poll_interval_s=table.optional_number("poll_interval_s"),
+        untrusted_text=table.choice(
+            "untrusted_text", UNTRUSTED_TEXT_MODES, defaults.untrusted_text
+        ) or defaults.untrusted_text,
     )
     table.finish()
     return result

@@ -17,8 +17,10 @@ from pathlib import Path
 from pipeline.agents import Agent, AgentResult
 from pipeline.conflicts import ConflictResolver
 from pipeline.errors import EscalationError, FatalError
+from pipeline.events import EventSink
 from pipeline.faults import checkpoint
 from pipeline.implement import ImplementOutcome, IssueInfo, implement, run_test_gate
+from pipeline.issue_text import Snapshot, trusted_issue
 from pipeline.lifecycle import Lifecycle
 from pipeline.masking import mask
 from pipeline.publish import find_pushed, publish
@@ -60,7 +62,7 @@ class RunFlow:
         repo = self.deps.settings.repo(run.repo_name)
         if repo is None:
             raise FatalError("missing_repo", f"repo {run.repo_name!r} is no longer in the config")
-        issue = self._issue_info(run, repo)
+        issue = self._issue_info(run, repo, ctx.events)
         checkpoint("preparing", run.id)
         if run.kind == "issue":
             self.deps.lifecycle.claimed(run, repo, ctx.events)
@@ -217,7 +219,8 @@ class RunFlow:
         checkpoint("after_push", ctx.run.id)  # pushed, not yet recorded: the worst moment
         ctx.update(pushed_sha=sha)
 
-    def _issue_info(self, run: Run, repo: RepoSettings) -> IssueInfo:
+    def _issue_info(self, run: Run, repo: RepoSettings, events: EventSink) -> IssueInfo:
+        """The issue as the agent may see it: trusted text only (``pipeline.issue_text``)."""
         if run.kind == "fix_forward" or run.issue_number is None:
             root = self.deps.recovery.chain_root(run)
             title = f"Fix forward: the deploy of run {run.parent_id} is broken"
@@ -234,14 +237,21 @@ class RunFlow:
             )
         tracker = self.deps.trackers[repo.tracker]
         detail = tracker.get_issue(repo.slug, run.issue_number)
+        record = self.deps.store.get_issue(run.issue_id) if run.issue_id else None
+        tracker_settings = self.deps.settings.tracker(repo.tracker)
+        if tracker_settings is None:
+            raise FatalError("missing_tracker", f"tracker {repo.tracker!r} is not in the config")
+        text = trusted_issue(tracker, tracker_settings, repo.slug, detail, Snapshot.of(record))
+        events("trust", text.message, text.data)
         return IssueInfo(
             ref=f"#{detail.number}",
             number=detail.number,
-            title=detail.title,
-            body=detail.body,
-            comments=tuple(f"{c.author}: {c.body}" for c in detail.comments),
+            title=text.title,
+            body=text.body,
+            comments=text.comments,
             url=detail.url,
             author=detail.author,
+            untrusted_comments=text.quoted,
         )
 
     def _evidence(self, run: Run) -> str | None:

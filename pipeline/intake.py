@@ -3,7 +3,8 @@
 Polling is the safety net and always on; a webhook is the fast path (GitHub
 does not redeliver failed deliveries). Both end in ``consider``: an enrolled
 repo, a ready label applied by a trusted actor, then ``store.enqueue``, which
-dedupes on the issue so labelling twice enqueues once.
+dedupes on the issue so labelling twice enqueues once. Accepting a label
+also keeps a snapshot of the title and body it vouched for.
 
 A failing tracker backs off on its own (``retry-after`` or reset when the
 forge says, else exponential) without stopping the others or the daemon.
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pipeline.errors import ConfigError, FatalError, RetryableError
 from pipeline.lifecycle import Lifecycle
 from pipeline.settings import RepoSettings, Settings
-from pipeline.store import Store
+from pipeline.store import IssueSnapshot, Store
 from pipeline.store.runs import EnqueueResult, QueueFull
 from pipeline.trackers.base import Tracker, TrackerIssue
 from pipeline.trackers.webhooks import WebhookPayloadError, parse_event, verify
@@ -190,7 +191,8 @@ class Intake:
         ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
         if issue.is_pull_request or ready not in issue.labels or issue.state not in OPEN_STATES:
             return None
-        actor = labeller or tracker.labeller(repo.slug, issue.number, ready)
+        mark = tracker.label_event(repo.slug, issue.number, ready)
+        actor = labeller or (mark.actor if mark else None)
         if actor is None or not tracker.is_trusted(repo.slug, actor):
             log.info("%s#%s: ready label from untrusted %s ignored", repo.name, issue.number, actor)
             self.lifecycle.untrusted(repo, issue.number, actor)
@@ -205,6 +207,11 @@ class Intake:
             external_id=issue.external_id,
             labeller=actor,
             remote_updated_at=issue.updated_at,
+            # What the trusted label vouched for, kept the first time it is seen (see
+            # pipeline.issue_text): later polls and edits never overwrite it.
+            snapshot=IssueSnapshot(
+                issue.title, issue.body, mark.at if mark else None, issue.updated_at
+            ),
         )
         result = self.store.enqueue(
             repo.name,

@@ -153,6 +153,7 @@ class TrackerSettings:
     working_label: str = "agent-working"
     blocked_label: str = "agent-blocked"
     poll_interval_s: float | None = None
+    untrusted_text: str = "omit"  # omit | quote: comments by untrusted authors
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,13 @@ from pipeline.store import migrate
 from pipeline.store.claim import ClaimMixin, SweepReport
 from pipeline.store.engine import describe_db_error
 from pipeline.store.history import HistoryMixin
-from pipeline.store.issues import IssuesMixin, LocalComment, LocalIssue, UnknownIssue
+from pipeline.store.issues import (
+    IssuesMixin,
+    IssueSnapshot,
+    LocalComment,
+    LocalIssue,
+    UnknownIssue,
+)
 from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
 from pipeline.store.repos import ReposMixin, UnknownRepo
 from pipeline.store.runs import (
@@ -39,6 +45,7 @@ __all__ = [
     "Escalation",
     "Heartbeat",
     "Issue",
+    "IssueSnapshot",
     "LocalComment",
     "LocalIssue",
     "QueueFull",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.store.base import StoreBase
@@ -45,6 +46,24 @@ class LocalComment:
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class IssueSnapshot:
+    """The title and body as intake saw them when it accepted the trusted ready label.
+
+    ``labelled_at`` is the forge's time of that label (``None`` if no event
+    said). A snapshot is kept while the label time stays the same, so later
+    polls never overwrite what was first seen; a new label time (the issue was
+    labelled again) replaces it. ``remote_updated_at`` is the issue's
+    ``updated_at`` on the forge at that moment, which places the snapshot among
+    the forge's own edit times.
+    """
+
+    title: str
+    body: str
+    labelled_at: str | None
+    remote_updated_at: str | None
+
+
 class UnknownIssue(LookupError):
     def __init__(self, issue_id: int) -> None:
         super().__init__(f"local issue {issue_id} does not exist (see `pipeline issue list`)")
@@ -53,6 +72,24 @@ class UnknownIssue(LookupError):
 def _local(row: dict[str, object]) -> LocalIssue:
     labels = json.loads(str(row["labels_json"]) or "[]")
     return from_mapping(LocalIssue, {**row, "labels": tuple(labels)})
+
+
+def _snapshot_values(
+    found: Row[Any] | None, snapshot: IssueSnapshot | None, now: datetime
+) -> dict[str, object]:
+    """The snapshot columns to write: none if a snapshot of this labelling is kept."""
+    if snapshot is None:
+        return {}
+    if found is not None and found.snapshot_taken_at is not None:
+        if snapshot.labelled_at is None or found.labelled_at in (None, snapshot.labelled_at):
+            return {}
+    return {
+        "labelled_at": snapshot.labelled_at,
+        "labelled_title": snapshot.title,
+        "labelled_body": snapshot.body,
+        "labelled_remote_updated_at": snapshot.remote_updated_at,
+        "snapshot_taken_at": now,
+    }
 
 
 class IssuesMixin(StoreBase):
@@ -70,8 +107,12 @@ class IssuesMixin(StoreBase):
         external_id: str = "",
         labeller: str | None = None,
         remote_updated_at: str | None = None,
+        snapshot: IssueSnapshot | None = None,
     ) -> Issue:
-        """Record an issue as last seen on its tracker; returns it with its id."""
+        """Record an issue as last seen on its tracker; returns it with its id.
+
+        ``snapshot`` is stored unless one for the same label time is already kept.
+        """
         values = {
             "tracker": tracker,
             "title": title,
@@ -83,28 +124,36 @@ class IssuesMixin(StoreBase):
         if labeller is not None:
             values["labeller"] = labeller
         try:
-            return self._upsert_issue(repo, number, values)
+            return self._upsert_issue(repo, number, values, snapshot)
         except IntegrityError:
             # Another replica inserted this issue between our SELECT and INSERT (PostgreSQL
             # does not serialise them as SQLite's BEGIN IMMEDIATE does): now it is an update.
-            return self._upsert_issue(repo, number, values)
+            return self._upsert_issue(repo, number, values, snapshot)
 
-    def _upsert_issue(self, repo: str, number: int, values: dict[str, str | None]) -> Issue:
+    def _upsert_issue(
+        self,
+        repo: str,
+        number: int,
+        values: dict[str, str | None],
+        snapshot: IssueSnapshot | None,
+    ) -> Issue:
         with self._write() as conn:
             repo_id = self._repo_id(conn, repo)
             if repo_id is None:
                 raise UnknownRepo(repo)
             now = db_now(conn)
             where = (IssueRow.repo_id == repo_id, IssueRow.number == number)
-            found = conn.execute(select(IssueRow.id).where(*where)).scalar_one_or_none()
+            kept = select(IssueRow.id, IssueRow.labelled_at, IssueRow.snapshot_taken_at)
+            found = conn.execute(kept.where(*where)).first()
+            fields = {**values, **_snapshot_values(found, snapshot, now)}
             if found is None:
                 conn.execute(
                     insert(IssueRow).values(
-                        repo_id=repo_id, number=number, created_at=now, updated_at=now, **values
+                        repo_id=repo_id, number=number, created_at=now, updated_at=now, **fields
                     )
                 )
             else:
-                conn.execute(update(IssueRow).where(*where).values(updated_at=now, **values))
+                conn.execute(update(IssueRow).where(*where).values(updated_at=now, **fields))
             row = conn.execute(select(IssueRow.__table__).where(*where)).mappings().one()
         return from_mapping(Issue, row)
 

@@ -88,6 +88,12 @@ class IssueRow(Base):
     url: Mapped[str] = mapped_column(MaskedText, default="")
     etag: Mapped[str | None] = mapped_column(String(200))
     remote_updated_at: Mapped[str | None] = mapped_column(String(64))
+    # The issue as intake first saw it with the trusted ready label (see IssueSnapshot).
+    labelled_at: Mapped[str | None] = mapped_column(String(64))
+    labelled_title: Mapped[str | None] = mapped_column(Text)
+    labelled_body: Mapped[str | None] = mapped_column(Text)
+    labelled_remote_updated_at: Mapped[str | None] = mapped_column(String(64))
+    snapshot_taken_at: Mapped[datetime | None] = mapped_column(DateTime)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
 

@@ -46,6 +46,11 @@ class Issue:
     url: str
     external_id: str = ""
     labeller: str | None = None
+    labelled_at: str | None = None
+    labelled_title: str | None = None
+    labelled_body: str | None = None
+    labelled_remote_updated_at: str | None = None
+    snapshot_taken_at: datetime | None = None
 
 
 @dataclass(frozen=True)

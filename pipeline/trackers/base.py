@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from pipeline.errors import ConfigError, RetryableError
@@ -54,6 +55,43 @@ class IssueDetail(TrackerIssue):
 
 
 @dataclass(frozen=True)
+class LabelMark:
+    """One time a label was added: by whom (``None`` if the forge does not say) and when."""
+
+    actor: str | None
+    at: str  # the forge's timestamp, ISO 8601
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One version of an issue's title or body: who made it, when, and its text if known.
+
+    The first revision is the issue as opened (by its author, at its creation);
+    ``text`` is ``None`` where the forge records that an edit happened but not
+    the text it left (GitLab system notes).
+    """
+
+    at: str
+    editor: str | None
+    text: str | None
+
+
+@dataclass(frozen=True)
+class EditHistory:
+    """Who changed an issue's title and body, and when the ready label was added.
+
+    ``attributed`` is false where the forge cannot say who edited (Gitea,
+    Forgejo, the local tracker): then ``title`` and ``body`` are empty and only
+    the daemon's own snapshot guards against edits made after the label.
+    """
+
+    labels: tuple[LabelMark, ...] = ()  # the ready label's additions, oldest first
+    title: tuple[Revision, ...] = ()  # oldest first; the last one is the current text
+    body: tuple[Revision, ...] = ()
+    attributed: bool = False
+
+
+@dataclass(frozen=True)
 class CiState:
     """The CI verdict for one commit, summed over every check the forge knows.
 
@@ -84,6 +122,14 @@ class Tracker(Protocol):
 
     def labeller(self, slug: str, number: int, label: str) -> str | None:
         """Who applied ``label`` most recently, or ``None`` if no event says."""
+        ...
+
+    def label_event(self, slug: str, number: int, label: str) -> LabelMark | None:
+        """The most recent addition of ``label``: who and when; ``None`` if no event says."""
+        ...
+
+    def edit_history(self, slug: str, number: int, label: str) -> EditHistory:
+        """The title and body revisions, with their editors, and the additions of ``label``."""
         ...
 
     def is_trusted(self, slug: str, actor: str) -> bool:
@@ -169,6 +215,15 @@ def label_names(obj: Mapping[str, Any], where: str, key: str = "name") -> tuple[
         else:
             names.append(field(as_dict(item, where), key, where, str))
     return tuple(names)
+
+
+def parse_time(value: str) -> datetime:
+    """A forge timestamp (``2026-01-01T00:00:05Z``, with or without fractions or offset)."""
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise bad_response("timestamp", f"{value!r} is not an ISO 8601 time") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _kind(value: object) -> str:

@@ -11,7 +11,10 @@ Quirks handled here, from Gitea's swagger description:
   (cached) and a missing label is created;
 - the labeller is the ``user`` of the newest ``label`` timeline entry for that
   label whose ``body`` is ``"1"`` (Gitea writes ``"1"`` for added, ``""`` for removed);
-- a commit's statuses carry their state under ``status``, the combined one under ``state``.
+- a commit's statuses carry their state under ``status``, the combined one under ``state``;
+- no API says who edited an issue's body (the content history is a web page
+  only), so ``edit_history`` is unattributed and the daemon's snapshot taken
+  when it first saw the label is what guards the body.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from pipeline.settings import TrackerSettings
 from pipeline.trackers.base import (
     CiState,
     Comment,
+    EditHistory,
     IssueDetail,
+    LabelMark,
     TrackerIssue,
     as_dict,
     as_list,
     field,
     label_names,
+    parse_time,
     split_slug,
     text,
 )
@@ -85,8 +91,19 @@ class GiteaTracker:
         return IssueDetail(**vars(issue), comments=tuple(self.list_comments(slug, number)))
 
     def labeller(self, slug: str, number: int, label: str) -> str | None:
+        mark = self.label_event(slug, number, label)
+        return mark.actor if mark else None
+
+    def label_event(self, slug: str, number: int, label: str) -> LabelMark | None:
+        marks = self._label_marks(slug, number, label)
+        return marks[-1] if marks else None
+
+    def edit_history(self, slug: str, number: int, label: str) -> EditHistory:
+        return EditHistory(labels=self._label_marks(slug, number, label), attributed=False)
+
+    def _label_marks(self, slug: str, number: int, label: str) -> tuple[LabelMark, ...]:
         path = f"{_repo(slug)}/issues/{number}/timeline"
-        actor: str | None = None
+        marks = []
         for raw in self._collect(path, {}, not_found="missing_issue") or []:
             entry = as_dict(raw, path)
             if entry.get("type") != "label" or entry.get("body") != "1":
@@ -94,7 +111,8 @@ class GiteaTracker:
             if isinstance(entry.get("label"), dict) and entry["label"].get("name") == label:
                 user = entry.get("user")
                 actor = user.get("login") if isinstance(user, dict) else None
-        return actor
+                marks.append(LabelMark(actor, text(entry, "created_at", path)))
+        return tuple(sorted(marks, key=lambda mark: parse_time(mark.at)))
 
     def is_trusted(self, slug: str, actor: str) -> bool:
         return permission_trusted(self.http, self.settings, _repo(slug), actor, WRITE_PERMISSIONS)

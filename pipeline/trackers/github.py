@@ -4,7 +4,8 @@ Paths and shapes follow GitHub's OpenAPI description (``@octokit/openapi``):
 issues are listed with ``labels=<ready>&state=open&per_page=100`` and paged by
 ``Link``; the issues endpoint also returns pull requests, recognisable by a
 ``pull_request`` key, which are dropped. The labeller comes from the issue's
-``labeled`` events; trust can come from write permission on the repo.
+``labeled`` events; trust can come from write permission on the repo. Who
+edited the title and body comes from ``github_history`` (events and GraphQL).
 """
 
 from __future__ import annotations
@@ -20,13 +21,22 @@ from pipeline.settings import TrackerSettings
 from pipeline.trackers.base import (
     CiState,
     Comment,
+    EditHistory,
     IssueDetail,
+    LabelMark,
     TrackerIssue,
     as_dict,
     field,
     label_names,
     split_slug,
     text,
+)
+from pipeline.trackers.github_history import (
+    body_revisions,
+    fetch_issue_edits,
+    graphql_url,
+    label_marks,
+    title_revisions,
 )
 from pipeline.trackers.http import ForgeHttp, HttpOptions, link_next, permission_trusted
 
@@ -50,6 +60,7 @@ class GitHubTracker:
     ) -> None:
         self.name = settings.name
         self.settings = settings
+        self.graphql_url = graphql_url(settings.base_url or GITHUB_API)
         self.http = ForgeHttp(
             "github",
             settings.base_url or GITHUB_API,
@@ -80,16 +91,29 @@ class GitHubTracker:
         return IssueDetail(**vars(issue), comments=comments)
 
     def labeller(self, slug: str, number: int, label: str) -> str | None:
+        mark = self.label_event(slug, number, label)
+        return mark.actor if mark else None
+
+    def label_event(self, slug: str, number: int, label: str) -> LabelMark | None:
         path = f"{_repo(slug)}/issues/{number}/events"
-        events = self.http.collect(path, {"per_page": "100"}, link_next) or []
-        actor: str | None = None
-        for raw in events:
-            event = as_dict(raw, path)
-            if event.get("event") != "labeled":
-                continue
-            if isinstance(event.get("label"), dict) and event["label"].get("name") == label:
-                actor = _login(event.get("actor"))
-        return actor
+        marks = label_marks(self._events(slug, number), label, path)
+        return marks[-1] if marks else None
+
+    def edit_history(self, slug: str, number: int, label: str) -> EditHistory:
+        path = f"{_repo(slug)}/issues/{number}/events"
+        events = self._events(slug, number)
+        owner, name = split_slug(slug)
+        issue, nodes = fetch_issue_edits(self.http, self.graphql_url, owner, name, number)
+        return EditHistory(
+            labels=label_marks(events, label, path),
+            title=title_revisions(events, issue, path),
+            body=body_revisions(issue, nodes, self.graphql_url),
+            attributed=True,
+        )
+
+    def _events(self, slug: str, number: int) -> list[Any]:
+        path = f"{_repo(slug)}/issues/{number}/events"
+        return self.http.collect(path, {"per_page": "100"}, link_next) or []
 
     def is_trusted(self, slug: str, actor: str) -> bool:
         return permission_trusted(self.http, self.settings, _repo(slug), actor, WRITE_PERMISSIONS)
@@ -151,12 +175,6 @@ def _repo(slug: str) -> str:
     if "/" in owner:
         raise ConfigError(f"repo slug {slug!r}: GitHub slugs are owner/name")
     return f"/repos/{owner}/{name}"
-
-
-def _login(user: Any) -> str | None:
-    if isinstance(user, dict) and isinstance(user.get("login"), str):
-        return str(user["login"])
-    return None
 
 
 def parse_issue(item: dict[str, Any]) -> TrackerIssue:

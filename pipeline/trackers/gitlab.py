@@ -6,6 +6,11 @@ issue by its ``iid``. Open issues are ``state=opened``; lists page by
 ``remove_labels`` on ``PUT issues/:iid``; comments are notes (system notes left
 out); the labeller comes from ``resource_label_events``; CI is the newest
 pipeline for the SHA. Trust by permission means Developer (30) or above.
+
+Who edited an issue comes from its system notes: GitLab writes one, authored
+by the editor, for every description change ("changed the description") and
+title change ("changed title from ... to ..."). The notes keep no text, so an
+older revision's text is unknown here; the daemon's snapshot may supply it.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ from pipeline.settings import TrackerSettings
 from pipeline.trackers.base import (
     CiState,
     Comment,
+    EditHistory,
     IssueDetail,
+    LabelMark,
+    Revision,
     TrackerIssue,
     as_dict,
     as_list,
     field,
     label_names,
+    parse_time,
     split_slug,
     text,
 )
@@ -78,17 +87,48 @@ class GitLabTracker:
         return IssueDetail(**vars(issue), comments=tuple(self.list_comments(slug, number)))
 
     def labeller(self, slug: str, number: int, label: str) -> str | None:
+        mark = self.label_event(slug, number, label)
+        return mark.actor if mark else None
+
+    def label_event(self, slug: str, number: int, label: str) -> LabelMark | None:
+        marks = self._label_marks(slug, number, label)
+        return marks[-1] if marks else None
+
+    def edit_history(self, slug: str, number: int, label: str) -> EditHistory:
+        page = self.http.get(f"{_project(slug)}/issues/{number}", not_found="missing_issue")
+        issue = as_dict(page.data, page.url)
+        where = f"gitlab issue {page.url}"
+        created = text(issue, "created_at", where)
+        author = field(issue, "author.username", where, str)
+        titles, bodies = [Revision(created, author, None)], [Revision(created, author, None)]
+        for note in self._notes(slug, number):
+            if not note.get("system"):
+                continue
+            said = text(note, "body", where)
+            change = Revision(text(note, "created_at", where), _username(note.get("author")), None)
+            if said.startswith("changed the description"):
+                bodies.append(change)
+            elif said.startswith("changed title"):
+                titles.append(change)
+        return EditHistory(
+            labels=self._label_marks(slug, number, label),
+            title=_with_current(titles, text(issue, "title", where)),
+            body=_with_current(bodies, text(issue, "description", where)),
+            attributed=True,
+        )
+
+    def _label_marks(self, slug: str, number: int, label: str) -> tuple[LabelMark, ...]:
         path = f"{_project(slug)}/issues/{number}/resource_label_events"
         events = self.http.collect(path, {"per_page": "100"}, next_page, not_found="missing_issue")
-        actor: str | None = None
+        marks = []
         for raw in events or []:
             event = as_dict(raw, path)
             named = event.get("label")
             is_label = isinstance(named, dict) and named.get("name") == label
             if event.get("action") == "add" and is_label:
-                user = event.get("user")
-                actor = user.get("username") if isinstance(user, dict) else None
-        return actor
+                at = text(event, "created_at", path)
+                marks.append(LabelMark(_username(event.get("user")), at))
+        return tuple(sorted(marks, key=lambda mark: parse_time(mark.at)))
 
     def is_trusted(self, slug: str, actor: str) -> bool:
         if actor in self.settings.trusted_actors:
@@ -118,13 +158,15 @@ class GitLabTracker:
 
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         path = f"{_project(slug)}/issues/{number}/notes"
+        return [parse_note(note, path) for note in self._notes(slug, number)
+                if not note.get("system")]
+
+    def _notes(self, slug: str, number: int) -> list[dict[str, Any]]:
+        """Every note, system notes included, oldest first."""
+        path = f"{_project(slug)}/issues/{number}/notes"
         params = {"sort": "asc", "order_by": "created_at", "per_page": "100"}
         notes = self.http.collect(path, params, next_page, not_found="missing_issue") or []
-        return [
-            parse_note(note, path)
-            for note in (as_dict(raw, path) for raw in notes)
-            if not note.get("system")
-        ]
+        return [as_dict(raw, path) for raw in notes]
 
     def close(self, slug: str, number: int, comment: str | None) -> None:
         if comment:
@@ -172,6 +214,19 @@ class GitLabTracker:
 def _project(slug: str) -> str:
     split_slug(slug)  # validates; nested groups are fine
     return f"/projects/{quote(slug, safe='')}"
+
+
+def _username(user: Any) -> str | None:
+    if isinstance(user, dict) and isinstance(user.get("username"), str):
+        return str(user["username"])
+    return None
+
+
+def _with_current(revisions: list[Revision], current: str) -> tuple[Revision, ...]:
+    """Oldest first; the newest revision's text is the current one, the others unknown."""
+    ordered = sorted(revisions, key=lambda rev: parse_time(rev.at))
+    last = ordered[-1]
+    return (*ordered[:-1], Revision(last.at, last.editor, current))
 
 
 def _pipeline_id(pipeline: dict[str, Any]) -> int:

@@ -125,6 +125,11 @@ class ForgeHttp:
         response = self._send("GET", path, params=params, not_found=None)
         return None if response.status_code == 404 else self._page(response, "GET")
 
+    def query(self, url: str, body: object) -> Page:
+        """A POST that only reads (GraphQL): no write lock, no spacing between calls."""
+        response = self._send("POST", url, json=body, not_found="missing_repo")
+        return self._page(response, "POST")
+
     def mutate(
         self, method: str, path: str, body: object = None, *, not_found: str = "missing_repo"
     ) -> Page:

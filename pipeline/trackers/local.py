@@ -15,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from pipeline.errors import FatalError
 from pipeline.settings import TrackerSettings
 from pipeline.store import LocalIssue, Store
-from pipeline.trackers.base import CiState, Comment, IssueDetail, TrackerIssue
+from pipeline.trackers.base import (
+    CiState,
+    Comment,
+    EditHistory,
+    IssueDetail,
+    LabelMark,
+    TrackerIssue,
+)
 
 LOCAL_AUTHOR = "afk-pipeline"
 _ISSUE_REF = re.compile(r"(?<![\w/])#(\d+)\b")
@@ -76,6 +83,18 @@ class LocalTracker:
     def labeller(self, slug: str, number: int, label: str) -> str | None:
         issue = self._issue(slug, number)
         return issue.labeller if label in issue.labels else None
+
+    def label_event(self, slug: str, number: int, label: str) -> LabelMark | None:
+        """The labeller and the issue's last change (local issues keep no label times)."""
+        issue = self._issue(slug, number)
+        if label not in issue.labels:
+            return None
+        return LabelMark(issue.labeller, issue.updated_at.isoformat())
+
+    def edit_history(self, slug: str, number: int, label: str) -> EditHistory:
+        """Unattributed: the snapshot guards the body (local issues cannot be edited today)."""
+        mark = self.label_event(slug, number, label)
+        return EditHistory(labels=(mark,) if mark else (), attributed=False)
 
     def is_trusted(self, slug: str, actor: str) -> bool:
         # Local issues are written by whoever can reach the daemon's database;

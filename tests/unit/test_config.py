@@ -286,3 +286,15 @@ def test_show_reports_problems_like_check(tmp_path: Path) -> None:
     assert show_command(path, out, err) == 2
     assert out.getvalue() == ""
     assert err.getvalue() == f"{path}:max_concurrency: must be an integer >= 1, got integer 0\n"
+
+
+def test_untrusted_text_defaults_to_omit_and_accepts_quote(tmp_path: Path) -> None:
+    """``untrusted_text`` is omit unless set; quote is accepted; anything else is named."""
+    base = '[trackers.gh]\nkind = "github"\n'
+    settings = load_settings(write(tmp_path, base), environ={})
+    assert settings.tracker("gh").untrusted_text == "omit"  # type: ignore[union-attr]
+    quoted = load_settings(write(tmp_path, base + 'untrusted_text = "quote"\n'), environ={})
+    assert quoted.tracker("gh").untrusted_text == "quote"  # type: ignore[union-attr]
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, base + 'untrusted_text = "show"\n'), environ={})
+    assert "trackers.gh.untrusted_text" in str(caught.value) and "omit, quote" in str(caught.value)

@@ -202,6 +202,12 @@ class FakeForge(ForgeState):
     def authorized(self, request: Request) -> bool:
         raise NotImplementedError
 
+    def api_path(self, path: str) -> str | None:
+        """The path under the API prefix that routes match, or ``None`` (404) outside it."""
+        if not path.startswith(self.api_prefix):
+            return None
+        return path[len(self.api_prefix):] or "/"
+
     def rate_headers(self) -> dict[str, str]:
         return {}
 
@@ -212,10 +218,10 @@ class FakeForge(ForgeState):
 
     async def _endpoint(self, request: Request) -> Response:
         raw_path = request.scope.get("raw_path") or request.url.path.encode()
-        path = raw_path.decode("latin-1").split("?", 1)[0]
-        if not path.startswith(self.api_prefix):
+        local = self.api_path(raw_path.decode("latin-1").split("?", 1)[0])
+        if local is None:
             return json_response(404, {"message": "Not Found"}, {})
-        path = path[len(self.api_prefix):] or "/"
+        path = local
         record = RecordedRequest(
             request.method, unquote(path), dict(parse_qsl(request.url.query)),
             headers={k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS},

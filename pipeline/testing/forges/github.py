@@ -4,6 +4,8 @@ Paths, pagination (``per_page`` default 30, cap 100, ``Link`` headers),
 rate-limit headers (``x-ratelimit-*``; 403 when exhausted) and object shapes
 follow GitHub's OpenAPI description as published in ``@octokit/openapi``;
 ``tests/fixtures/github`` holds the examples the shapes are checked against.
+``POST /graphql`` (``/api/graphql`` on Enterprise) answers the one GraphQL
+query the pipeline sends (``github_graphql``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from urllib.parse import unquote
 from starlette.requests import Request
 from starlette.responses import Response
 
+from pipeline.testing.forges import github_graphql
 from pipeline.testing.forges.base import FakeForge, Reply, json_response, page_bounds
 from pipeline.testing.forges.model import FakeCheckRun, FakeComment, FakeIssue, FakeStatus
 
@@ -47,10 +50,16 @@ class FakeGitHub(FakeForge):
         self.route("GET", REPO + "/commits/(?P<sha>[^/]+)/status", self._combined_status)
         self.route("GET", REPO + "/pulls", self._list_pulls)
         self.route("POST", REPO + "/pulls", self._create_pull)
+        self.route("POST", "/graphql", lambda _r, _m, body: github_graphql.answer(self, body))
 
     def authorized(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
         return header in (f"Bearer {self.token}", f"token {self.token}")
+
+    def api_path(self, path: str) -> str | None:
+        if self.api_prefix.endswith("/v3") and path == self.api_prefix[: -len("/v3")] + "/graphql":
+            return "/graphql"  # Enterprise: REST under /api/v3, GraphQL at /api/graphql
+        return super().api_path(path)
 
     def rate_headers(self) -> dict[str, str]:
         return {
@@ -149,6 +158,9 @@ class FakeGitHub(FakeForge):
         issue = self._issue(m)
         if isinstance(body, dict) and body.get("state") in ("open", "closed"):
             self.set_state(_slug(m), issue.number, body["state"])
+        if isinstance(body, dict) and (body.get("title") or body.get("body") is not None):
+            self.edit_issue(_slug(m), issue.number, self.bot, title=body.get("title"),
+                            body=body.get("body"))
         return Reply(200, self.render_issue(_slug(m), issue))
 
     def _list_comments(self, request: Request, m: re.Match[str], _: Any) -> Reply:
@@ -187,6 +199,14 @@ class FakeGitHub(FakeForge):
              "label": {"name": e.label, "color": "ededed"}}
             for e in issue.events
         ]
+        items += [
+            {"id": e.id, "node_id": _node("RenamedTitleEvent", e.id),
+             "url": f"{self._api()}/repos/{slug}/issues/events/{e.id}", "actor": _user(e.editor),
+             "event": "renamed", "commit_id": None, "commit_url": None, "created_at": e.at,
+             "performed_via_github_app": None, "rename": {"from": e.old, "to": e.new}}
+            for e in issue.edits if e.field == "title"
+        ]
+        items.sort(key=lambda item: (item["created_at"], item["id"]))
         return self._paged(request, items)
 
     def _list_labels(self, request: Request, m: re.Match[str], _: Any) -> Reply:

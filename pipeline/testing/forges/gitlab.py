@@ -3,7 +3,8 @@
 Projects are addressed by URL-encoded path; issues by ``iid``; lists page by
 ``page``/``per_page`` (default 20, cap 100) with ``x-next-page``, ``x-total``
 and ``Link``; labels are strings changed by ``add_labels``/``remove_labels``;
-label changes also appear as system notes, as on GitLab; rate-limit headers
+label, title and description changes also appear as system notes, authored
+by whoever made them, as on GitLab; rate-limit headers
 are ``RateLimit-*`` and an exhausted limit answers 429 with ``Retry-After``.
 """
 
@@ -125,6 +126,9 @@ class FakeGitLab(FakeForge):
             self.apply_label(slug, issue.number, name, self.bot)
         for name in _split(body.get("remove_labels")):
             self.unlabel(slug, issue.number, name, self.bot)
+        if body.get("title") or body.get("description") is not None:
+            self.edit_issue(slug, issue.number, self.bot, title=body.get("title"),
+                            body=body.get("description"))
         if body.get("state_event") in ("close", "reopen"):
             state = "closed" if body["state_event"] == "close" else "open"
             self.set_state(slug, issue.number, state)
@@ -136,6 +140,11 @@ class FakeGitLab(FakeForge):
             FakeComment(e.id, e.actor, f"{'added' if e.added else 'removed'} ~{e.label} label",
                         e.created_at, system=True)
             for e in issue.events
+        ]
+        system += [  # GitLab's wording (SystemNotes::IssuablesService), authored by the editor
+            FakeComment(e.id, e.editor, "changed the description" if e.field == "body"
+                        else f"changed title from **{e.old}** to **{e.new}**", e.at, system=True)
+            for e in issue.edits
         ]
         notes = sorted(issue.comments + system, key=lambda c: c.created_at,
                        reverse=request.query_params.get("sort", "desc") == "desc")

@@ -37,6 +37,18 @@ class LabelEvent:
 
 
 @dataclass
+class ContentEdit:
+    """A change of an issue's title or body: who, when, what it was and became."""
+
+    id: int
+    field: str  # title | body
+    editor: str
+    old: str
+    new: str
+    at: str
+
+
+@dataclass
 class FakeIssue:
     id: int
     number: int
@@ -52,6 +64,7 @@ class FakeIssue:
     base: str = ""  # pull requests: target branch
     comments: list[FakeComment] = field(default_factory=list)
     events: list[LabelEvent] = field(default_factory=list)
+    edits: list[ContentEdit] = field(default_factory=list)
 
 
 @dataclass
@@ -196,6 +209,21 @@ class ForgeState:
             issue.comments.append(comment)
             issue.updated_at = comment.created_at
             return comment
+
+    def edit_issue(
+        self, slug: str, number: int, editor: str, *, title: str | None = None,
+        body: str | None = None,
+    ) -> None:
+        """``editor`` changes the title and/or body (each change recorded with its time)."""
+        with self.lock:
+            issue = self.issue(slug, number)
+            stamp = self.now()
+            for name, new in (("title", title), ("body", body)):
+                old = getattr(issue, name)
+                if new is not None and new != old:
+                    issue.edits.append(ContentEdit(self.next_id(), name, editor, old, new, stamp))
+                    setattr(issue, name, new)
+            issue.updated_at = stamp
 
     def set_state(self, slug: str, number: int, state: str) -> None:
         with self.lock:

@@ -1,0 +1,72 @@
+"""Hidden content out of tracker text before it reaches an agent's prompt.
+
+A rendered issue hides some of its source from the maintainer who reads it:
+HTML comments, zero-width characters, bidirectional controls that reorder
+what is displayed, Unicode tag characters (U+E0000 block, invisible ASCII
+look-alikes that models still read) and other invisible formatting. A
+maintainer labels what they saw, so only what they saw may reach the agent;
+``strip_hidden`` removes the rest and counts what it removed.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+# An unterminated ``<!--`` hides everything after it when rendered.
+_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_KEPT_CONTROLS = frozenset("\n\t")
+# Invisible but not category Cf: Hangul fillers, the braille blank, variation
+# selectors (which can smuggle bytes behind an emoji) and the combining grapheme joiner.
+_INVISIBLE_RANGES = (
+    (0x034F, 0x034F),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x2800, 0x2800),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFFA0, 0xFFA0),
+    (0xE0100, 0xE01EF),
+)
+
+
+@dataclass(frozen=True)
+class Stripped:
+    """Text with its hidden content removed, and how much was removed."""
+
+    text: str
+    html_comments: int = 0
+    invisible_chars: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.html_comments or self.invisible_chars)
+
+
+def is_invisible(char: str) -> bool:
+    """True for a character a rendered issue does not show (kept: newline, tab)."""
+    if char in _KEPT_CONTROLS:
+        return False
+    category = unicodedata.category(char)
+    if category in ("Cf", "Cc", "Cs", "Zl", "Zp"):  # format, control, surrogate, separators
+        return True
+    code = ord(char)
+    return any(low <= code <= high for low, high in _INVISIBLE_RANGES)
+
+
+def strip_hidden(text: str) -> Stripped:
+    """``text`` without HTML comments and invisible characters (``\\r\\n`` becomes ``\\n``).
+
+    Invisible characters go first, so none can hide an HTML comment's opening
+    from the comment pattern (``<\\u200b!--`` renders as a comment's start).
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    visible = "".join(char for char in text if not is_invisible(char))
+    removed = len(text) - len(visible)
+    comments = 0
+    while True:  # removing one comment can join the halves of another: repeat until none
+        visible, found = _HTML_COMMENT.subn("", visible)
+        if not found:
+            return Stripped(visible, html_comments=comments, invisible_chars=removed)
+        comments += found
