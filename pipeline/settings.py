@@ -129,6 +129,10 @@ class AgentPreset:
     env: tuple[tuple[str, str], ...] = ()  # non-secret variables passed to the agent
     idle_timeout_s: float = 600.0
     exit_grace_s: float = 10.0
+    # Token prices (USD per million) for agents that report tokens but no cost (codex).
+    price_input_usd_per_mtok: float | None = None
+    price_cached_input_usd_per_mtok: float | None = None  # default: the input price
+    price_output_usd_per_mtok: float | None = None
 
 
 @dataclass(frozen=True)
