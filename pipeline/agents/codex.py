@@ -166,33 +166,47 @@ class CodexAgent:
         return result
 
     def _account(
-        self, result: AgentResult, total: CodexUsage, request: AgentRequest, events: EventSink
+        self,
+        result: AgentResult,
+        total: CodexUsage | None,
+        request: AgentRequest,
+        events: EventSink,
     ) -> AgentResult:
-        """The result with this invocation's tokens and cost; over budget, an error."""
-        spent = self.ledger.spent(result.session_id, request.resume_session, total)
+        """The result with this invocation's tokens and cost; over budget, an error.
+
+        A failed turn reports no usage: it counts as none, and the session's
+        remembered total stays, so a resumption counts what it used.
+        """
+        spent = (
+            CodexUsage()
+            if total is None
+            else self.ledger.spent(result.session_id, request.resume_session, total)
+        )
         cost = usage_cost(self.preset, spent)
         result = dataclasses.replace(
             result, tokens_in=spent.input, tokens_out=spent.output, cost_usd=cost
         )
         budget = effective_budget(self.preset.max_budget_usd, request.max_budget_usd)
-        if budget is None:
+        if budget is None or cost <= budget:
+            if budget is not None and not priced(self.preset):
+                events(
+                    "agent",
+                    f"codex reports no cost and agents.{self.name} sets no "
+                    f"price_*_usd_per_mtok: the budget of ${budget:.4f} is not enforced",
+                )
             return result
-        if not priced(self.preset):
-            events(
-                "agent",
-                f"codex reports no cost and agents.{self.name} sets no "
-                f"price_*_usd_per_mtok: the budget of ${budget:.4f} is not enforced",
-            )
-            return result
-        if cost <= budget:
-            return result
-        return dataclasses.replace(
-            result,
-            subtype="error_max_budget_usd",
-            is_error=True,
-            errors=(
-                *result.errors,
-                f"{spent.input} in / {spent.output} out tokens cost "
-                f"${cost:.4f}, over the budget of ${budget:.4f}",
-            ),
-        )
+        return over_budget(result, spent, budget)
+
+
+def over_budget(result: AgentResult, spent: CodexUsage, budget: float) -> AgentResult:
+    """``result`` as the failure a spend over ``budget`` is (it escalates ``budget``)."""
+    return dataclasses.replace(
+        result,
+        subtype="error_max_budget_usd",
+        is_error=True,
+        errors=(
+            *result.errors,
+            f"{spent.input} in / {spent.output} out tokens cost ${result.cost_usd:.4f}, "
+            f"over the budget of ${budget:.4f}",
+        ),
+    )

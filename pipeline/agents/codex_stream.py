@@ -102,7 +102,7 @@ class CodexStreamParser:
     done: threading.Event = field(default_factory=threading.Event)
     session_id: str | None = None
     turns: int = 0
-    usage: CodexUsage = field(default_factory=CodexUsage)
+    usage: CodexUsage | None = None  # the running total; none after a failed turn
     tool_calls: int = 0
     last_text: str = ""
     errors: list[str] = field(default_factory=list)
@@ -125,7 +125,7 @@ class CodexStreamParser:
         elif kind == "turn.started":
             self.turns += 1
         elif kind == "turn.completed":
-            self.usage = _usage(event.get("usage"), self.usage)
+            self.usage = _usage(event.get("usage"))
             self._finish(failed=False)
         elif kind == "turn.failed":
             self._error(_message(event.get("error")))
@@ -170,8 +170,8 @@ class CodexStreamParser:
             subtype="error_during_execution" if self.failed else "success",
             is_error=self.failed,
             num_turns=self.turns,
-            tokens_in=self.usage.input,
-            tokens_out=self.usage.output,
+            tokens_in=self.usage.input if self.usage else 0,
+            tokens_out=self.usage.output if self.usage else 0,
             result_text=self.last_text,
             blocked_reason=blocked_reason(self.last_text),
             api_error_status=self.api_error_status,
@@ -182,9 +182,9 @@ class CodexStreamParser:
         )
 
 
-def _usage(value: object, default: CodexUsage) -> CodexUsage:
+def _usage(value: object) -> CodexUsage:
     if not isinstance(value, Mapping):
-        return default
+        return CodexUsage()
     return CodexUsage(
         _int(value.get("input_tokens")),
         _int(value.get("cached_input_tokens")),

@@ -122,6 +122,21 @@ def test_recorded_failures_classify(
     assert getattr(caught.value, "kind", None) == kind
 
 
+def test_a_failed_turn_counts_no_usage_and_keeps_the_sessions_total(tmp_path: Path) -> None:
+    """No usage after ``turn.failed``: zero tokens, and the remembered total is kept."""
+    failed, parser, _ = _parse("exec_stream_failed")
+    assert parser.usage is None and (failed.tokens_in, failed.tokens_out) == (0, 0)
+    ledger = UsageLedger()
+    ledger.spent("s-1", None, CodexUsage(600, 0, 200))
+    agent = CodexAgent(PRICED, ledger)
+    request = AgentRequest("p", tmp_path, {}, tmp_path, "s-1")
+    result = agent._account(
+        dataclasses.replace(failed, session_id="s-1"), None, request, RecordingSink()
+    )
+    assert result.cost_usd == 0.0 and result.tokens_in == 0
+    assert ledger.spent("s-1", "s-1", CodexUsage(900, 0, 260)) == CodexUsage(300, 0, 60)
+
+
 def test_reconnect_notices_reach_the_timeline_as_log_events() -> None:
     """Codex's ``Reconnecting... 1/1`` notice is logged, not taken for the final error."""
     result, _, sink = _parse("exec_overloaded")
