@@ -50,8 +50,9 @@ def builtin_agents() -> dict[str, AgentPreset]:
     """Agent presets available without configuration."""
     return {
         "claude": AgentPreset(name="claude", kind="claude", command=("claude",)),
+        # `codex exec` reads the key for OpenAI's own API from CODEX_API_KEY.
         "codex": AgentPreset(name="codex", kind="codex", command=("codex",),
-                             api_key_var="OPENAI_API_KEY"),
+                             api_key_var="CODEX_API_KEY"),
     }
 
 
@@ -215,9 +216,25 @@ def agent(name: str, table: Table) -> AgentPreset:
         network=table.choice("network", NETWORK_MODES),
         allow_hosts=hosts(table, "allow_hosts", base.allow_hosts),
         pass_env=pass_env(table, "pass_env"),
+        price_input_usd_per_mtok=price(table, kind, "price_input_usd_per_mtok"),
+        price_cached_input_usd_per_mtok=price(table, kind, "price_cached_input_usd_per_mtok"),
+        price_output_usd_per_mtok=price(table, kind, "price_output_usd_per_mtok"),
     )
     table.finish()
     return result
+
+
+def price(table: Table, kind: str, name: str) -> float | None:
+    """A token price (USD per million), for the kind that reports tokens but no cost (codex)."""
+    if not table.has(name):
+        return None
+    value = table.number(name, -1.0, 0.0, strict=False)  # -1: reported as an error
+    if value < 0:
+        return None
+    if kind != "codex":
+        table.error(name, f'only for kind = "codex" (a {kind} agent\'s cost is not computed '
+                    "from token prices)")
+    return value
 
 
 def check_placeholders(table: Table, name: str, command: tuple[str, ...]) -> None:

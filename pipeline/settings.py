@@ -176,6 +176,10 @@ class AgentPreset:
     network: str | None = None  # allowlist | open; None: the [sandbox] default
     allow_hosts: tuple[str, ...] = ()  # hosts this agent may reach besides the sandbox's
     pass_env: tuple[str, ...] = ()  # host variables this agent gets besides the defaults
+    # Token prices (USD per million) for agents that report tokens but no cost (codex).
+    price_input_usd_per_mtok: float | None = None
+    price_cached_input_usd_per_mtok: float | None = None  # default: the input price
+    price_output_usd_per_mtok: float | None = None
 
 
 @dataclass(frozen=True)

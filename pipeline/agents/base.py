@@ -22,6 +22,7 @@ from pipeline.sandbox.jail import Jail
 _BLOCKED = re.compile(r"^\s*BLOCKED:\s*(.+?)\s*$", re.MULTILINE)
 _RETRYABLE_TEXT = (
     ("overloaded", "agent_overloaded"),
+    ("high demand", "agent_overloaded"),  # Codex's words for a 5xx from the model API
     ("rate limit", "agent_rate_limited"),
     ("rate_limit", "agent_rate_limited"),
     ("too many requests", "agent_rate_limited"),

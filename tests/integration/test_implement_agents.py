@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.agents import Agent, AgentRequest, build_agent
+from pipeline.agents.codex import codex_argv
 from pipeline.errors import CancelRequested, FatalError, RetryableError
 from pipeline.proc import StopToken
 from pipeline.settings import AgentPreset, SecretRef
@@ -130,17 +131,20 @@ def test_the_agents_key_is_masked_in_events(
 
 
 def test_codex_preset_runs_and_parses_a_stand_in(tmp_path: Path) -> None:
-    """The codex preset reads ``exec --json`` output of a process (a fixture replayed)."""
+    """The codex preset runs its argv with the prompt on stdin and reads ``exec --json``."""
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "codex" / "exec_success.jsonl"
-    script = tmp_path / "fake_codex.py"
+    script, seen = tmp_path / "fake_codex.py", tmp_path / "seen.json"
     script.write_text(
-        "import sys\nsys.stdin.read()\n"
+        "import json, sys\n"
+        f"json.dump([sys.argv[1:], sys.stdin.read()], open({str(seen)!r}, 'w'))\n"
         f"sys.stdout.write(open({str(fixture)!r}).read())\n"
     )
     preset = AgentPreset(name="codex", kind="codex", command=(sys.executable, str(script)))
-    result = build_agent(preset).run(_request(tmp_path), events=RecordingSink(), stop=None)
-    assert result.session_id == "0199a213-81c0-7800-8aa1-bbab2a035a53"
-    assert result.tool_calls == 3 and result.tokens_in == 24763
+    request = _request(tmp_path)
+    result = build_agent(preset).run(request, events=RecordingSink(), stop=None)
+    assert result.session_id and result.tool_calls == 4 and result.tokens_in == 600
+    argv, stdin = json.loads(seen.read_text())
+    assert argv == codex_argv(preset, request)[2:] and stdin == request.prompt
 
 
 _CHATTY = """\

@@ -169,13 +169,15 @@ def test_claude_argv_carries_every_configured_option(tmp_path: Path) -> None:
 
 
 def test_codex_argv_reads_the_prompt_from_stdin_and_resumes(tmp_path: Path) -> None:
-    """``codex exec --json``; a resumed run names the thread; the prompt is ``-``."""
-    preset = AgentPreset(name="codex", kind="codex", model="gpt-x")
+    """``codex exec --json`` without Codex's sandbox; ``resume <thread>`` before the ``-``."""
+    preset = AgentPreset(name="codex", kind="codex", model="gpt-x", extra_args=("--x",))
     assert codex_argv(preset, _request(tmp_path)) == [
-        "codex", "exec", "--json", "--full-auto", "--model", "gpt-x", "-",
+        "codex", "exec", "--json", "--dangerously-bypass-approvals-and-sandbox",
+        "--skip-git-repo-check", "-c", "shell_environment_policy.ignore_default_excludes=false",
+        "--model", "gpt-x", "--x", "-",
     ]
-    assert codex_argv(preset, _request(tmp_path, resume_session="th-1"))[-3:] == [
-        "resume", "th-1", "-",
+    assert codex_argv(preset, _request(tmp_path, resume_session="th-1"))[-4:] == [
+        "--x", "resume", "th-1", "-",
     ]
 
 

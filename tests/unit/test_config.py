@@ -224,6 +224,30 @@ def test_declared_preset_replaces_builtin(tmp_path: Path) -> None:
     assert (agent.kind, agent.model, agent.command) == ("claude", "m1", ("npx", "claude"))
 
 
+def test_codex_prices_load_and_repos_may_change_them(tmp_path: Path) -> None:
+    """Token prices are read for a codex preset; a repo's agent_options override them."""
+    path = write(tmp_path, """
+[agents.codex]
+price_input_usd_per_mtok = 1.25
+price_output_usd_per_mtok = 10
+[repos.web]
+tracker = "local"
+slug = "o/web"
+remote_url = "web.git"
+agent = "codex"
+[repos.web.agent_options]
+price_cached_input_usd_per_mtok = 0.125
+""")
+    settings = load_settings(path, environ={})
+    codex = settings.agent("codex")
+    assert codex is not None and codex.api_key_var == "CODEX_API_KEY"
+    assert (codex.price_input_usd_per_mtok, codex.price_cached_input_usd_per_mtok,
+            codex.price_output_usd_per_mtok) == (1.25, None, 10.0)
+    web = settings.repo("web")
+    assert web is not None
+    assert web.agent_overrides == (("price_cached_input_usd_per_mtok", 0.125),)
+
+
 @pytest.mark.parametrize(("written", "size"), [
     ('"10GiB"', 10 * 2**30), ('"500MB"', 500 * 10**6), ("4096", 4096), ('"1.5KiB"', 1536)])
 def test_capacity_accepts_sizes(tmp_path: Path, written: str, size: int) -> None:

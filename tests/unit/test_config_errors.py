@@ -91,6 +91,11 @@ CASES: list[tuple[str, str, str]] = [
      "agents.x.command: unknown placeholder {prompt}; allowed: {prompt_file}, {workdir}"),
     ("command preset needs command", '[agents.x]\nkind = "command"\n',
      "agents.x.command: missing required value"),
+    ("price for a claude agent", '[agents.claude]\nprice_input_usd_per_mtok = 3\n',
+     'agents.claude.price_input_usd_per_mtok: only for kind = "codex" (a claude agent\'s '
+     "cost is not computed from token prices)"),
+    ("negative price", '[agents.codex]\nprice_output_usd_per_mtok = -1\n',
+     "agents.codex.price_output_usd_per_mtok: must be a number >= 0, got integer -1"),
     ("secret in agent env", '[agents.claude.env]\nMY_TOKEN = "t"\n',
      "agents.claude.env.MY_TOKEN: looks like a secret; use api_key_env/api_key_file "
      "instead of env"),
