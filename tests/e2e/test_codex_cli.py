@@ -179,7 +179,7 @@ def test_test_first_run_edits_runs_the_tests_and_pushes(
     codex_bin: str, api: ResponsesApiServer, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """Codex writes a failing test, runs it, fixes the code, runs it green; the daemon pushes."""
-    env_dump = tmp_path / "agent-env.txt"
+    env_dump = tmp_path / "volume" / "homes" / "calc" / "agent-env.txt"  # in the agent's HOME
     api.state.script[:] = [
         Turn(
             text="First a failing test.",
@@ -219,7 +219,7 @@ def test_red_gate_resumes_the_codex_session_with_its_history(
     codex_bin: str, api: ResponsesApiServer, tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """A red gate resumes the same session (``exec resume``); the model sees the first turn."""
-    env_dump = tmp_path / "agent-env.txt"
+    env_dump = tmp_path / "volume" / "homes" / "calc" / "agent-env.txt"  # in the agent's HOME
     api.state.script[:] = [
         Turn(tools=(apply_patch(add_file("test_calc.py", FAILING_TEST)),)),
         Turn(tools=(apply_patch(update_file("calc.py", "    return a - b", "    return a * b")),)),
