@@ -92,8 +92,7 @@ class RunFlow:
         self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace, issue: IssueInfo
     ) -> str:
         run = ctx.run
-        remote_ref = f"origin/{repo.default_branch}"
-        found = find_pushed(ws.path, remote_ref, run.id, ws.env)
+        found = find_pushed(ws.mirror, f"refs/heads/{repo.default_branch}", run.id)
         if found:
             ctx.events(
                 "publish",
@@ -112,6 +111,7 @@ class RunFlow:
             agent=self.deps.agent_factory(repo),
             workdir=ws.workdir,
             repo_root=ws.path,
+            tree=ws.git,
             env=ws.env,
             home=self._home(repo),
             events=ctx.events,
@@ -127,7 +127,8 @@ class RunFlow:
         result = publish(
             run_id=run.id,
             repo=repo,
-            repo_root=ws.path,
+            tree=ws.git,
+            mirror=ws.mirror,
             branch=ws.branch,
             base_sha=ws.base_sha,
             events=ctx.events,
@@ -137,7 +138,7 @@ class RunFlow:
             record_pushed=lambda sha: self._record_push(ctx, sha),
             open_pr=self._pull_request_opener(run, repo, issue),
             title=f"{issue.title} ({issue.ref})",
-            env=ws.env,
+            limits=self.deps.workspaces.git_limits,
         )
         return result.pushed_sha
 
@@ -148,7 +149,7 @@ class RunFlow:
         """The agent publish hands a rebase conflict to (its session resumed), and the gate."""
         return ConflictResolver(
             run_id=ctx.run.id, issue=issue, repo=repo, agent=self.deps.agent_factory(repo),
-            repo_root=ws.path, workdir=ws.workdir, branch=ws.branch, env=ws.env,
+            tree=ws.git, workdir=ws.workdir, branch=ws.branch, env=ws.env,
             home=self._home(repo), events=ctx.events, stop=ctx.stop,
             test_gate=lambda: run_test_gate(repo, ws.workdir, ws.env, ctx.events, ctx.stop).ok,
             resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,

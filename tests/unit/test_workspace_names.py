@@ -16,7 +16,7 @@ from pipeline.gitutil import (
     relative_inside,
     safe_component,
 )
-from pipeline.workspace import _keep_pattern
+from pipeline.slots import keep_pattern as _keep_pattern
 
 
 def ref_component_ok(part: str) -> bool:
