@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import CancelRequested, RetryableError
+from pipeline.errors import CancelRequested, LeaseLost, RetryableError
 from pipeline.gitrepo import GitRepo
 from pipeline.gitrun import GitLimits, GitRunner
 from pipeline.proc import StopToken
@@ -131,10 +131,14 @@ def test_a_silent_git_daemon_is_killed_at_the_wall_clock(tmp_path: Path) -> None
         assert git_processes(f"127.0.0.1:{silent.port}") == []
 
 
+@pytest.mark.parametrize(
+    ("reason", "raised"),
+    [("cancelled", CancelRequested), ("shutdown", CancelRequested), ("lease_lost", LeaseLost)],
+)
 def test_a_stop_kills_a_hanging_fetch_and_its_helpers(
-    server: GitHttpServer, tmp_path: Path
+    server: GitHttpServer, tmp_path: Path, reason: str, raised: type[Exception]
 ) -> None:
-    """Cancelling a run whose fetch hangs kills git and git-remote-http at once."""
+    """A cancel, SIGTERM's shutdown or a lost lease kills a hung fetch with git-remote-http."""
     repo = demo_repo(server.url("demo.git"))
     volume = tmp_path / "volume"
     volume.mkdir()
@@ -150,14 +154,14 @@ def test_a_stop_kills_a_hanging_fetch_and_its_helpers(
     def cancel_once_git_hangs() -> None:
         wait_for(lambda: server.stalled > stalled_before, "the fetch to reach the server")
         hanging.extend(git_processes(server.url("")))
-        stop.stop("cancelled")
+        stop.stop(reason)
 
     helper = threading.Thread(target=cancel_once_git_hangs)
     helper.start()
-    with pytest.raises(CancelRequested) as caught:
+    with pytest.raises(raised) as caught:
         prepare(workspaces, repo, 2, stop=stop)
     helper.join(timeout=30)
-    assert "stopped: cancelled" in str(caught.value)
+    assert f"stopped: {reason}" in str(caught.value)
     assert any("remote-http" in line for line in hanging)  # seen alive, so the scan works
     assert git_processes(server.url("")) == []
     server.stall(None)
