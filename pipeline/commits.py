@@ -5,40 +5,48 @@ Only the implement phase writes commits; publish takes them from here.
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.errors import EscalationError, FatalError
-
-_FALLBACK_IDENTITY = ("-c", "user.name=afk-pipeline", "-c", "user.email=afk-pipeline@localhost")
+from pipeline.gitrepo import GitRepo
+from pipeline.gitrun import DEFAULT_LIMITS, FALLBACK_IDENTITY, GitLimits, GitRunner
+from pipeline.proc import StopToken
 
 
 class Git:
-    """Git in one worktree, with the run's environment and no prompts."""
+    """Git in one run tree, pinned and hardened (``pipeline.gitrun``).
 
-    def __init__(self, root: Path, env: Mapping[str, str]) -> None:
-        self.root = root
-        self.env = {**env, "GIT_TERMINAL_PROMPT": "0"}
+    ``home`` replaces the daemon's HOME for git (whose global config it reads),
+    e.g. to see the identity the agent's HOME gives.
+    """
+
+    def __init__(
+        self,
+        tree: GitRepo,
+        *,
+        stop: StopToken | None = None,
+        limits: GitLimits = DEFAULT_LIMITS,
+        home: Path | None = None,
+    ) -> None:
+        self.tree = tree
+        self.runner = GitRunner(tree, stop, limits, env={"HOME": str(home)} if home else {})
         self._identity: tuple[str, ...] | None = None
 
+    @property
+    def root(self) -> Path:
+        return self.tree.where
+
     def run(self, *args: str, input_text: str | None = None, check: bool = True) -> str:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=self.root,
-            env=self.env,
-            input=input_text,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if check and proc.returncode != 0:
+        data = input_text.encode("utf-8") if input_text is not None else None
+        result = self.runner.run(*args, input_data=data)
+        if check and not result.ok:
             raise FatalError(
                 "git",
-                f"git {args[0]} failed in {self.root} (exit {proc.returncode}): "
-                f"{proc.stderr.strip()[-500:]}",
+                f"git {args[0]} failed in {self.root} (exit {result.returncode}): "
+                f"{result.stderr[-500:]}",
             )
-        return proc.stdout
+        return result.stdout
 
     def head(self) -> str:
         return self.run("rev-parse", "HEAD").strip()
@@ -71,21 +79,17 @@ class Git:
         return self._has_staged()
 
     def _has_staged(self) -> bool:
-        proc = subprocess.run(
-            ["git", "diff", "--cached", "--quiet"], cwd=self.root, env=self.env, check=False
-        )
-        return proc.returncode != 0
+        return not self.runner.run("diff-index", "--quiet", "--cached", "HEAD", "--").ok
 
     def commit(self, message: str) -> str:
         self.run(*self.identity(), "commit", "--no-verify", "-q", "-F", "-", input_text=message)
         return self.head()
 
     def identity(self) -> tuple[str, ...]:
-        """A fallback committer identity when neither env nor config gives one."""
+        """A fallback identity when config gives none (``GIT_COMMITTER_*`` would still win)."""
         if self._identity is None:
             configured = self.run("config", "user.email", check=False).strip()
-            has_env = "GIT_COMMITTER_EMAIL" in self.env or "EMAIL" in self.env
-            self._identity = () if configured or has_env else _FALLBACK_IDENTITY
+            self._identity = () if configured else FALLBACK_IDENTITY
         return self._identity
 
     def with_trailers(self, message: str, trailers: Sequence[tuple[str, str]]) -> str:

@@ -24,6 +24,8 @@ from pipeline.agents.base import Agent, AgentRequest, AgentResult, classify_resu
 from pipeline.commits import Git
 from pipeline.errors import CancelRequested, EscalationError
 from pipeline.events import EventSink
+from pipeline.gitrepo import GitRepo
+from pipeline.gitrun import FALLBACK_EMAIL, FALLBACK_NAME
 from pipeline.proc import StopToken
 from pipeline.prompt import IssueInfo
 from pipeline.sandbox.jail import Jail
@@ -33,10 +35,10 @@ __all__ = ["ConflictResolver", "conflict_prompt", "resolve_conflict_with_agent"]
 
 _IN_PROGRESS = ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD")
 _IDENTITY_ENV = (
-    ("GIT_AUTHOR_NAME", "afk-pipeline"),
-    ("GIT_AUTHOR_EMAIL", "afk-pipeline@localhost"),
-    ("GIT_COMMITTER_NAME", "afk-pipeline"),
-    ("GIT_COMMITTER_EMAIL", "afk-pipeline@localhost"),
+    ("GIT_AUTHOR_NAME", FALLBACK_NAME),
+    ("GIT_AUTHOR_EMAIL", FALLBACK_EMAIL),
+    ("GIT_COMMITTER_NAME", FALLBACK_NAME),
+    ("GIT_COMMITTER_EMAIL", FALLBACK_EMAIL),
 )
 
 
@@ -53,7 +55,7 @@ class ConflictResolver:
     issue: IssueInfo
     repo: RepoSettings
     agent: Agent
-    repo_root: Path  # the worktree root (git runs here)
+    tree: GitRepo  # the run's tree, pinned (the daemon's git runs here)
     workdir: Path  # where the agent runs
     branch: str
     env: Mapping[str, str]
@@ -80,7 +82,7 @@ class ConflictResolver:
 
     def retest(self) -> bool:
         """The test gate, unless it was green on this HEAD right after the resolution."""
-        head = Git(self.repo_root, self.env).head()
+        head = Git(self.tree, stop=self.stop).head()
         if head == self.green_head:
             self.events("test", f"tests already green on {head[:12]} after the conflict "
                         "resolution; not run again")
@@ -122,7 +124,7 @@ def resolve_conflict_with_agent(description: str, resolver: ConflictResolver) ->
     Raises what ``classify_result`` raises for a failed agent invocation, and
     ``CancelRequested`` when stopped, with the branch put back first.
     """
-    git = Git(resolver.repo_root, resolver.env)
+    git = Git(resolver.tree, stop=resolver.stop)
     target = git.run("rev-parse", "--verify",
                      f"refs/remotes/origin/{resolver.repo.default_branch}^{{commit}}").strip()
     original = git.head()
@@ -164,7 +166,8 @@ def _invoke(
         raise CancelRequested(f"stopped before the agent ran: {resolver.stop.reason}")
     env = {**resolver.env, "GIT_EDITOR": "true"}
     # Rebasing needs a committer; the agent's HOME may not hold the daemon's identity.
-    if Git(git.root, {**env, "HOME": str(resolver.home)}).identity():
+    has_env = "GIT_COMMITTER_EMAIL" in env or "EMAIL" in env
+    if not has_env and Git(git.tree, home=resolver.home).identity():
         env.update(_IDENTITY_ENV)
     resolver.events("agent", "rebase conflict handed to the agent",
                     {"resumed": resolver.resume_session is not None})
@@ -210,8 +213,8 @@ def _contains(git: Git, commit: str) -> bool:
 
 
 def _git_path(git: Git, name: str) -> Path:
-    path = Path(git.run("rev-parse", "--git-path", name).strip())
-    return path if path.is_absolute() else git.root / path
+    """Where a per-worktree state file lives: the daemon's path, not one git is told."""
+    return git.tree.git_dir / name
 
 
 def _restore(resolver: ConflictResolver, git: Git, original: str) -> None:

@@ -2,7 +2,8 @@
 
 ``<volume>/frozen/<run-id>/worktree`` is the run's worktree (moved with
 ``git worktree move`` and ``git worktree lock``ed, so ``prune`` and ``gc`` in
-the persistent checkout respect it) or its throwaway clone (renamed).
+the persistent checkout respect it; its admin dir renamed ``frozen-<dir>`` so the
+slot's name is free again) or its throwaway clone (renamed).
 ``manifest.json`` beside it says what it is. Only an explicit
 ``discard_evidence`` (after a human unfreezes the repo) deletes it.
 """
@@ -15,9 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.errors import FatalError
-from pipeline.gitutil import git
+from pipeline.gitrepo import GitRepo
+from pipeline.gitrun import GitRunner
 from pipeline.housekeeping import remove_tree
 from pipeline.masking import mask_data
+from pipeline.mirror import checkout_repo
 
 MANIFEST = "manifest.json"
 TREE = "worktree"
@@ -34,14 +37,18 @@ def new_evidence_dir(frozen_root: Path, run_id: int) -> Path:
     return candidate
 
 
-def freeze_tree(tree: Path, *, strategy: str, checkout: Path, target: Path, run_id: int) -> None:
+def freeze_tree(tree: GitRepo, *, strategy: str, checkout: GitRepo, target: Path,
+                run_id: int) -> None:
     """Move a run's tree to ``target`` so nothing will clean it up."""
     if strategy == "clone":
-        tree.rename(target)
+        tree.where.rename(target)
         return
-    git(["worktree", "move", str(tree), str(target)], cwd=checkout)
-    git(["worktree", "lock", "--reason", f"frozen evidence of run {run_id}", str(target)],
-        cwd=checkout)
+    git = GitRunner(checkout)
+    git.ok("worktree", "move", str(tree.where), str(target))
+    admin = tree.git_dir.with_name(f"frozen-{target.parent.name}")
+    tree.git_dir.rename(admin)
+    GitRepo(admin, tree.common_dir, target, config_source=tree.config_source).reclaim()
+    git.ok("worktree", "lock", "--reason", f"frozen evidence of run {run_id}", str(target))
 
 
 def write_manifest(evidence: Path, fields: Mapping[str, object]) -> None:
@@ -59,7 +66,11 @@ def discard_evidence(frozen_root: Path, evidence: Path) -> None:
         raise FatalError("evidence", f"{evidence} is not a frozen run's evidence directory "
                          f"under {frozen_root}")
     tree = resolved / TREE
-    if (tree / ".git").is_file():  # a worktree: unlock and unregister it first
-        git(["worktree", "unlock", str(tree)], cwd=tree)
-        git(["worktree", "remove", "--force", "--force", str(tree)], cwd=tree)
+    manifest = json.loads((resolved / MANIFEST).read_text(encoding="utf-8"))
+    if manifest.get("strategy") != "clone":  # a worktree: unlock and unregister it first
+        checkout = Path(manifest.get("checkout")
+                        or Path(manifest["original_path"]).parent.parent / "checkout")
+        git = GitRunner(checkout_repo(checkout.parent))
+        git.run("worktree", "unlock", str(tree))
+        git.run("worktree", "remove", "--force", "--force", str(tree))
     remove_tree(resolved)

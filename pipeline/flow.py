@@ -94,8 +94,7 @@ class RunFlow:
         self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace, issue: IssueInfo
     ) -> str:
         run = ctx.run
-        remote_ref = f"origin/{repo.default_branch}"
-        found = find_pushed(ws.path, remote_ref, run.id, ws.env)
+        found = find_pushed(ws.mirror, f"refs/heads/{repo.default_branch}", run.id)
         if found:
             ctx.events(
                 "publish",
@@ -114,6 +113,7 @@ class RunFlow:
             agent=self.deps.agent_factory(repo),
             workdir=ws.workdir,
             repo_root=ws.path,
+            tree=ws.git,
             env=ws.env,
             home=self._home(ws),
             events=ctx.events,
@@ -130,7 +130,8 @@ class RunFlow:
         result = publish(
             run_id=run.id,
             repo=repo,
-            repo_root=ws.path,
+            tree=ws.git,
+            mirror=ws.mirror,
             branch=ws.branch,
             base_sha=ws.base_sha,
             events=ctx.events,
@@ -140,7 +141,7 @@ class RunFlow:
             record_pushed=lambda sha: self._record_push(ctx, sha),
             open_pr=self._pull_request_opener(run, repo, issue),
             title=f"{issue.title} ({issue.ref})",
-            env=ws.env,
+            limits=self.deps.workspaces.git_limits,
         )
         return result.pushed_sha
 
@@ -152,7 +153,7 @@ class RunFlow:
         jail = self._jail(ws)
         return ConflictResolver(
             run_id=ctx.run.id, issue=issue, repo=repo, agent=self.deps.agent_factory(repo),
-            repo_root=ws.path, workdir=ws.workdir, branch=ws.branch, env=ws.env,
+            tree=ws.git, workdir=ws.workdir, branch=ws.branch, env=ws.env,
             home=self._home(ws), events=ctx.events, stop=ctx.stop,
             test_gate=lambda: run_test_gate(repo, ws.workdir, jail, ctx.events, ctx.stop).ok,
             resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,

@@ -7,6 +7,10 @@ links, so it is cheap), its ``origin`` pointed at the real remote, unlocked
 with the repo's key file. The clone always lives at the same path so that
 dependency directories put aside after one run (``kept/``) still work when
 moved back for the next.
+
+The whole clone is the agent's to write, its config included; the daemon keeps
+its own copy (``<repo_dir>/clone.gitconfig``, taken right after the unlock, so
+git-crypt's filters are in it) and restores it before each of its commands.
 """
 
 from __future__ import annotations
@@ -17,9 +21,14 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.errors import FatalError
-from pipeline.gitutil import git, run_tool
+from pipeline.gitrepo import GitRepo
+from pipeline.gitrun import GitRunner
 from pipeline.housekeeping import remove_tree
+from pipeline.mirror import Mirror
+from pipeline.proc import StopToken
 from pipeline.settings import RepoSettings
+
+CLONE_CONFIG = "clone.gitconfig"
 
 
 def git_crypt_key_path(repo: RepoSettings) -> Path | None:
@@ -37,39 +46,47 @@ def git_crypt_key_path(repo: RepoSettings) -> Path | None:
 
 
 def prepare_clone(
-    checkout: Path, path: Path, repo: RepoSettings, branch: str, base_sha: str, kept: Path
-) -> None:
+    mirror: Mirror, path: Path, branch: str, base_sha: str, stop: StopToken | None
+) -> GitRepo:
     """A fresh clone at ``path`` on ``branch`` at ``base_sha``, unlocked, deps restored."""
+    repo, repo_dir = mirror.repo, path.parent.parent
+    kept = repo_dir / "kept"
     if path.exists():
         save_kept(path, kept, repo.keep_dirs)
         remove_tree(path)
-    git(["clone", "--local", "--no-checkout", "--quiet", str(checkout), str(path)],
-        cwd=path.parent)
+    checkout = mirror.checkout()
+    assert checkout.config_source is not None  # prepare_checkout wrote it
+    config = repo_dir / CLONE_CONFIG
+    shutil.copyfile(checkout.config_source, config)
+    GitRunner(None, stop, mirror.limits, cwd=path.parent).ok(
+        "clone", "--local", "--no-checkout", "--quiet", str(checkout.common_dir), str(path))
+    clone = GitRepo.plain(path, config_source=config)
     try:
-        _point_at_base(path, repo, branch, base_sha)
-        unlock_git_crypt(path, repo)
+        git = GitRunner(clone, stop, mirror.limits)
+        _point_at_base(git, repo, branch, base_sha)
+        unlock_git_crypt(git, repo)
+        shutil.copyfile(clone.common_dir / "config", config)  # now with git-crypt's filters
     except BaseException:
         remove_tree(path)
         raise
     restore_kept(kept, path, repo.keep_dirs)
+    return clone
 
 
-def _point_at_base(path: Path, repo: RepoSettings, branch: str, base_sha: str) -> None:
-    """Origin is the real remote; only origin/<default> is known, at ``base_sha``."""
-    git(["remote", "set-url", "origin", repo.remote_url], cwd=path)
-    stale = git(["for-each-ref", "--format=delete %(refname)", "refs/remotes/origin"], cwd=path)
+def _point_at_base(git: GitRunner, repo: RepoSettings, branch: str, base_sha: str) -> None:
+    """Origin is the real remote (the daemon's config says so); only origin/<default> is known."""
+    stale = git.ok("for-each-ref", "--format=delete %(refname)", "refs/remotes/origin")
     if stale.strip():
-        git(["update-ref", "--no-deref", "--stdin"], cwd=path, input_data=stale.encode())
+        git.ok("update-ref", "--no-deref", "--stdin", input_data=stale.encode())
     default_ref = f"refs/remotes/origin/{repo.default_branch}"
-    git(["update-ref", default_ref, base_sha], cwd=path)
-    git(["symbolic-ref", "refs/remotes/origin/HEAD", default_ref], cwd=path)
-    git(["checkout", "--quiet", "-B", branch, base_sha], cwd=path)
+    git.ok("update-ref", default_ref, base_sha)
+    git.ok("symbolic-ref", "refs/remotes/origin/HEAD", default_ref)
+    git.ok("checkout", "--quiet", "-B", branch, base_sha)
     if branch != repo.default_branch:  # the clone's own default branch is stale otherwise
-        git(["branch", "--quiet", "--force", "--no-track", repo.default_branch, base_sha],
-            cwd=path)
+        git.ok("branch", "--quiet", "--force", "--no-track", repo.default_branch, base_sha)
 
 
-def unlock_git_crypt(path: Path, repo: RepoSettings) -> None:
+def unlock_git_crypt(git: GitRunner, repo: RepoSettings) -> None:
     """``git-crypt unlock <keyfile>`` in the clone, when the repo has a key."""
     key = git_crypt_key_path(repo)
     if key is None:
@@ -80,7 +97,9 @@ def unlock_git_crypt(path: Path, repo: RepoSettings) -> None:
     if shutil.which("git-crypt") is None:
         raise FatalError("git_crypt", f"repo {repo.name} needs git-crypt, which is not "
                          "installed (Debian/Ubuntu: apt-get install git-crypt)")
-    run_tool(["git-crypt", "unlock", str(key)], cwd=path, kind="git_crypt")
+    result = git.tool("git-crypt", "unlock", str(key))
+    if not result.ok:
+        raise FatalError("git_crypt", git.failure(result))
 
 
 def _kept_paths(keep_dirs: Iterable[str]) -> list[str]:

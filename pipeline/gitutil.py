@@ -1,24 +1,23 @@
-"""Git plumbing for workspaces: running git, classifying its failures, safe names.
+"""Git helpers for workspaces: classifying failures, hiding credentials, safe names.
 
-Every git call goes through ``git()`` so that a full disk is always recognised
-(``disk_full``, retryable), credentials embedded in URLs never reach a message,
-and an interactive prompt can never hang a run.
+Git itself runs only through ``pipeline.gitrun``, which uses these to
+recognise a full disk (``disk_full``, retryable) and to keep credentials
+embedded in URLs out of every message.
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
-import os
 import re
-import subprocess
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pipeline.errors import FatalError, RetryableError
-from pipeline.masking import redact_url
 
 DISK_FULL_MARKERS = ("No space left on device", "Disk quota exceeded")
+_URL_PASSWORD = re.compile(
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/@:\s]*):[^/@\s]*@"
+)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_COMPONENT = 80
 
@@ -30,6 +29,11 @@ class DiskFull(RetryableError):
         super().__init__("disk_full", message)
 
 
+def public_url(url: str) -> str:
+    """``url`` without a password in it (``https://user:pw@host`` -> ``https://user@host``)."""
+    return _URL_PASSWORD.sub(r"\g<scheme>\g<user>@", url)
+
+
 def is_disk_full(text: str) -> bool:
     """True when a tool's output says the disk (or quota) is full."""
     return any(marker in text for marker in DISK_FULL_MARKERS)
@@ -38,79 +42,6 @@ def is_disk_full(text: str) -> bool:
 def is_enospc(exc: BaseException) -> bool:
     """True for an OSError that means the disk (or quota) is full."""
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for git: ours, never prompting, plus ``extra``."""
-    env = dict(os.environ)
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    env.setdefault("GIT_ASKPASS", "/bin/true")
-    if extra:
-        env.update(extra)
-    return env
-
-
-def git(
-    args: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str] | None = None,
-    kind: str = "git",
-    retryable: bool = False,
-    timeout_s: float = 600.0,
-    input_data: bytes | None = None,
-) -> str:
-    """Run ``git args`` in ``cwd`` and return stdout; raise a classified error on failure.
-
-    ``retryable`` marks network operations (clone, fetch) whose failure is
-    worth a retry; anything else that fails is fatal for the run.
-    """
-    return run_tool(["git", *args], cwd=cwd, env=env, kind=kind, retryable=retryable,
-                    timeout_s=timeout_s, input_data=input_data)
-
-
-def run_tool(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str] | None = None,
-    kind: str = "git",
-    retryable: bool = False,
-    timeout_s: float = 600.0,
-    input_data: bytes | None = None,
-) -> str:
-    """Run a short git-family tool (git, git-crypt) and classify its failure."""
-    shown = _show(argv)
-    try:
-        proc = subprocess.run(
-            list(argv),
-            cwd=cwd,
-            env=git_env(env),
-            input=input_data if input_data is not None else b"",
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise RetryableError(kind, f"{shown} in {cwd} took over {timeout_s:.0f}s") from exc
-    except OSError as exc:
-        if is_enospc(exc):
-            raise DiskFull(f"no space left on device running {shown} in {cwd}") from exc
-        raise
-    out = proc.stdout.decode("utf-8", errors="replace")
-    if proc.returncode == 0:
-        return out
-    err = proc.stderr.decode("utf-8", errors="replace").strip()
-    message = redact_url(f"{shown} in {cwd} exited {proc.returncode}: {err[-2000:]}")
-    if is_disk_full(err):
-        raise DiskFull(message)
-    if retryable:
-        raise RetryableError(kind, message)
-    raise FatalError(kind, message)
-
-
-def _show(args: Sequence[str]) -> str:
-    return redact_url(" ".join(args))
 
 
 def safe_component(raw: str, *, fallback: str = "_") -> str:

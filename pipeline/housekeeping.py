@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
 from pipeline.errors import ConfigError
-from pipeline.gitutil import git
+from pipeline.gitrun import GitRunner
 
 # Directories that are one unit of eviction, as glob patterns relative to <volume>/cache.
 ATOMIC_DIR_PATTERNS: tuple[str, ...] = (
@@ -229,16 +229,17 @@ def check_volume(volume: Path) -> Path:
 
 
 def tidy_repo(
-    repo_dir: Path, active: set[Path], report: HousekeepingReport, *, keep_prefix: str
+    repo_dir: Path, active: set[Path], report: HousekeepingReport, *, keep_prefix: str,
+    gits: Sequence[GitRunner],
 ) -> None:
     """Drop orphaned run trees and crashed clones, prune worktrees, ``gc --auto``.
 
+    ``gits`` are the checkout (first, its worktrees are pruned) and the mirror.
     The caller holds the repo's lock. Entries named ``keep_prefix*`` (the
     warm slots) and anything in or around an ``active`` path are left alone.
     """
-    checkout = repo_dir / "checkout"
     report.checkouts += 1
-    for stale in repo_dir.glob("checkout.tmp-*"):
+    for stale in [*repo_dir.glob("checkout.tmp-*"), *repo_dir.glob("mirror.git.tmp-*")]:
         remove_tree(stale)
     worktrees = repo_dir / "worktrees"
     for entry in sorted(worktrees.iterdir()) if worktrees.is_dir() else []:
@@ -249,7 +250,8 @@ def tidy_repo(
             continue
         remove_tree(entry)
         report.orphans_removed.append(entry)
-    git(["worktree", "prune"], cwd=checkout)
+    gits[0].ok("worktree", "prune")
     report.pruned += 1
-    git(["gc", "--auto", "--quiet"], cwd=checkout)
+    for git in gits:
+        git.ok("gc", "--auto", "--quiet")
     report.gc_runs += 1

@@ -29,6 +29,7 @@ from pipeline.agents.base import (
 from pipeline.commits import Git
 from pipeline.errors import CancelRequested, EscalationError
 from pipeline.events import EventSink
+from pipeline.gitrepo import GitRepo
 from pipeline.proc import CommandResult, StopToken, shell_argv
 from pipeline.prompt import IssueInfo, build_prompt, fix_prompt
 from pipeline.sandbox.jail import Jail
@@ -196,6 +197,7 @@ def implement(
     agent: Agent,
     workdir: Path,
     repo_root: Path,
+    tree: GitRepo,
     env: Mapping[str, str],
     home: Path,
     events: EventSink,
@@ -211,7 +213,7 @@ def implement(
     ``budget``, ``max_turns``), ``RetryableError``, ``FatalError`` or
     ``CancelRequested`` as classified.
     """
-    git = Git(repo_root, env)
+    git = Git(tree, stop=stop)
     jail = jail or Jail.unconfined(workdir, env, home)
     run = _Run(run_id, issue, repo, agent, workdir, env, home, events, stop, git, git.head(),
                on_agent_result, jail, on_phase)

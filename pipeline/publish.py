@@ -5,6 +5,11 @@ trailer, and before anything is pushed the remote's recent history is searched
 for it. A daemon killed between the push and recording the SHA finds its own
 commit on restart and records it instead of pushing again (ADR 0007).
 
+Only the daemon's mirror talks to the remote (ADR 0010): it fetches, the run's
+tree gets ``origin/<default>`` from it over a local path, the rebase and the
+re-test happen in the tree with no secret around, and the mirror then fetches
+the exact SHA to publish from the tree, checks its trailers and pushes it.
+
 Nothing is ever lost: a conflict or a red re-test escalates with the run's
 branch and commits left as they are in the worktree. Only plain pushes go to
 the default branch; ``--force-with-lease`` is used only on the run's own
@@ -13,26 +18,21 @@ the default branch; ``--force-with-lease`` is used only on the run's own
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.commits import Git
-from pipeline.errors import CancelRequested, EscalationError, FatalError, RetryableError
+from pipeline.errors import EscalationError, FatalError, RetryableError
 from pipeline.events import EventSink
-from pipeline.gitcred import credential_env, scrub
-from pipeline.proc import CommandResult, StopToken, run_command
+from pipeline.gitrepo import GitRepo
+from pipeline.gitrun import DEFAULT_LIMITS, GitLimits, GitResult
+from pipeline.mirror import TRAILER, Mirror, find_pushed
+from pipeline.proc import StopToken
 from pipeline.settings import PushSettings, RepoSettings
 
-TRAILER = "Afk-Run"
-SEARCH_DEPTH = 200
-GIT_TIMEOUT_S = 300.0
-_AUTH_FAILURE = re.compile(
-    r"Authentication failed|Permission denied \(publickey|could not read (Username|Password)|"
-    r"The requested URL returned error: 40[13]|Host key verification failed"
-)
+__all__ = ["TRAILER", "PublishResult", "find_pushed", "publish"]
 
 
 @dataclass(frozen=True)
@@ -46,39 +46,6 @@ class PublishResult:
     pr_url: str | None = None  # push mode ``branch`` only
 
 
-def git_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for the daemon's own git commands: no prompts, parseable output."""
-    env = dict(os.environ if base is None else base)
-    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C", GIT_EDITOR="true", GIT_SEQUENCE_EDITOR="true")
-    return env
-
-
-def _git(root: Path, env: Mapping[str, str], *args: str, stop: StopToken | None = None,
-         timeout_s: float = GIT_TIMEOUT_S) -> CommandResult:
-    return run_command(["git", *args], cwd=root, env=env, timeout_s=timeout_s, stop=stop,
-                       tail_lines=5000)
-
-
-def find_pushed(
-    repo_root: Path, remote_ref: str, run_id: int, env: Mapping[str, str]
-) -> str | None:
-    """The newest commit on ``remote_ref`` whose ``Afk-Run`` trailer is ``run_id``, if any.
-
-    Only the last ``SEARCH_DEPTH`` commits are searched: a run's push is
-    recent by construction. A missing ref means nothing was pushed.
-    """
-    fmt = f"%H%x09%(trailers:key={TRAILER},valueonly,separator=%x2C)"
-    result = _git(repo_root, env, "log", f"-n{SEARCH_DEPTH}", f"--format={fmt}", remote_ref, "--")
-    if not result.ok:
-        return None
-    wanted = str(run_id)
-    for line in result.output_tail.splitlines():
-        sha, _, values = line.partition("\t")
-        if wanted in (value.strip() for value in values.split(",")):
-            return sha.strip()
-    return None
-
-
 class _PushRace(Exception):
     """The remote moved under the push (non-fast-forward or a stale lease)."""
 
@@ -86,20 +53,22 @@ class _PushRace(Exception):
 class _Publisher:
     """One publish attempt; holds the state the steps share."""
 
-    def __init__(self, *, run_id: int, repo: RepoSettings, repo_root: Path, branch: str,
-                 base_sha: str, events: EventSink, stop: StopToken | None,
+    def __init__(self, *, run_id: int, repo: RepoSettings, tree: GitRepo, mirror: Mirror,
+                 branch: str, base_sha: str, events: EventSink, stop: StopToken | None,
                  retest: Callable[[], bool], resolve_conflict: Callable[[str], bool] | None,
                  record_pushed: Callable[[str], None],
                  open_pr: Callable[[str, str], str | None] | None,
-                 remote_branch: str | None, title: str | None,
-                 env: Mapping[str, str] | None) -> None:
-        self.run_id, self.repo, self.root, self.branch = run_id, repo, repo_root, branch
-        self.base = base_sha
+                 remote_branch: str | None, title: str | None) -> None:
+        self.run_id, self.repo, self.tree, self.branch = run_id, repo, tree, branch
+        self.mirror = mirror
+        self.root = tree.where
+        self.base = self.head = base_sha
+        self.target = base_sha  # the mirror's default branch, once fetched
         self.events, self.stop = events, stop
         self.retest, self.resolve_conflict = retest, resolve_conflict
         self.record_pushed, self.open_pr = record_pushed, open_pr
         self.remote_branch, self.title = remote_branch or branch, title
-        self.env = git_env(env)
+        self.local = Git(tree, stop=stop, limits=mirror.limits)
         self.push_settings: PushSettings = repo.push
         self.default = repo.default_branch
         self.rebased = self.retested = False
@@ -107,29 +76,15 @@ class _Publisher:
 
     # -- git plumbing -------------------------------------------------------------------
 
-    def git(self, *args: str) -> CommandResult:
-        return self.checked(_git(self.root, self.env, *args, stop=self.stop))
-
-    def checked(self, result: CommandResult) -> CommandResult:
-        """Turn a git command ended by the stop token into ``CancelRequested``."""
-        if result.stopped is not None:
-            raise CancelRequested(f"publish of run {self.run_id} stopped: {result.stopped}")
-        return result
+    def git(self, *args: str) -> GitResult:
+        return self.local.runner.run(*args)
 
     def git_ok(self, *args: str) -> str:
         result = self.git(*args)
         if not result.ok:
             raise FatalError("git", f"git {' '.join(args)} failed in {self.root}: "
-                             f"{self._tail(result)}")
-        return result.output_tail.strip()
-
-    def git_auth(self, *args: str) -> CommandResult:
-        with credential_env(self.push_settings, self.env) as env:
-            return self.checked(_git(self.root, env, *args, stop=self.stop))
-
-    def _tail(self, result: CommandResult, lines: int = 20) -> str:
-        text = "\n".join(result.output_tail.splitlines()[-lines:])
-        return scrub(text, self.push_settings) or f"exit {result.returncode}"
+                             f"{result.tail()}")
+        return result.stdout.strip()
 
     def rev(self, ref: str) -> str:
         return self.git_ok("rev-parse", "--verify", f"{ref}^{{commit}}")
@@ -143,30 +98,35 @@ class _Publisher:
     # -- steps ----------------------------------------------------------------------------
 
     def fetch(self) -> str:
-        """Fetch the default branch into ``origin/<default>``; its SHA."""
-        spec = f"+refs/heads/{self.default}:refs/remotes/origin/{self.default}"
-        result = self.git_auth("fetch", "--no-tags", self.repo.remote_url, spec)
-        if not result.ok:
-            self.raise_if_auth(result)
-            raise RetryableError("git_fetch", f"fetching {self.default} for repo "
-                                 f"{self.repo.name} failed: {self._tail(result)}")
-        return self.rev(f"refs/remotes/origin/{self.default}")
+        """Fetch the default branch into the mirror, then into the tree's ``origin/<default>``."""
+        self.mirror.fetch(self.stop, f"+refs/heads/{self.default}:refs/heads/{self.default}",
+                          prune=False)
+        target = self.mirror.sha(f"refs/heads/{self.default}")
+        if target is None:
+            raise FatalError("git", f"repo {self.repo.name}: the remote has no branch "
+                             f"{self.default!r}")
+        tracking = f"refs/remotes/origin/{self.default}"
+        self.mirror.feed(self.tree, self.stop, f"+refs/heads/{self.default}:{tracking}")
+        self.git_ok("update-ref", tracking, target)
+        self.target = target
+        return target
 
-    def already_pushed(self, remote_ref: str) -> str | None:
-        found = find_pushed(self.root, remote_ref, self.run_id, self.env)
+    def already_pushed(self, branch: str) -> str | None:
+        found = self.mirror.find_pushed(f"refs/heads/{branch}", self.run_id)
         if found is not None:
             self.record_pushed(found)
-            self.event(f"run {self.run_id} is already on {remote_ref} as {found[:12]}; "
-                       "recorded it, nothing pushed", sha=found, ref=remote_ref)
+            self.event(f"run {self.run_id} is already on {branch} as {found[:12]}; "
+                       "recorded it, nothing pushed", sha=found, ref=f"origin/{branch}")
         return found
 
     def prepare_branch(self) -> None:
-        current = self.git("symbolic-ref", "--quiet", "--short", "HEAD").output_tail.strip()
+        current = self.git("symbolic-ref", "--quiet", "--short", "HEAD").stdout.strip()
         if current != self.branch:
             self.git_ok("checkout", "--quiet", self.branch)
         if self.rev("HEAD") == self.rev(self.base):
             raise FatalError("nothing_to_publish", f"run {self.run_id}: branch {self.branch} "
                              f"has no commits on top of {self.base[:12]}")
+        self.head = self.rev("HEAD")
         log = self.git_ok("log", f"--format=%(trailers:key={TRAILER},valueonly)",
                           f"{self.base}..HEAD")
         if str(self.run_id) not in log.split():
@@ -175,12 +135,16 @@ class _Publisher:
                              f"'{TRAILER}: {self.run_id}'; without it a crash could push twice")
 
     def integrate(self) -> None:
-        """Bring the branch on top of ``origin/<default>``; re-test if the base moved."""
-        target = self.rev(f"refs/remotes/origin/{self.default}")
+        """Bring the branch on top of ``origin/<default>``; re-test if the base moved.
+
+        The SHA to publish is HEAD right after the rebase: what the re-test ran on.
+        """
+        target = self.target
         if target == self.base:
             return
         if not self.is_ancestor(target, "HEAD"):
             self.rebase_onto(target)
+        self.head = self.rev("HEAD")
         self.event(f"rebased onto origin/{self.default} at {target[:12]}",
                    old_base=self.base, new_base=target)
         self.base, self.rebased = target, True
@@ -209,16 +173,16 @@ class _Publisher:
         """Rebase; [] on success, the conflicting files (rebase aborted) otherwise."""
         # Rebasing writes commits: without a configured committer (a fresh
         # container, a service account) git refuses, so use the implement phase's fallback.
-        identity = Git(self.root, self.env).identity()
+        identity = self.local.identity()
         result = self.git(*identity, "rebase", "--onto", target, self.base, self.branch)
         if result.ok:
             return []
-        files = self.git("diff", "--name-only", "--diff-filter=U").output_tail.split()
+        files = self.git("diff", "--name-only", "--diff-filter=U").stdout.split()
         self.git("rebase", "--abort")
         if files:
             return files
         raise EscalationError("rebase_failed", f"run {self.run_id}: rebasing {self.branch} "
-                              f"onto {target[:12]} failed: {self._tail(result)}"
+                              f"onto {target[:12]} failed: {result.tail()}"
                               + self.human_steps())
 
     def conflict_text(self, target: str, files: list[str]) -> str:
@@ -243,33 +207,27 @@ class _Publisher:
                                   f"rebased onto origin/{self.default} at {self.base[:12]}."
                                   + self.human_steps())
 
-    def push(self, refspec: str, lease: str | None = None) -> str:
-        """Push HEAD; its SHA. Raises ``_PushRace`` when the remote moved under us."""
-        args = ["push", "--porcelain"]
-        if lease is not None:
-            args.append(f"--force-with-lease={refspec.split(':', 1)[1]}:{lease}")
-        result = self.git_auth(*args, self.repo.remote_url, refspec)
+    def push(self, branch: str, lease: str | None = None) -> str:
+        """Push the run's SHA from the mirror to ``branch``; ``_PushRace`` if the remote moved."""
+        sha = self.head
+        self.mirror.adopt(self.tree, sha, self.run_id, self.target, self.stop)
+        args = [] if lease is None else [f"--force-with-lease=refs/heads/{branch}:{lease}"]
+        result = self.mirror.push(self.stop, *args, f"{sha}:refs/heads/{branch}")
         if not result.ok:
             self.classify_push_failure(result)
-        return self.rev("HEAD")
+        self.mirror.adopted(self.run_id, sha, branch)
+        return sha
 
-    def classify_push_failure(self, result: CommandResult) -> None:
-        text = result.output_tail
-        tail = self._tail(result)
+    def classify_push_failure(self, result: GitResult) -> None:
+        text = f"{result.stdout}\n{result.stderr}"
+        tail = result.tail()
         if re.search(r"\[rejected\].*(fetch first|non-fast-forward|stale info)", text):
             raise _PushRace(tail)
         if "[remote rejected]" in text:
             raise EscalationError("push_rejected", f"the remote refused the push of run "
                                   f"{self.run_id}: {tail}" + self.human_steps())
-        self.raise_if_auth(result)
-        raise RetryableError("git_push", f"push to repo {self.repo.name} failed: {tail}")
-
-    def raise_if_auth(self, result: CommandResult) -> None:
-        """A refusal for want of credentials is a configuration problem, not a retry."""
-        if _AUTH_FAILURE.search(result.output_tail):
-            raise FatalError("push_auth", f"repo {self.repo.name}: the remote refused git's "
-                             f"credentials; check push.token / push.ssh_key_file: "
-                             f"{self._tail(result)}")
+        raise RetryableError("git_push", f"repo {self.repo.name}: {result.operation} "
+                             f"failed: {tail}")
 
     def pushed(self, sha: str, ref: str) -> None:
         self.record_pushed(sha)
@@ -288,12 +246,12 @@ class _Publisher:
             if attempt:
                 self.race_retries += 1
                 self.fetch()
-                found = self.already_pushed(f"refs/remotes/origin/{self.default}")
+                found = self.already_pushed(self.default)
                 if found is not None:
                     return self.result(found, self.default, found=True)
                 self.integrate()
             try:
-                sha = self.push(f"HEAD:refs/heads/{self.default}")
+                sha = self.push(self.default)
             except _PushRace as race:
                 self.event(f"push raced with another push (attempt {attempt + 1})",
                            detail=str(race)[-500:])
@@ -312,7 +270,7 @@ class _Publisher:
         for _attempt in range(self.push_settings.max_race_retries + 1):
             lease = self.remote_branch_sha(remote)
             try:
-                sha = self.push(f"HEAD:refs/heads/{remote}", lease=lease)
+                sha = self.push(remote, lease=lease)
             except _PushRace:
                 self.race_retries += 1
                 continue
@@ -321,14 +279,11 @@ class _Publisher:
         raise RetryableError("push_race", f"run {self.run_id}: branch {remote} kept moving")
 
     def remote_branch_sha(self, remote: str) -> str:
-        """The remote branch's SHA, fetched into ``origin/<remote>``; "" when it is absent."""
-        listing = self.git_auth("ls-remote", self.repo.remote_url, f"refs/heads/{remote}")
-        if not listing.ok:
-            raise RetryableError("git_fetch", f"ls-remote failed: {self._tail(listing)}")
-        sha = listing.output_tail.split("\t", 1)[0].strip() if listing.output_tail else ""
+        """The remote branch's SHA, fetched into the mirror; "" when it is absent."""
+        sha = self.mirror.ls_remote(f"refs/heads/{remote}", self.stop)
         if sha:
-            self.git_auth("fetch", "--no-tags", self.repo.remote_url,
-                          f"+refs/heads/{remote}:refs/remotes/origin/{remote}")
+            self.mirror.fetch(self.stop, f"+refs/heads/{remote}:refs/heads/{remote}",
+                              prune=False)
         return sha
 
     def pr(self, remote: str) -> str | None:
@@ -341,11 +296,11 @@ class _Publisher:
 
     def run(self) -> PublishResult:
         self.fetch()
-        found = self.already_pushed(f"refs/remotes/origin/{self.default}")
+        found = self.already_pushed(self.default)
         if found is not None:
             return self.result(found, self.default, found=True)
         if self.push_settings.mode == "branch" and self.remote_branch_sha(self.remote_branch):
-            found = self.already_pushed(f"refs/remotes/origin/{self.remote_branch}")
+            found = self.already_pushed(self.remote_branch)
             if found is not None:
                 return self.result(found, self.remote_branch, found=True,
                                    pr_url=self.pr(self.remote_branch))
@@ -356,23 +311,24 @@ class _Publisher:
         return self.to_default_branch()
 
 
-def publish(*, run_id: int, repo: RepoSettings, repo_root: Path, branch: str, base_sha: str,
-            events: EventSink, stop: StopToken | None, retest: Callable[[], bool],
-            resolve_conflict: Callable[[str], bool] | None,
+def publish(*, run_id: int, repo: RepoSettings, tree: GitRepo, mirror: Path, branch: str,
+            base_sha: str, events: EventSink, stop: StopToken | None,
+            retest: Callable[[], bool], resolve_conflict: Callable[[str], bool] | None,
             record_pushed: Callable[[str], None],
             open_pr: Callable[[str, str], str | None] | None = None,
             remote_branch: str | None = None, title: str | None = None,
-            env: Mapping[str, str] | None = None) -> PublishResult:
-    """Publish run ``run_id``'s commits on ``branch`` (built on ``base_sha``).
+            limits: GitLimits = DEFAULT_LIMITS) -> PublishResult:
+    """Publish run ``run_id``'s commits on ``branch`` of ``tree`` (built on ``base_sha``).
 
+    ``mirror`` is the repo's daemon-owned mirror (``PreparedWorkspace.mirror``).
     ``record_pushed`` is called with the SHA right after a push succeeds (or
     when an earlier push of this run is found), before anything else.
     ``remote_branch`` names the branch pushed in mode ``branch`` (default:
     ``branch``); ``title`` the pull request title (default: the head subject).
     """
     return _Publisher(
-        run_id=run_id, repo=repo, repo_root=repo_root, branch=branch, base_sha=base_sha,
-        events=events, stop=stop, retest=retest, resolve_conflict=resolve_conflict,
-        record_pushed=record_pushed, open_pr=open_pr, remote_branch=remote_branch,
-        title=title, env=env,
+        run_id=run_id, repo=repo, tree=tree, mirror=Mirror(mirror, repo, limits), branch=branch,
+        base_sha=base_sha, events=events, stop=stop, retest=retest,
+        resolve_conflict=resolve_conflict, record_pushed=record_pushed, open_pr=open_pr,
+        remote_branch=remote_branch, title=title,
     ).run()

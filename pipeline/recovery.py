@@ -19,7 +19,8 @@ from typing import Literal, Protocol
 
 from pipeline.errors import EscalationError, FatalError, PipelineError
 from pipeline.events import EventSink
-from pipeline.gitutil import git
+from pipeline.gitrepo import GitRepo
+from pipeline.gitrun import GitRunner
 from pipeline.lifecycle import Lifecycle
 from pipeline.settings import RepoSettings, Settings
 from pipeline.store import Run, Store
@@ -247,7 +248,9 @@ class Recovery:
         if ws is None:
             return f"(see `git show {sha}`)"
         try:
-            text = git(["show", "--stat", "--patch", "-U3", sha], cwd=ws.path, env=ws.env)
+            text = GitRunner(GitRepo.mirror(ws.mirror)).ok(
+                "show", "--no-ext-diff", "--no-textconv", "--stat", "--patch", "-U3", sha
+            )
         except PipelineError as exc:
             text = f"(git show {sha} failed: {exc})"
         return text[:DIFF_CHARS]

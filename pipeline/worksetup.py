@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pipeline.errors import CancelRequested, EscalationError, FatalError, LeaseLost
 from pipeline.events import EventSink
-from pipeline.gitutil import DiskFull, git, is_disk_full, relative_inside
+from pipeline.gitrepo import GitRepo
+from pipeline.gitutil import DiskFull, is_disk_full, relative_inside
 from pipeline.proc import StopToken, shell_argv
 from pipeline.sandbox.jail import Jail
 from pipeline.settings import RepoSettings
@@ -22,12 +23,19 @@ from pipeline.settings import RepoSettings
 OUTPUT_TAIL_LINES = 40
 
 
-def copy_files(repo: RepoSettings, root: Path) -> None:
-    """Copy the repo's ``copy_files`` into ``root`` and exclude them from git."""
+def copy_files(repo: RepoSettings, tree: GitRepo) -> None:
+    """Copy the repo's ``copy_files`` into the tree and exclude them from git.
+
+    The exclude file is found from the daemon's own paths, never by asking git
+    in a tree whose ``.git`` the agent may have pointed elsewhere.
+    """
     if not repo.copy_files:
         return
-    exclude = root / git(["rev-parse", "--git-path", "info/exclude"], cwd=root).strip()
-    lines = exclude.read_text(encoding="utf-8").splitlines() if exclude.exists() else []
+    root = tree.where
+    exclude = tree.common_dir / "info" / "exclude"
+    if exclude.is_symlink():
+        exclude.unlink()
+    lines = exclude.read_text(encoding="utf-8").splitlines() if exclude.is_file() else []
     for item in repo.copy_files:
         target = relative_inside(root, item.target, what=f"repos.{repo.name}.copy_files")
         if not item.source.is_file():

@@ -1,8 +1,10 @@
 """Workspaces on the volume: persistent checkouts, warm worktree slots, caches, evidence.
 
-Layout (``docs/adr/0004-warm-worktree-slots.md`` says why)::
+Layout (``docs/adr/0004-warm-worktree-slots.md`` and ``0010-daemon-owned-git-mirror.md``
+say why)::
 
-    <volume>/repos/<forge>/<owner>/<name>/checkout     persistent clone, fetch debounced
+    <volume>/repos/<forge>/<owner>/<name>/mirror.git   daemon-owned bare mirror, fetch debounced
+    <volume>/repos/<forge>/<owner>/<name>/checkout     persistent checkout, fed from the mirror
     <volume>/repos/<forge>/<owner>/<name>/worktrees/   slot-0 (reused worktree) or clone
     <volume>/repos/<forge>/<owner>/<name>/kept/        dependency dirs between clone runs
     <volume>/cache/<tool>                              shared package caches
@@ -10,14 +12,15 @@ Layout (``docs/adr/0004-warm-worktree-slots.md`` says why)::
 
 A run gets the repo's reusable worktree slot reset to ``origin/<default>`` with
 ``git reset --hard`` + ``git checkout -f -B`` + ``git clean -ffdx -e <keep_dir>``:
-the previous run's edits are gone, its ``.venv``/``node_modules`` stay.
+the previous run's edits are gone, its ``.venv``/``node_modules`` stay. Only the
+mirror talks to the remote, with the repo's credentials; every git command in
+the checkout or a slot is pinned to daemon-known paths (``pipeline.gitrun``).
 """
 
 from __future__ import annotations
 
 import fcntl
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -28,8 +31,10 @@ from pathlib import Path
 from pipeline.errors import FatalError
 from pipeline.events import EventSink
 from pipeline.evidence import TREE, discard_evidence, freeze_tree, new_evidence_dir, write_manifest
-from pipeline.gitcrypt import prepare_clone, restore_kept, save_kept
-from pipeline.gitutil import DiskFull, branch_name, git, is_enospc, relative_inside, safe_component
+from pipeline.gitcrypt import prepare_clone, save_kept
+from pipeline.gitrepo import GitRepo
+from pipeline.gitrun import DEFAULT_LIMITS, GitLimits, GitRunner
+from pipeline.gitutil import DiskFull, branch_name, is_enospc, relative_inside, safe_component
 from pipeline.housekeeping import (
     HousekeepingReport,
     check_volume,
@@ -39,9 +44,11 @@ from pipeline.housekeeping import (
     volume_capacity,
     volume_usage,
 )
+from pipeline.mirror import MIRROR, Mirror, checkout_repo
 from pipeline.proc import StopToken, kill_stragglers
 from pipeline.sandbox.jail import Jail, Jailer
 from pipeline.settings import RepoSettings, WorkspaceSettings
+from pipeline.slots import SLOT_PREFIX, registered, reset_slot
 from pipeline.worksetup import copy_files, run_setup
 
 log = logging.getLogger(__name__)
@@ -59,7 +66,6 @@ CACHE_DIRS: tuple[tuple[str, str], ...] = (
     ("GOCACHE", "go-build"),
     ("GRADLE_USER_HOME", "gradle"),
 )
-SLOT_PREFIX = "slot-"
 STRATEGIES = ("worktree", "clone")
 
 
@@ -75,6 +81,8 @@ class PreparedWorkspace:
     env: dict[str, str]  # the cache environment for agent, setup and test processes
     setup_s: float
     strategy: str  # worktree | clone
+    git: GitRepo  # the tree's repository, pinned: how the daemon runs git in it
+    mirror: Path  # the repo's daemon-owned mirror: find_pushed and publish use it
     prepare_s: float = 0.0
     keep_dirs: tuple[str, ...] = ()
     jail: Jail | None = None  # runs the agent, setup and tests confined to this tree
@@ -90,10 +98,12 @@ class Workspaces:
         *,
         clock: Callable[[], float] = time.monotonic,
         jailer: Jailer | None = None,
+        git_limits: GitLimits = DEFAULT_LIMITS,
     ) -> None:
         self.volume = check_volume(volume)
         self.jailer = jailer
         self.settings = settings
+        self.git_limits = git_limits
         self._clock = clock
         self.repos_root = self.volume / "repos"
         self.cache_root = self.volume / "cache"
@@ -136,39 +146,25 @@ class Workspaces:
         """Clones plus fetches done for ``repo`` by this instance."""
         return self.fetches.get(repo.name, 0)
 
-    def ensure_checkout(
-        self, repo: RepoSettings, *, fetch_env: Mapping[str, str] | None = None
-    ) -> Path:
-        """The repo's persistent checkout: cloned once, fetched at most once per debounce."""
+    def mirror(self, repo: RepoSettings) -> Mirror:
+        """The repo's daemon-owned mirror (it may not exist yet)."""
+        return Mirror(self.repo_dir(repo) / MIRROR, repo, self.git_limits)
+
+    def ensure_checkout(self, repo: RepoSettings, *, stop: StopToken | None = None) -> Path:
+        """The repo's persistent checkout, fed from a mirror fetched at most once per debounce."""
         repo_dir = self.repo_dir(repo)
         with self._repo_lock(repo_dir):
-            return self._ensure_checkout_locked(repo, repo_dir, fetch_env)
+            return self._ensure_checkout_locked(repo, stop).common_dir.parent
 
-    def _ensure_checkout_locked(
-        self, repo: RepoSettings, repo_dir: Path, fetch_env: Mapping[str, str] | None
-    ) -> Path:
-        checkout = repo_dir / "checkout"
-        if not (checkout / ".git").is_dir():
-            self._clone(repo, repo_dir, checkout, fetch_env)
-        elif self._fetch_due(repo):
-            git(["fetch", "--prune", "--quiet", "origin"], cwd=checkout, env=fetch_env,
-                kind="git_fetch", retryable=True)
+    def _ensure_checkout_locked(self, repo: RepoSettings, stop: StopToken | None) -> GitRepo:
+        mirror = self.mirror(repo)
+        if not mirror.exists():
+            mirror.create(stop)
             self._fetched(repo)
-        return checkout
-
-    def _clone(
-        self, repo: RepoSettings, repo_dir: Path, checkout: Path,
-        fetch_env: Mapping[str, str] | None,
-    ) -> None:
-        staging = repo_dir / f"checkout.tmp-{os.getpid()}"
-        if staging.exists():
-            remove_tree(staging)
-        git(["clone", "--no-checkout", "--quiet", repo.remote_url, str(staging)],
-            cwd=repo_dir, env=fetch_env, kind="git_fetch", retryable=True)
-        if checkout.exists():
-            remove_tree(checkout)
-        staging.rename(checkout)
-        self._fetched(repo)
+        elif self._fetch_due(repo):
+            mirror.fetch(stop)
+            self._fetched(repo)
+        return mirror.prepare_checkout(stop)
 
     def _fetch_due(self, repo: RepoSettings) -> bool:
         last = self._last_fetch.get(repo.name)
@@ -189,7 +185,6 @@ class Workspaces:
         base_env: Mapping[str, str],
         events: EventSink,
         stop: StopToken | None = None,
-        fetch_env: Mapping[str, str] | None = None,
     ) -> PreparedWorkspace:
         """A clean, warm worktree for one run on ``afk/<issue>-<run>``, set up."""
         started = time.monotonic()
@@ -198,7 +193,8 @@ class Workspaces:
                              f"must be one of {', '.join(STRATEGIES)}")
         branch = branch_name(issue_ref, run_id)
         try:
-            path, base_sha = self._checkout_run_tree(repo, branch, fetch_env)
+            tree, base_sha = self._checkout_run_tree(repo, branch, stop)
+            path = tree.where
             try:
                 workdir = self._workdir(repo, path, base_sha)
                 env = self.cache_env()
@@ -215,7 +211,8 @@ class Workspaces:
             raise
         ws = PreparedWorkspace(
             repo=repo.name, path=path, workdir=workdir, branch=branch, base_sha=base_sha,
-            env=env, setup_s=setup_s, strategy=repo.workspace, keep_dirs=repo.keep_dirs,
+            env=env, setup_s=setup_s, strategy=repo.workspace, git=tree,
+            mirror=self.mirror(repo).path, keep_dirs=repo.keep_dirs,
             prepare_s=time.monotonic() - started, jail=jail,
         )
         events("setup", f"workspace ready on {branch} at {base_sha[:12]}",
@@ -254,13 +251,16 @@ class Workspaces:
             remove_tree(path)
 
     def _checkout_run_tree(
-        self, repo: RepoSettings, branch: str, fetch_env: Mapping[str, str] | None
-    ) -> tuple[Path, str]:
+        self, repo: RepoSettings, branch: str, stop: StopToken | None
+    ) -> tuple[GitRepo, str]:
         repo_dir = self.repo_dir(repo)
         with self._repo_lock(repo_dir):
-            checkout = self._ensure_checkout_locked(repo, repo_dir, fetch_env)
-            base = f"refs/remotes/origin/{repo.default_branch}"
-            base_sha = git(["rev-parse", "--verify", f"{base}^{{commit}}"], cwd=checkout).strip()
+            checkout = self._ensure_checkout_locked(repo, stop)
+            mirror = self.mirror(repo)
+            base_sha = mirror.sha(f"refs/heads/{repo.default_branch}")
+            if base_sha is None:
+                raise FatalError("git", f"repo {repo.name}: the remote has no branch "
+                                 f"{repo.default_branch!r} (repos.{repo.name}.default_branch)")
             worktrees = repo_dir / "worktrees"
             worktrees.mkdir(exist_ok=True)
             # An agent orphaned by a killed daemon must not edit the next run's tree.
@@ -269,40 +269,18 @@ class Workspaces:
                 log.warning("%s: killed %d leftover process(es) of an earlier run: %s",
                             repo.name, len(stragglers), stragglers)
             if repo.workspace == "clone":
-                path = worktrees / "clone"
-                prepare_clone(checkout, path, repo, branch, base_sha, repo_dir / "kept")
+                tree = prepare_clone(mirror, worktrees / "clone", branch, base_sha, stop)
             else:
-                path = self._reset_slot(checkout, worktrees, repo, branch, base_sha)
+                slot = self._free_slot(worktrees)
+                tree = reset_slot(checkout, slot, repo, (branch, base_sha),
+                                  GitRunner(checkout, stop, self.git_limits))
             try:
-                copy_files(repo, path)
+                copy_files(repo, tree)
             except BaseException:
-                self._drop_tree(repo, path)
+                self._drop_tree(repo, tree.where)
                 raise
-            self._busy.add(path)
-        return path, base_sha
-
-    def _reset_slot(
-        self, checkout: Path, worktrees: Path, repo: RepoSettings, branch: str, base_sha: str
-    ) -> Path:
-        slot = self._free_slot(worktrees)
-        if (slot / ".git").is_file():
-            try:
-                git(["reset", "--hard", "--quiet"], cwd=slot)
-                git(["checkout", "--force", "--quiet", "-B", branch, base_sha], cwd=slot)
-                excludes = [arg for keep in repo.keep_dirs for arg in ("-e", _keep_pattern(keep))]
-                git(["clean", "-ffdxq", *excludes], cwd=slot)
-                return slot
-            except FatalError:
-                pass  # a broken slot (e.g. its registration was pruned): rebuild it below
-        kept = worktrees.parent / "kept"
-        if slot.exists():
-            save_kept(slot, kept, repo.keep_dirs)
-            remove_tree(slot)
-        git(["worktree", "prune"], cwd=checkout)
-        git(["worktree", "add", "--quiet", "--force", "-B", branch, str(slot), base_sha],
-            cwd=checkout)
-        restore_kept(kept, slot, repo.keep_dirs)
-        return slot
+            self._busy.add(tree.where)
+        return tree, base_sha
 
     def _free_slot(self, worktrees: Path) -> Path:
         index = 0
@@ -337,11 +315,12 @@ class Workspaces:
                 save_kept(ws.path, repo_dir / "kept", ws.keep_dirs)
                 remove_tree(ws.path)
                 return
-            if not (ws.path / ".git").exists():
+            if not registered(ws.git):
                 return
-            git(["checkout", "--quiet", "--detach"], cwd=ws.path)
+            GitRunner(ws.git, None, self.git_limits).ok("checkout", "--quiet", "--detach")
             if succeeded:
-                git(["branch", "-D", "--quiet", ws.branch], cwd=repo_dir / "checkout")
+                GitRunner(checkout_repo(repo_dir), None, self.git_limits).ok(
+                    "branch", "-D", "--quiet", ws.branch)
 
     def keep_evidence(
         self,
@@ -359,13 +338,14 @@ class Workspaces:
         with self._repo_lock(repo_dir):
             self._busy.discard(ws.path)
             if head_sha is None:
-                head_sha = git(["rev-parse", "HEAD"], cwd=ws.path).strip()
-            freeze_tree(ws.path, strategy=ws.strategy, checkout=repo_dir / "checkout",
+                head_sha = GitRunner(ws.git).ok("rev-parse", "HEAD").strip()
+            freeze_tree(ws.git, strategy=ws.strategy, checkout=checkout_repo(repo_dir),
                         target=evidence / TREE, run_id=run_id)
         write_manifest(evidence, {
             "run_id": run_id, "repo": repo, "reason": reason, "strategy": ws.strategy,
             "branch": ws.branch, "base_sha": ws.base_sha, "head_sha": head_sha,
-            "original_path": str(ws.path), "extra": dict(extra or {}),
+            "original_path": str(ws.path), "checkout": str(repo_dir / "checkout"),
+            "extra": dict(extra or {}),
         })
         return evidence
 
@@ -380,9 +360,13 @@ class Workspaces:
         active = {p.resolve() for p in active_paths} | {p.resolve() for p in self._busy}
         report = HousekeepingReport()
         for checkout in sorted(self.repos_root.glob("*/*/*/checkout")):
+            repo_dir = checkout.parent
+            gits = [GitRunner(checkout_repo(repo_dir), None, self.git_limits)]
+            if (repo_dir / MIRROR).is_dir():
+                gits.append(GitRunner(GitRepo.mirror(repo_dir / MIRROR), None, self.git_limits))
             try:
-                with self._repo_lock(checkout.parent):
-                    tidy_repo(checkout.parent, active, report, keep_prefix=SLOT_PREFIX)
+                with self._repo_lock(repo_dir):
+                    tidy_repo(repo_dir, active, report, keep_prefix=SLOT_PREFIX, gits=gits)
             except (FatalError, OSError) as exc:
                 report.errors.append(f"{checkout.parent}: {exc}")
         self.evict(report, protected=active)
@@ -422,9 +406,3 @@ class Workspaces:
                     yield
                 finally:
                     fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _keep_pattern(keep_dir: str) -> str:
-    """A ``git clean -e`` pattern: bare names match at any depth, paths from the root."""
-    keep = keep_dir.strip("/")
-    return f"/{keep}/" if "/" in keep else f"{keep}/"

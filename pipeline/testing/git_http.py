@@ -1,14 +1,19 @@
-"""A loopback smart-HTTP git server that demands a token, for credential tests.
+"""Loopback git remotes for credential and hang tests.
 
-Serves the bare repositories under ``root`` through ``git http-backend`` (CGI)
-on 127.0.0.1, answering 401 unless the request carries HTTP Basic auth with
-the expected password. It records the usernames it saw, never the passwords.
+``GitHttpServer`` serves the bare repositories under ``root`` through
+``git http-backend`` (CGI) on 127.0.0.1, answering 401 unless the request
+carries HTTP Basic auth with the expected password. It records the usernames
+it saw, never the passwords, and counts every request. With ``stall`` set it
+accepts requests whose path contains that text and never answers them, like a
+remote that hangs mid-transfer. ``SilentServer`` accepts TCP connections and
+never says a word (a hung ``git://`` daemon).
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import socket
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +32,12 @@ class _Handler(BaseHTTPRequestHandler):
         return user if password == self.server.token else None
 
     def _handle(self) -> None:
+        self.server.hits += 1
+        stall = self.server.stall
+        if stall is not None and stall in self.path:
+            self.server.stalled += 1
+            self.server.unstalled.wait()  # set by close(): the answer never comes
+            return
         user = self._authorised()
         if user is None:
             self.server.refused += 1
@@ -81,7 +92,9 @@ class _GitServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.root, self.token = root, token
         self.users: list[str] = []
-        self.refused = 0
+        self.refused = self.hits = self.stalled = 0
+        self.stall: str | None = None
+        self.unstalled = threading.Event()
 
 
 class GitHttpServer:
@@ -103,12 +116,71 @@ class GitHttpServer:
     def refused(self) -> int:
         return self._server.refused
 
+    @property
+    def hits(self) -> int:
+        """Requests of any kind, answered or not."""
+        return self._server.hits
+
+    @property
+    def stalled(self) -> int:
+        return self._server.stalled
+
+    def stall(self, path_part: str | None) -> None:
+        """Never answer requests whose path contains ``path_part`` ("" for all); None: serve."""
+        self._server.stall = path_part
+
     def close(self) -> None:
+        self._server.unstalled.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
 
     def __enter__(self) -> GitHttpServer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+
+class SilentServer:
+    """A TCP server on 127.0.0.1 that accepts every connection and never writes a byte."""
+
+    def __init__(self) -> None:
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self._held: list[socket.socket] = []
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self._socket.getsockname()[1])
+
+    @property
+    def connections(self) -> int:
+        return len(self._held)
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return
+            self._held.append(connection)
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self._socket.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        except OSError:
+            pass
+        self._socket.close()
+        for connection in self._held:
+            connection.close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> SilentServer:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,

@@ -101,6 +101,7 @@ def _run(
         agent=build_agent(preset),
         workdir=project.root,
         repo_root=project.root,
+        tree=project.tree,
         env=base_env(),
         home=project.home,
         events=sink,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.gitrepo import GitRepo
 from pipeline.prompt import IssueInfo
 from pipeline.settings import AgentPreset, RepoSettings
 
@@ -64,6 +65,11 @@ class Project:
         }
         settings.update(changes)
         return RepoSettings(**settings)  # type: ignore[arg-type]
+
+    @property
+    def tree(self) -> GitRepo:
+        """The clone as the daemon's git sees it: pinned to its ``.git``."""
+        return GitRepo.plain(self.root)
 
     def commits(self) -> list[str]:
         return git(self.root, "rev-list", "--reverse", f"{self.base}..HEAD").split()

@@ -14,6 +14,7 @@ from pipeline.agents import AgentResult, build_agent
 from pipeline.conflicts import ConflictResolver, resolve_conflict_with_agent
 from pipeline.errors import EscalationError, RetryableError
 from pipeline.implement import implement, run_test_gate
+from pipeline.mirror import Mirror
 from pipeline.publish import PublishResult, publish
 from pipeline.sandbox import Jail
 from pipeline.settings import AgentPreset, PushSettings, RepoSettings
@@ -118,11 +119,14 @@ class World:
         agent = build_agent(self.agent_preset(resolution))
         root = self.project.root
         jail = Jail.unconfined(root, env, self.project.home)
+        mirror = self.project.outside / "mirror.git"
+        Mirror(mirror, repo).create(None)
         outcome = implement(run_id=42, issue=ISSUE, repo=repo, agent=agent, workdir=root,
-                            repo_root=root, env=env, home=self.project.home, events=self.sink,
+                            repo_root=root, tree=self.project.tree, env=env,
+                            home=self.project.home, events=self.sink,
                             stop=None, on_agent_result=self.results.append)
         resolver = ConflictResolver(
-            run_id=42, issue=ISSUE, repo=repo, agent=agent, repo_root=root, workdir=root,
+            run_id=42, issue=ISSUE, repo=repo, agent=agent, tree=self.project.tree, workdir=root,
             branch=BRANCH, env=env, home=self.project.home, events=self.sink, stop=None,
             test_gate=lambda: run_test_gate(repo, root, jail, self.sink, None).ok,
             resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,
@@ -130,10 +134,10 @@ class World:
         )
         if before_publish is not None:
             before_publish()
-        return publish(run_id=42, repo=repo, repo_root=root, branch=BRANCH,
-                       base_sha=self.project.base, events=self.sink, stop=None,
+        return publish(run_id=42, repo=repo, tree=self.project.tree, mirror=mirror,
+                       branch=BRANCH, base_sha=self.project.base, events=self.sink, stop=None,
                        retest=resolver.retest, resolve_conflict=resolver,
-                       record_pushed=self.recorded.append, env=env)
+                       record_pushed=self.recorded.append)
 
     def remote_file(self, name: str) -> str:
         return git(self.project.remote, "show", f"main:{name}")
@@ -267,7 +271,7 @@ def test_spent_budget_escalates_without_asking_the_agent(world: World) -> None:
     repo = world.project.repo(max_budget_usd=0.5)
     agent = build_agent(world.agent_preset(GOOD_RESOLUTION))
     resolver = ConflictResolver(
-        run_id=42, issue=ISSUE, repo=repo, agent=agent, repo_root=root, workdir=root,
+        run_id=42, issue=ISSUE, repo=repo, agent=agent, tree=world.project.tree, workdir=root,
         branch=BRANCH, env=base_env(), home=world.project.home, events=world.sink, stop=None,
         test_gate=lambda: True, spent_usd=0.5,
     )

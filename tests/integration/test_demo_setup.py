@@ -17,6 +17,7 @@ from pipeline.agents.command import CommandAgent
 from pipeline.config import load_settings
 from pipeline.demo_setup import ISSUES, DemoWorld, build_world, project_files
 from pipeline.demo_tasks import TASKS, Change
+from pipeline.gitrepo import GitRepo
 from pipeline.implement import implement
 from pipeline.proc import shell_argv
 from pipeline.prompt import IssueInfo, build_prompt
@@ -193,7 +194,8 @@ def test_the_implement_loop_keeps_the_agents_commit(
     clone = _clone(repo, tmp_path / "greeter")
     sink = RecordingSink()
     outcome = implement(run_id=31, issue=_issue(3), repo=repo, agent=_agent(settings),
-                        workdir=clone, repo_root=clone, env=dict(os.environ),
+                        workdir=clone, repo_root=clone, tree=GitRepo.plain(clone),
+                        env=dict(os.environ),
                         home=tmp_path / "home", events=sink, stop=None)
     assert outcome.fix_iterations == 0 and len(outcome.commits) == 1
     message = git(clone, "log", "-1", "--format=%B")

@@ -53,6 +53,7 @@ def _implement(
         agent=agent,  # type: ignore[arg-type]
         workdir=project.root,
         repo_root=project.root,
+        tree=project.tree,
         env=base_env(),
         home=project.home,
         events=sink or RecordingSink(),

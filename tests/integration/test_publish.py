@@ -1,4 +1,4 @@
-"""Publishing with real git: bare remotes in tmp_path, a checkout and a run worktree."""
+"""Publishing with real git: a bare remote in tmp_path, the daemon's mirror, checkout and slot."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import EscalationError, RetryableError
-from pipeline.publish import PublishResult, find_pushed, git_env, publish
-from pipeline.settings import PushSettings, RepoSettings
+from pipeline.gitrepo import GitRepo
+from pipeline.publish import PublishResult, find_pushed, publish
+from pipeline.settings import PushSettings, RepoSettings, WorkspaceSettings
 from pipeline.testing.sinks import RecordingSink
+from pipeline.workspace import PreparedWorkspace, Workspaces
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -29,19 +31,33 @@ def commit_file(cwd: Path, name: str, text: str, message: str) -> str:
 
 @dataclass
 class World:
-    """A bare remote, the daemon's checkout, one run worktree and a colleague's clone."""
+    """A bare remote, the daemon's mirror and checkout, run 1's slot and a colleague's clone."""
 
     tmp: Path
     remote: Path
-    checkout: Path
-    worktree: Path
+    ws: PreparedWorkspace
     other: Path
     base_sha: str
     run_id: int = 1
-    branch: str = "afk/run-1"
     recorded: list[str] = field(default_factory=list)
     retests: list[str] = field(default_factory=list)
     events: RecordingSink = field(default_factory=RecordingSink)
+
+    @property
+    def branch(self) -> str:
+        return self.ws.branch
+
+    @property
+    def worktree(self) -> Path:
+        return self.ws.path
+
+    @property
+    def tree(self) -> GitRepo:
+        return self.ws.git
+
+    @property
+    def checkout(self) -> Path:
+        return self.ws.git.common_dir.parent
 
     def repo(self, **push: object) -> RepoSettings:
         return RepoSettings(name="demo", tracker="local", slug="o/demo",
@@ -60,6 +76,16 @@ class World:
     def remote_main(self) -> str:
         return git(self.remote, "rev-parse", "refs/heads/main")
 
+    def publish_as(self, repo: RepoSettings, **kw: object) -> PublishResult:
+        """Publish run ``run_id`` from the slot through the mirror, as the flow does."""
+        fields: dict[str, object] = {
+            "retest": lambda: True, "resolve_conflict": None,
+            "record_pushed": self.recorded.append, **kw,
+        }
+        return publish(run_id=self.run_id, repo=repo, tree=self.tree, mirror=self.ws.mirror,
+                       branch=self.branch, base_sha=self.base_sha, events=self.events,
+                       stop=None, **fields)  # type: ignore[arg-type]
+
     def publish(self, *, retest: Callable[[], bool] | None = None,
                 resolve: Callable[[str], bool] | None = None,
                 record: Callable[[str], None] | None = None, **push: object) -> PublishResult:
@@ -67,28 +93,28 @@ class World:
             self.retests.append(git(self.worktree, "rev-parse", "HEAD"))
             return True
 
-        return publish(run_id=self.run_id, repo=self.repo(**push), repo_root=self.worktree,
-                       branch=self.branch, base_sha=self.base_sha, events=self.events,
-                       stop=None, retest=retest or default_retest, resolve_conflict=resolve,
-                       record_pushed=record or self.recorded.append)
+        return self.publish_as(self.repo(**push), retest=retest or default_retest,
+                               resolve_conflict=resolve,
+                               record_pushed=record or self.recorded.append)
 
 
 @pytest.fixture
 def world(tmp_path: Path) -> World:
-    """A remote with one commit on main, a checkout and a worktree for run 1."""
+    """A remote with one commit on main, the daemon's workspace prepared for run 1."""
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", "--initial-branch=main", str(remote))
     seed = tmp_path / "seed"
     git(tmp_path, "clone", "-q", str(remote), str(seed))
     base = commit_file(seed, "README.md", "hello\nworld\n", "seed")
     git(seed, "push", "-q", "origin", "HEAD:main")
-    checkout = tmp_path / "checkout"
-    git(tmp_path, "clone", "-q", str(remote), str(checkout))
-    worktree = tmp_path / "wt-1"
-    git(checkout, "worktree", "add", "-q", "-b", "afk/run-1", str(worktree), "origin/main")
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    repo = RepoSettings(name="demo", tracker="local", slug="o/demo", remote_url=str(remote))
+    ws = Workspaces(volume, WorkspaceSettings()).prepare(
+        repo, run_id=1, issue_ref="run", base_env={}, events=RecordingSink())
     other = tmp_path / "other"
     git(tmp_path, "clone", "-q", str(remote), str(other))
-    return World(tmp_path, remote, checkout, worktree, other, base)
+    return World(tmp_path, remote, ws, other, base)
 
 
 def test_plain_publish_pushes_head_and_records_it(world: World) -> None:
@@ -111,7 +137,7 @@ def test_moved_base_is_rebased_retested_and_pushed(world: World) -> None:
     assert world.remote_main() == result.pushed_sha
     assert git(world.remote, "rev-parse", f"{result.pushed_sha}~1") == theirs
     assert world.retests == [result.pushed_sha]
-    assert find_pushed(world.checkout, "origin/main", 1, git_env()) == result.pushed_sha
+    assert find_pushed(world.ws.mirror, "refs/heads/main", 1) == result.pushed_sha
 
 
 def test_conflict_escalates_and_keeps_the_run_commits(world: World) -> None:
@@ -124,7 +150,7 @@ def test_conflict_escalates_and_keeps_the_run_commits(world: World) -> None:
     assert "README.md" in str(caught.value) and "afk/run-1" in str(caught.value)
     assert git(world.worktree, "rev-parse", "afk/run-1") == mine
     assert git(world.worktree, "status", "--porcelain") == ""
-    assert not (world.checkout / ".git" / "worktrees" / "wt-1" / "rebase-merge").exists()
+    assert not (world.tree.git_dir / "rebase-merge").exists()
     assert world.remote_main() == before
     assert world.recorded == []
 
@@ -223,10 +249,7 @@ def test_branch_mode_pushes_the_run_branch_and_opens_a_pr(world: World) -> None:
         opened.append((branch, title))
         return f"https://forge.invalid/pr/{len(opened)}"
 
-    result = publish(run_id=1, repo=world.repo(mode="branch"), repo_root=world.worktree,
-                     branch=world.branch, base_sha=world.base_sha, events=world.events,
-                     stop=None, retest=lambda: True, resolve_conflict=None,
-                     record_pushed=world.recorded.append, open_pr=open_pr)
+    result = world.publish_as(world.repo(mode="branch"), open_pr=open_pr)
     assert result.branch == "afk/run-1" and result.pr_url == "https://forge.invalid/pr/1"
     assert git(world.remote, "rev-parse", "refs/heads/afk/run-1") == sha
     assert world.remote_main() == world.base_sha
@@ -240,10 +263,7 @@ def test_branch_mode_rebases_and_force_pushes_its_own_branch(world: World) -> No
     git(world.worktree, "commit", "-q", "--amend", "-m", "Reworked\n\nAfk-Run: 2")
     world.run_id = 2
     world.remote_commit("other.txt", "theirs\n")
-    result = publish(run_id=2, repo=world.repo(mode="branch"), repo_root=world.worktree,
-                     branch=world.branch, base_sha=world.base_sha, events=world.events,
-                     stop=None, retest=lambda: True, resolve_conflict=None,
-                     record_pushed=world.recorded.append, remote_branch="afk/issue-9")
+    result = world.publish_as(world.repo(mode="branch"), remote_branch="afk/issue-9")
     assert result.rebased and result.branch == "afk/issue-9"
     assert git(world.remote, "rev-parse", "refs/heads/afk/issue-9") == result.pushed_sha
 
@@ -266,9 +286,7 @@ def test_token_never_lands_in_config_or_events(world: World, monkeypatch: pytest
 
     repo = world.repo()
     repo = replace(repo, push=replace(repo.push, token=SecretRef(env="AFK_TEST_PUSH_TOKEN")))
-    publish(run_id=1, repo=repo, repo_root=world.worktree, branch=world.branch,
-            base_sha=world.base_sha, events=world.events, stop=None, retest=lambda: True,
-            resolve_conflict=None, record_pushed=world.recorded.append)
+    world.publish_as(repo)
     for config in (world.checkout / ".git").rglob("config*"):
         assert sentinel not in config.read_text(encoding="utf-8", errors="replace")
     assert sentinel not in repr(world.events.events)
@@ -300,6 +318,7 @@ def test_checkout_hooks_never_run_with_credentials(world: World,
     monkeypatch.setenv("AFK_TEST_PUSH_TOKEN", "tok")
     witness = world.tmp / "hook-ran"
     hook = world.checkout / ".git" / "hooks" / "pre-push"
+    hook.parent.mkdir(exist_ok=True)
     hook.write_text(f"#!/bin/sh\nenv > {witness}\n", encoding="utf-8")
     hook.chmod(0o755)
     world.run_commit()
@@ -307,8 +326,6 @@ def test_checkout_hooks_never_run_with_credentials(world: World,
 
     repo = world.repo()
     repo = replace(repo, push=replace(repo.push, token=SecretRef(env="AFK_TEST_PUSH_TOKEN")))
-    publish(run_id=1, repo=repo, repo_root=world.worktree, branch=world.branch,
-            base_sha=world.base_sha, events=world.events, stop=None, retest=lambda: True,
-            resolve_conflict=None, record_pushed=world.recorded.append)
+    world.publish_as(repo)
     assert world.recorded == [world.remote_main()]
     assert not witness.exists()

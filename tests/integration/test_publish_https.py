@@ -1,8 +1,7 @@
-"""Publishing over HTTPS-style token auth to a loopback smart-HTTP git server."""
+"""A private HTTPS-style remote that demands a token: clone, fetch and push through the daemon."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +11,11 @@ import pytest
 from pipeline.errors import FatalError
 from pipeline.gitcred import credential_env
 from pipeline.publish import publish
-from pipeline.settings import PushSettings, RepoSettings, SecretRef
+from pipeline.settings import PushSettings, RepoSettings, SecretRef, WorkspaceSettings
 from pipeline.testing.git_http import GitHttpServer
+from pipeline.testing.gitrepos import commit_to_remote
 from pipeline.testing.sinks import RecordingSink
+from pipeline.workspace import PreparedWorkspace, Workspaces
 
 TOKEN = "sentinel-9b1e4f-token"
 
@@ -40,60 +41,89 @@ def server(tmp_path: Path) -> Iterator[GitHttpServer]:
         yield running
 
 
-def worktree_with_run_commit(tmp_path: Path) -> tuple[Path, Path, str]:
-    checkout = tmp_path / "checkout"
-    git(tmp_path, "clone", "-q", str(tmp_path / "srv" / "demo.git"), str(checkout))
-    base = git(checkout, "rev-parse", "HEAD")
-    worktree = tmp_path / "wt"
-    git(checkout, "worktree", "add", "-q", "-b", "afk/run-5", str(worktree), base)
-    (worktree / "f.txt").write_text("f\n", encoding="utf-8")
-    git(worktree, "add", "f.txt")
-    git(worktree, "commit", "-q", "-m", "Add f\n\nAfk-Run: 5")
-    return checkout, worktree, base
+@pytest.fixture
+def workspaces(tmp_path: Path) -> Workspaces:
+    """Workspaces on a fresh volume that fetch on every prepare."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    return Workspaces(volume, WorkspaceSettings(fetch_debounce_s=0.0))
 
 
-def run_publish(server: GitHttpServer, worktree: Path, base: str, token_env: str | None,
-                sink: RecordingSink, recorded: list[str]) -> str:
+def demo_repo(server: GitHttpServer, token_env: str | None) -> RepoSettings:
     token = SecretRef(env=token_env) if token_env else SecretRef()
-    repo = RepoSettings(name="demo", tracker="local", slug="o/demo",
+    return RepoSettings(name="demo", tracker="local", slug="o/demo",
                         remote_url=server.url("demo.git"), push=PushSettings(token=token))
-    result = publish(run_id=5, repo=repo, repo_root=worktree, branch="afk/run-5", base_sha=base,
-                     events=sink, stop=None, retest=lambda: True, resolve_conflict=None,
-                     record_pushed=recorded.append)
+
+
+def prepare(spaces: Workspaces, repo: RepoSettings, run_id: int) -> PreparedWorkspace:
+    return spaces.prepare(repo, run_id=run_id, issue_ref=f"run{run_id}", base_env={},
+                          events=RecordingSink())
+
+
+def run_publish(repo: RepoSettings, ws: PreparedWorkspace, run_id: int, sink: RecordingSink,
+                recorded: list[str]) -> str:
+    (ws.path / f"f{run_id}.txt").write_text("f\n", encoding="utf-8")
+    git(ws.path, "add", "-A")
+    git(ws.path, "commit", "-q", "-m", f"Add f{run_id}\n\nAfk-Run: {run_id}")
+    result = publish(run_id=run_id, repo=repo, tree=ws.git, mirror=ws.mirror, branch=ws.branch,
+                     base_sha=ws.base_sha, events=sink, stop=None, retest=lambda: True,
+                     resolve_conflict=None, record_pushed=recorded.append)
     return result.pushed_sha
 
 
-def test_token_authenticates_fetch_and_push_and_is_never_stored(
-        server: GitHttpServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The token reaches the server through askpass only; no config or event holds it."""
+def files_holding(root: Path, needle: str) -> list[Path]:
+    return [path for path in root.rglob("*") if path.is_file() and not path.is_symlink()
+            and needle.encode() in path.read_bytes()]
+
+
+def test_token_serves_clone_fetch_and_push_and_is_never_stored(
+        server: GitHttpServer, tmp_path: Path, workspaces: Workspaces,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mirror clones, fetches and pushes with the token via askpass; no file holds it."""
     monkeypatch.setenv("AFK_TEST_TOKEN", TOKEN)
-    checkout, worktree, base = worktree_with_run_commit(tmp_path)
+    repo = demo_repo(server, "AFK_TEST_TOKEN")
     sink, recorded = RecordingSink(), list[str]()
-    sha = run_publish(server, worktree, base, "AFK_TEST_TOKEN", sink, recorded)
-    assert recorded == [sha]
-    assert git(tmp_path / "srv" / "demo.git", "rev-parse", "main") == sha
+    first = prepare(workspaces, repo, 1)
     assert server.refused >= 1 and set(server.users) == {"x-access-token"}
-    for path in [*(checkout / ".git").rglob("config*"), worktree / ".git"]:
-        assert TOKEN not in path.read_text(encoding="utf-8", errors="replace")
+    sha = run_publish(repo, first, 1, sink, recorded)
+    assert recorded == [sha] and git(tmp_path / "srv" / "demo.git", "rev-parse", "main") == sha
+    workspaces.release(first, succeeded=True)
+    newer = commit_to_remote(str(tmp_path / "srv" / "demo.git"), {"n.txt": "n\n"}, "newer")
+    second = prepare(workspaces, repo, 2)
+    assert second.base_sha == newer
+    assert run_publish(repo, second, 2, sink, recorded) == recorded[-1]
+    assert files_holding(tmp_path / "volume", TOKEN) == []
     assert TOKEN not in repr(sink.events)
 
 
-def test_missing_token_is_a_credentials_error(server: GitHttpServer, tmp_path: Path) -> None:
-    """Without a token the remote refuses and the error names the setting to fix."""
-    _, worktree, base = worktree_with_run_commit(tmp_path)
+def test_missing_token_is_a_credentials_error(server: GitHttpServer,
+                                              workspaces: Workspaces) -> None:
+    """Without a token the remote refuses the clone and the error names the setting."""
     with pytest.raises(FatalError) as caught:
-        run_publish(server, worktree, base, None, RecordingSink(), [])
+        prepare(workspaces, demo_repo(server, None), 1)
     assert caught.value.kind == "push_auth" and "push.token" in str(caught.value)
+    assert server.url("demo.git") in str(caught.value)
 
 
-def test_wrong_token_is_a_credentials_error(server: GitHttpServer, tmp_path: Path,
+def test_wrong_token_is_a_credentials_error(server: GitHttpServer, workspaces: Workspaces,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A wrong token fails as push_auth and its value appears in no message."""
     monkeypatch.setenv("AFK_TEST_TOKEN", "wrong-token-77")
-    _, worktree, base = worktree_with_run_commit(tmp_path)
     with pytest.raises(FatalError) as caught:
-        run_publish(server, worktree, base, "AFK_TEST_TOKEN", RecordingSink(), [])
+        prepare(workspaces, demo_repo(server, "AFK_TEST_TOKEN"), 1)
     assert caught.value.kind == "push_auth" and "wrong-token-77" not in str(caught.value)
+
+
+def test_a_token_revoked_before_publish_fails_the_push_as_credentials(
+        server: GitHttpServer, workspaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Publish's fetch with a token the server no longer takes fails push_auth, not a retry."""
+    monkeypatch.setenv("AFK_TEST_TOKEN", TOKEN)
+    repo = demo_repo(server, "AFK_TEST_TOKEN")
+    ws = prepare(workspaces, repo, 1)
+    monkeypatch.setenv("AFK_TEST_TOKEN", "revoked-token-5")
+    with pytest.raises(FatalError) as caught:
+        run_publish(repo, ws, 1, RecordingSink(), [])
+    assert caught.value.kind == "push_auth" and "revoked-token-5" not in str(caught.value)
 
 
 def test_credential_env_is_private_and_removed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,5 +136,6 @@ def test_credential_env_is_private_and_removed(monkeypatch: pytest.MonkeyPatch) 
         assert TOKEN not in script.read_text(encoding="utf-8")
         config = {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"]
                   for i in range(int(env["GIT_CONFIG_COUNT"]))}
-        assert config == {"core.hooksPath": os.devnull, "credential.helper": ""}
+        assert config == {"credential.helper": ""}
+        assert "ServerAliveInterval" in env["GIT_SSH_COMMAND"]
     assert not script.parent.exists()

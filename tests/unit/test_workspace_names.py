@@ -16,7 +16,7 @@ from pipeline.gitutil import (
     safe_component,
 )
 from pipeline.masking import redact_url
-from pipeline.workspace import _keep_pattern
+from pipeline.slots import keep_pattern as _keep_pattern
 
 
 def ref_component_ok(part: str) -> bool:

@@ -1,0 +1,93 @@
+"""Where a daemon git command runs: a repository pinned to paths the daemon knows.
+
+The agent can write every repository but the mirror: the checkout's config,
+hooks, objects and refs, a worktree's admin dir (``commondir``, ``gitdir``,
+``config.worktree``) and the worktree's ``.git`` file. So the daemon never
+lets git find a repository by itself: ``GitRepo.pins`` names ``GIT_DIR``,
+``GIT_COMMON_DIR`` and ``GIT_WORK_TREE``, and ``GitRepo.reclaim`` puts the
+daemon's config and links back before each command (ADR 0010).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class GitRepo:
+    """A repository a daemon git command runs in, pinned to paths the daemon knows.
+
+    ``owned`` marks the daemon's mirror, which nothing else can write. Every
+    other repository (checkout, worktree slot, git-crypt clone) is treated as
+    written by the agent; ``config_source`` is the daemon's own copy of its
+    config, restored before every command.
+    """
+
+    git_dir: Path
+    common_dir: Path
+    work_tree: Path | None = None
+    owned: bool = False
+    config_source: Path | None = None
+
+    @classmethod
+    def mirror(cls, path: Path) -> GitRepo:
+        return cls(path, path, None, owned=True)
+
+    @classmethod
+    def plain(cls, root: Path, config_source: Path | None = None) -> GitRepo:
+        """A repository with its ``.git`` directory in ``root`` (checkout, clone)."""
+        return cls(root / ".git", root / ".git", root, config_source=config_source)
+
+    @classmethod
+    def worktree(cls, checkout: Path, tree: Path, config_source: Path | None = None) -> GitRepo:
+        """Worktree ``tree`` of ``checkout``: its admin dir is named after the tree."""
+        common = checkout / ".git"
+        return cls(common / "worktrees" / tree.name, common, tree, config_source=config_source)
+
+    @property
+    def where(self) -> Path:
+        return self.work_tree if self.work_tree is not None else self.git_dir
+
+    def pins(self) -> dict[str, str]:
+        pins = {"GIT_DIR": str(self.git_dir), "GIT_COMMON_DIR": str(self.common_dir)}
+        if self.work_tree is not None:
+            pins["GIT_WORK_TREE"] = str(self.work_tree)
+        return pins
+
+    def reclaim(self) -> None:
+        """Undo what the agent may have written into git's own files of this repository."""
+        if self.owned or not self.common_dir.is_dir():
+            return
+        if self.config_source is not None:
+            _write(self.common_dir / "config", self.config_source.read_bytes())
+        for planted in (
+            "config.worktree",
+            "objects/info/alternates",
+            "objects/info/http-alternates",
+        ):
+            _remove(self.common_dir / planted)
+        if self.git_dir == self.common_dir or not self.git_dir.is_dir():
+            return
+        _remove(self.git_dir / "config.worktree")
+        _write(self.git_dir / "commondir", b"../..\n")
+        if self.work_tree is not None and self.work_tree.is_dir():
+            _write(self.git_dir / "gitdir", f"{self.work_tree / '.git'}\n".encode())
+            _write(self.work_tree / ".git", f"gitdir: {self.git_dir}\n".encode())
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Replace ``path`` (a file, a symlink or a planted directory) with ``data``."""
+    _remove(path)
+    staging = path.with_name(f".{path.name}.afk-{os.getpid()}")
+    staging.write_bytes(data)
+    os.replace(staging, path)
