@@ -292,6 +292,7 @@ def sandbox(table: Table) -> SandboxSettings:
         allow_hosts=hosts(table, "allow_hosts", defaults.allow_hosts),
         pass_env=pass_env(table, "pass_env"),
         read_only_paths=paths(table, "read_only_paths"),
+        writable_paths=paths(table, "writable_paths"),
         hidden_paths=paths(table, "hidden_paths"),
     )
     table.finish()

@@ -193,8 +193,12 @@ class GitRunner:
                 f"refusing network git in {self.where}: the agent can "
                 "write it; only the daemon's mirror talks to the remote",
             )
+        # ``-c`` settings travel (through the environment) to the receive-pack of a remote
+        # on a local path: hooksPath would switch off that remote's own hooks (a deploy
+        # hook, say). The mirror runs no hooks of its own anyway: nobody else writes it.
+        own = [(k, v) for k, v in self._config() if k != "core.hooksPath"]
         flags = [
-            *self._flags(),
+            *(arg for key, value in own for arg in ("-c", f"{key}={value}")),
             "-c",
             f"http.lowSpeedLimit={self.limits.stall_bytes_per_s}",
             "-c",

@@ -137,6 +137,7 @@ class SandboxSettings:
     allow_hosts: tuple[str, ...] = DEFAULT_ALLOW_HOSTS
     pass_env: tuple[str, ...] = ()  # host variables added to the default pass-through list
     read_only_paths: tuple[Path, ...] = ()  # host paths to show read-only despite hiding
+    writable_paths: tuple[Path, ...] = ()  # host paths every sandbox may write (never secrets)
     hidden_paths: tuple[Path, ...] = ()  # host paths to hide besides the daemon's own
 
 

@@ -62,13 +62,32 @@ def build_sandbox(settings: Settings, secret_refs: Iterable[SecretRef] = ()) -> 
     bwrap = find_bwrap(settings.sandbox.bwrap_path)
     version = probe(bwrap)
     hidden, hidden_files = daemon_places(settings, secret_refs)
+    writable = tuple(_real(p) for p in settings.sandbox.writable_paths)
+    check_writable(writable, hidden, hidden_files, _real(settings.volume))
     return BwrapSandbox(
         bwrap=bwrap,
         version=version,
         hidden=hidden,
         hidden_files=hidden_files,
         read_only=runtime_paths(settings.sandbox),
+        writable=writable,
     )
+
+
+def check_writable(
+    writable: Iterable[Path], hidden: Iterable[Path], hidden_files: Iterable[Path], volume: Path
+) -> None:
+    """Refuse a ``writable_paths`` entry that would expose the daemon's own places."""
+    places = [*hidden, *hidden_files]
+    for path in writable:
+        exposed = [p for p in places if p == path or path in p.parents]
+        if exposed or path == volume or volume in path.parents:
+            what = exposed[0] if exposed else volume
+            raise SandboxUnavailable(
+                f"[sandbox] writable_paths: {path} would expose {what} to every agent; name a "
+                "directory that holds none of the daemon's volume, config, database, secrets "
+                "or HOME"
+            )
 
 
 def daemon_places(

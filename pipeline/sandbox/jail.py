@@ -63,6 +63,7 @@ class BwrapSandbox:
     hidden: tuple[Path, ...] = ()
     hidden_files: tuple[Path, ...] = ()
     read_only: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
     mode: str = "bwrap"
 
     @property
@@ -78,6 +79,7 @@ class BwrapSandbox:
             hidden=(*self.hidden, *layout.hidden),
             hidden_files=(*self.hidden_files, *layout.hidden_files),
             read_only=(*self.read_only, *layout.read_only),
+            writable=(*layout.writable, *self.writable),
         )
         with contextlib.ExitStack() as stack:
             lifeline = stack.enter_context(_lifeline())

@@ -38,7 +38,7 @@ def _world(tmp_path: Path) -> tuple[Path, str]:
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     argv = [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
-    env = {"AGENT_ENV_DUMP": str(tmp_path / "agent-env.txt")}
+    env = {"AGENT_ENV_DUMP": str(tmp_path / "volume" / "homes" / "calc" / "agent-env.txt")}
     return local_config(tmp_path, remote, argv, env), remote
 
 
@@ -67,7 +67,7 @@ def test_local_issue_runs_end_to_end(tmp_path: Path, cli_env: dict[str, str]) ->
     assert issues[0]["state"] == "closed"
     shown = cli("runs", "show", str(run["id"])).stdout
     assert "pushed" in shown and "tests passed" in shown
-    seen = (tmp_path / "agent-env.txt").read_text().split()
+    seen = (tmp_path / "volume" / "homes" / "calc" / "agent-env.txt").read_text().split()
     assert "GITHUB_TOKEN" not in seen and "PIPELINE_WEBHOOK_SECRET" not in seen
     assert "AGENT_ENV_DUMP" in seen
 

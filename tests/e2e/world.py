@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -84,6 +85,29 @@ class RepoSpec:
         return self.target.remote
 
 
+class HumanDesk(threading.Thread):
+    """A human outside every sandbox: pushes what the agent asks for "meanwhile"."""
+
+    def __init__(self, desk: Path) -> None:
+        super().__init__(daemon=True)
+        self.desk = desk
+        self.desk.mkdir(exist_ok=True)
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopped.wait(0.05):
+            for request in sorted(self.desk.glob("*.json")):
+                done = request.with_suffix(".done")
+                if not done.exists():
+                    job = json.loads(request.read_text())
+                    commit_to_remote(job["remote"], job["files"], job["message"])
+                    done.write_text("pushed")
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=5)
+
+
 @dataclass
 class ShipWorld:
     """Everything one test's daemon talks to; ``close()`` tears it all down."""
@@ -97,6 +121,7 @@ class ShipWorld:
     feeder: CiFeeder
     agent_log: Path
     store: Store
+    desk: HumanDesk
     daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     # -- building ------------------------------------------------------------------
@@ -124,9 +149,13 @@ class ShipWorld:
         for spec in specs.values():
             fake.add_repo(spec.slug)
             fake.set_permission(spec.slug, MAINTAINER, "write")
-        agent_log = root / "agent-log.jsonl"
+        # The agent's log, its world description and the human's desk (where it asks for a
+        # push "by a human meanwhile") are the only host paths its sandbox may write.
+        agent_area = root / "agent-area"
+        agent_area.mkdir()
+        agent_log = agent_area / "agent-log.jsonl"
         agent_log.touch()
-        world_file = root / "agent-world.json"
+        world_file = agent_area / "agent-world.json"
         world_file.write_text(
             json.dumps(
                 {
@@ -146,8 +175,10 @@ class ShipWorld:
         cli("db", "upgrade")
         feeder = CiFeeder(fake, {spec.slug: spec.remote for spec in specs.values()}, plan)
         feeder.start()
+        desk = HumanDesk(agent_area / "human")
+        desk.start()
         store = Store(f"sqlite:///{root / 'history.db'}")
-        return cls(root, fake, receiver, specs, cli, config, feeder, agent_log, store)
+        return cls(root, fake, receiver, specs, cli, config, feeder, agent_log, store, desk)
 
     def close(self) -> None:
         """Stop every process and server; each step runs even if an earlier one failed."""
@@ -158,6 +189,7 @@ class ShipWorld:
             for spec in self.repos.values():
                 stack.callback(spec.target.stop)
             stack.callback(self.feeder.stop)
+            stack.callback(self.desk.stop)
             for daemon in self.daemons:
                 stack.callback(_stop_quietly, daemon)
 
@@ -325,6 +357,9 @@ exit_grace_s = 2
 
 [agents.scripted.env]
 AGENT_WORLD = "{world_file}"
+
+[sandbox]
+writable_paths = {json.dumps([str(world_file.parent)])}
 
 [notify]
 urls_file = "{notify_urls}"
