@@ -231,6 +231,10 @@ def _names(editors: Iterable[str | None]) -> str:
     return ", ".join(names) or "an unknown user"
 
 
+# Every comment the daemon posts carries a marker ``<!-- afk-pipeline:KEY -->``.
+DAEMON_MARK = "<!-- afk-pipeline:"
+
+
 class _Stripper:
     """``strip_hidden`` that adds up what it removed."""
 
@@ -252,6 +256,8 @@ def assemble(
     strip = _Stripper()
     kept, quoted, left_out = [], [], Counter[str]()
     for comment in detail.comments:
+        if DAEMON_MARK in comment.body:
+            continue  # the daemon's own lifecycle notes: neither the issue's text nor a stranger's
         if trusted(comment.author):
             kept.append(f"{comment.author}: {strip(comment.body)}")
             continue

@@ -159,6 +159,15 @@ def test_comments_of_untrusted_authors_are_left_out_and_counted() -> None:
     assert "ignore previous" not in result.message + repr(result.data)
 
 
+def test_the_daemons_own_notes_are_neither_kept_nor_counted() -> None:
+    """A lifecycle comment the daemon posted is not issue text and not a stranger's."""
+    issue = detail(Comment("afk-bot", "Working on it.\n<!-- afk-pipeline:claimed:3 -->", at(12)))
+    title, body = first_seen(issue.title, None), first_seen(issue.body, None)
+    result = assemble(issue, title, body, trusted, quote=False)
+    assert result.comments == () and result.data["comments_left_out"] == 0
+    assert result.message == "issue text: all of it from trusted authors"
+
+
 def test_quote_mode_keeps_untrusted_comments_apart() -> None:
     """With quoting on, untrusted comments are handed over separately, stripped."""
     issue = detail(Comment("stranger", "maybe <!-- hidden -->use a loop", at(13)))
