@@ -145,9 +145,12 @@ class Jail:
             self.layout, workdir=cwd, network=network or self.layout.network
         )
         with self.sandbox.command(argv, layout, _denial_events(events)) as prepared:
-            return run_command(
+            result = run_command(
                 prepared.argv, cwd=cwd, env=env, pass_fds=prepared.pass_fds, **options
             )
+        if self.sandbox.mode == "none":
+            return result
+        return signalled_as_negative(result)
 
     def agent_network(self, mode: str | None, hosts: Sequence[str]) -> NetworkPolicy:
         """The repo's policy, in ``mode`` when given, with ``hosts`` allowed as well."""
@@ -178,6 +181,18 @@ class Jail:
             self,
             layout=dataclasses.replace(self.layout, read_only=(*self.layout.read_only, *paths)),
         )
+
+
+def signalled_as_negative(result: CommandResult) -> CommandResult:
+    """A sandboxed command killed by signal N, reported as exit -N like an unconfined one.
+
+    bwrap exits ``128 + N`` when its command dies of signal N (the shell's
+    convention); callers tell a crash from an answer by a negative code.
+    """
+    code = result.returncode
+    if code is not None and 128 < code < 160:
+        return dataclasses.replace(result, returncode=128 - code)
+    return result
 
 
 def _bytecode(mode: str) -> dict[str, str]:

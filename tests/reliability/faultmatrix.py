@@ -23,7 +23,7 @@ from pipeline.testing.gitrepos import commit_to_remote
 
 from .figures import Figures
 from .killmatrix import check_outcome
-from .world import World, WorldSpec, fresh_database, stop
+from .world import World, WorldSpec, agent_area, fresh_database, stop
 
 # A stand-in for the Claude Code CLI: stream-json on stdout. ``FAKE_CLAUDE_529``
 # invocations answer an overloaded API error first (a 529 burst), then it works.
@@ -86,7 +86,7 @@ def _claude_spec(mode: str = "ok", overloaded: int = 0) -> Callable[[Path], Worl
             '[agents.fakeclaude]\nkind = "claude"\n'
             f"command = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\n"
             "idle_timeout_s = 30\nexit_grace_s = 1\n[agents.fakeclaude.env]\n"
-            f"FAKE_CLAUDE_STATE = {json.dumps(str(root / 'claude-calls'))}\n"
+            f"FAKE_CLAUDE_STATE = {json.dumps(str(agent_area(root) / 'claude-calls'))}\n"
             f'FAKE_CLAUDE_MODE = "{mode}"\nFAKE_CLAUDE_529 = "{overloaded}"\n'
         )
         return WorldSpec(max_attempts=4, agent_name="fakeclaude", extra_agents_toml=agent)

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from .figures import Figures
-from .world import World, WorldSpec, fresh_database, stop
+from .world import World, WorldSpec, agent_area, fresh_database, stop
 
 SECRETS = {
     "SENTINEL_FORGE_TOKEN": "sntl-forge-7Hq2c9Zr",
@@ -47,7 +47,8 @@ def _spec(root: Path) -> WorldSpec:
         'trusted_actors = ["maintainer"]\n',
         http_toml='api_token_env = "PIPELINE_API_TOKEN"\n',
         agent_toml='api_key_env = "VENDOR_CRED"\n',
-        agent_env={"AGENT_ENV_DUMP": str(root / "agent-env.txt"), "AGENT_PRINT_KEY": "1"},
+        agent_env={"AGENT_ENV_DUMP": str(agent_area(root) / "agent-env.txt"),
+                   "AGENT_PRINT_KEY": "1"},
         per_repo_toml={"r0": push.format(name="r0"), "r1": broken + push.format(name="r1")},
     )
 
@@ -106,7 +107,7 @@ def _scenario(world: World, figures: Figures) -> None:
     _check_refs(world, figures, hostile)
     figures.faults_injected = len(SECRETS)
     figures.leaked_secrets.extend(scan(world, runs))
-    figures.leaked_secrets.extend(_agent_env_leaks(world.root / "agent-env.txt"))
+    figures.leaked_secrets.extend(_agent_env_leaks(agent_area(world.root) / "agent-env.txt"))
 
 
 def _settled(world: World) -> bool:

@@ -155,6 +155,13 @@ class WorldSpec:
     http_toml: str = ""
 
 
+def agent_area(root: Path) -> Path:
+    """``root/agent-area``, made if missing: writable by the world's sandboxed agents."""
+    area = root / "agent-area"
+    area.mkdir(parents=True, exist_ok=True)
+    return area
+
+
 class World:
     """One campaign world on disk, with helpers to run daemons and read the outcome."""
 
@@ -173,6 +180,9 @@ class World:
             self.remotes[name] = make_remote(root, PROJECT, name=name)
         self.agent = root / "agent.py"
         self.agent.write_text(AGENT)
+        # Where scripted agents leave what the campaign reads (env dumps, call counts):
+        # the one host directory their sandbox may write besides their own tree and HOME.
+        self.agent_area = agent_area(root)
         self.config = root / "pipeline.toml"
         self.config.write_text(self._toml())
         self._store: Store | None = None
@@ -208,6 +218,8 @@ volume = {json.dumps(str(self.root / "volume"))}
 poll_interval_s = 0.3
 max_concurrency = {spec.max_concurrency}
 {spec.extra_toml}
+[sandbox]
+writable_paths = [{json.dumps(str(agent_area(self.root)))}]
 [scheduler]
 lease_s = {spec.lease_s}
 heartbeat_s = {spec.heartbeat_s}
