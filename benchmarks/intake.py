@@ -10,7 +10,7 @@
 3. poll pickup: the daemon's ``Periodic`` polls every ``--poll-interval-s``;
    right after a cycle ends (the worst phase) an issue in a middle repo is
    labelled; ``pickup_poll_s`` is the time until its run is in the store;
-4. webhook pickup: the daemon's HTTP app (``pipeline.api.create_app`` under
+4. webhook pickup: the daemon's HTTP app (``pipeline.http.app.create_app`` under
    uvicorn) receives a signed ``issues.labeled`` delivery; ``pickup_webhook_s``
    is the time from sending it until the run is in the store.
 
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._databases import temp_sqlite
-from pipeline.api import create_app, serve
-from pipeline.periodic import Periodic
+from pipeline.http.app import create_app, serve
+from pipeline.queue.periodic import Periodic
 from pipeline.testing.forges import FakeGitHub, send_webhook
 from pipeline.testing.intake_world import IntakeWorld
 
@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "pickup_poll_phase": "labelled right after a poll cycle ended (the worst phase)",
         "pickup_webhook_s": round(pickup_webhook_s, 4),
         "webhook_answer_s": round(answer_s, 4),
-        "webhook_server": "the daemon's app (pipeline.api.create_app) under uvicorn",
+        "webhook_server": "the daemon's app (pipeline.http.app.create_app) under uvicorn",
         "runs_queued": runs,
         "database": "postgresql" if args.database_url else "sqlite",
     }

@@ -22,12 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipeline.config.settings import RepoSettings, Settings, WorkspaceSettings
 from pipeline.sandbox import BwrapSandbox, NetworkPolicy, build_sandbox
 from pipeline.sandbox.jail import Jail, Jailer
-from pipeline.settings import RepoSettings, Settings, WorkspaceSettings
 from pipeline.testing.gitrepos import make_remote
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import Workspaces
+from pipeline.workspace.workspaces import Workspaces
 
 TARGET_ADDED_S = 0.2
 AGENT = [sys.executable, "-I", "-S", "-c", "pass"]

@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from benchmarks._databases import DEFAULT_POSTGRES_URL, engine_of, temp_database
-from pipeline.queue import RunContext, Scheduler
-from pipeline.settings import SchedulerSettings
+from pipeline.config.settings import SchedulerSettings
+from pipeline.queue.scheduler import RunContext, Scheduler
 from pipeline.store import Run, Store
 from pipeline.testing.invariants import InvariantMonitor
 

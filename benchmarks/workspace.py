@@ -29,11 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.proc import run_command, shell_argv
-from pipeline.settings import RepoSettings, WorkspaceSettings
+from pipeline.config.settings import RepoSettings, WorkspaceSettings
+from pipeline.core.proc import run_command, shell_argv
 from pipeline.testing.gitrepos import git, make_remote
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import Workspaces
+from pipeline.workspace.workspaces import Workspaces
 
 PACKAGES = ("requests", "click", "attrs", "packaging", "jinja2", "pyyaml", "rich")
 MODULES_PER_DIR = 100

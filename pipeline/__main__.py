@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 
 raise SystemExit(main())

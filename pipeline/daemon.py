@@ -19,15 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.agents import Agent, apply_overrides, build_agent
-from pipeline.errors import ConfigError
-from pipeline.flow import FlowDeps, RunFlow
-from pipeline.intake import Intake
-from pipeline.lifecycle import Lifecycle
-from pipeline.masking import redact_url, register_settings_secrets, settings_secret_refs
-from pipeline.notify import Notifier
-from pipeline.periodic import Periodic
-from pipeline.queue import Scheduler
-from pipeline.recovery import Recovery
+from pipeline.config.settings import AgentPreset, RepoSettings, Settings, default_data_dir
+from pipeline.core.errors import ConfigError
+from pipeline.core.masking import redact_url, register_settings_secrets, settings_secret_refs
+from pipeline.intake.service import Intake
+from pipeline.notify.apprise import Notifier
+from pipeline.queue.periodic import Periodic
+from pipeline.queue.scheduler import Scheduler
+from pipeline.run.flow import FlowDeps, RunFlow
+from pipeline.run.lifecycle import Lifecycle
+from pipeline.run.recovery import Recovery
 from pipeline.sandbox import (
     NetworkPolicy,
     Sandbox,
@@ -36,13 +37,12 @@ from pipeline.sandbox import (
     build_sandbox,
 )
 from pipeline.sandbox.jail import Jailer
-from pipeline.settings import AgentPreset, RepoSettings, Settings, default_data_dir
 from pipeline.store import RunFilter, Store
 from pipeline.store.models import BUSY_STATES
 from pipeline.trackers import build_tracker
 from pipeline.trackers.base import Tracker
 from pipeline.trackers.local import LocalTracker
-from pipeline.workspace import Workspaces
+from pipeline.workspace.workspaces import Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class Daemon:
         return lambda: self.intake.poll(name)
 
     def _start_http(self) -> None:
-        from pipeline.api import create_app, serve
+        from pipeline.http.app import create_app, serve
 
         app = create_app(self.store, self.settings, webhook_handler=self.intake.handle_webhook,
                          health_extra=self._health)

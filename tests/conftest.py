@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.masking import clear_secrets
+from pipeline.core.masking import clear_secrets
 
 # Variables a developer's shell might carry that would change what tests see.
 _LEAKY_PREFIXES = ("PIPELINE_", "ANTHROPIC_", "CLAUDE_", "OPENAI_", "CODEX_", "GIT_")

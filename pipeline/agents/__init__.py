@@ -15,8 +15,8 @@ from pipeline.agents.base import (
 from pipeline.agents.claude import ClaudeAgent
 from pipeline.agents.codex import CodexAgent
 from pipeline.agents.command import CommandAgent
-from pipeline.errors import ConfigError
-from pipeline.settings import AgentPreset
+from pipeline.config.settings import AgentPreset
+from pipeline.core.errors import ConfigError
 
 __all__ = [
     "Agent",

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from pipeline.errors import CancelRequested, EscalationError, FatalError, RetryableError
-from pipeline.events import EventSink
-from pipeline.proc import CommandResult, StopToken
+from pipeline.core.errors import CancelRequested, EscalationError, FatalError, RetryableError
+from pipeline.core.events import EventSink
+from pipeline.core.proc import CommandResult, StopToken
 from pipeline.sandbox.jail import Jail
 
 _BLOCKED = re.compile(r"^\s*BLOCKED:\s*(.+?)\s*$", re.MULTILINE)

@@ -25,9 +25,9 @@ from pipeline.agents.base import (
     summarise,
 )
 from pipeline.agents.streams import JsonLines, RedactingSink, run_stream
-from pipeline.events import EventSink
-from pipeline.proc import CommandResult, StopToken
-from pipeline.settings import AgentPreset
+from pipeline.config.settings import AgentPreset
+from pipeline.core.events import EventSink
+from pipeline.core.proc import CommandResult, StopToken
 
 _INPUT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 

@@ -53,9 +53,9 @@ from pipeline.agents.base import (
 )
 from pipeline.agents.codex_stream import CodexStreamParser, CodexUsage
 from pipeline.agents.streams import RedactingSink, run_stream
-from pipeline.events import EventSink
-from pipeline.proc import StopToken
-from pipeline.settings import AgentPreset
+from pipeline.config.settings import AgentPreset
+from pipeline.core.events import EventSink
+from pipeline.core.proc import StopToken
 
 MAX_LEDGER_SESSIONS = 4096
 _PER_TOKEN = 1_000_000

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from pipeline.agents.base import AgentResult, blocked_reason, summarise
 from pipeline.agents.streams import JsonLines
-from pipeline.events import EventSink
-from pipeline.proc import CommandResult
+from pipeline.core.events import EventSink
+from pipeline.core.proc import CommandResult
 
 _TOOL_ITEMS = ("command_execution", "file_change", "mcp_tool_call", "web_search")
 # "exceeded retry limit, last status: 429 Too Many Requests", "unexpected status 401 Unauthorized"

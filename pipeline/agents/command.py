@@ -24,10 +24,10 @@ from pipeline.agents.base import (
     summarise,
 )
 from pipeline.agents.streams import RedactingSink, run_agent_process
-from pipeline.errors import ConfigError
-from pipeline.events import EventSink
-from pipeline.proc import StopToken
-from pipeline.settings import AgentPreset
+from pipeline.config.settings import AgentPreset
+from pipeline.core.errors import ConfigError
+from pipeline.core.events import EventSink
+from pipeline.core.proc import StopToken
 
 MAX_SCANNED_LINES = 2000
 MAX_OUTPUT_EVENTS = 200

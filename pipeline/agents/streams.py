@@ -18,13 +18,13 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from pipeline.agents.base import AgentRequest, AgentResult, check_process, summarise
-from pipeline.errors import FatalError
-from pipeline.events import EventSink
-from pipeline.masking import mask, mask_data
-from pipeline.proc import CommandResult, StopToken
+from pipeline.config.settings import AgentPreset
+from pipeline.core.errors import FatalError
+from pipeline.core.events import EventSink
+from pipeline.core.masking import mask, mask_data
+from pipeline.core.proc import CommandResult, StopToken
 from pipeline.sandbox.jail import Jail
 from pipeline.sandbox.network import NetworkPolicy
-from pipeline.settings import AgentPreset
 
 MAX_GARBAGE_EVENTS = 20
 # The model API each agent kind reaches unless told otherwise.
@@ -73,7 +73,7 @@ class RedactingSink:
     """Passes events on with every registered secret masked, should the agent print one.
 
     The agent's own key is resolved (so registered) first; the rest of the
-    daemon's secrets are in the same registry (``pipeline.masking``).
+    daemon's secrets are in the same registry (``pipeline.core.masking``).
     """
 
     def __init__(self, events: EventSink, preset: AgentPreset) -> None:

@@ -15,11 +15,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pipeline
+from pipeline.config.settings import AgentPreset, SandboxSettings, SecretRef, Settings
 from pipeline.sandbox.bwrap import Layout, SandboxUnavailable, find_bwrap, probe
 from pipeline.sandbox.environment import DEFAULT_PASS_ENV, sandbox_environment
 from pipeline.sandbox.jail import BwrapSandbox, Jail, Sandbox, Unconfined, tree_layout
 from pipeline.sandbox.network import NetworkPolicy
-from pipeline.settings import AgentPreset, SandboxSettings, SecretRef, Settings
 
 __all__ = [
     "DEFAULT_PASS_ENV",

@@ -1,6 +1,6 @@
 """One run's sandbox: its tree, its HOME, its caches, and how its commands are run.
 
-``Jail.run`` is ``pipeline.proc.run_command`` for code from the repository or
+``Jail.run`` is ``pipeline.core.proc.run_command`` for code from the repository or
 the agent: the agent itself, setup commands, the test gate. The layout is
 decided once per run from the prepared tree (``tree_layout``); the network
 policy per command (the agent's own, or the repo's default for setup and tests).
@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.errors import FatalError
-from pipeline.events import EventSink
-from pipeline.gitutil import safe_component
-from pipeline.proc import CommandResult, run_command
+from pipeline.config.settings import RepoSettings
+from pipeline.core.errors import FatalError
+from pipeline.core.events import EventSink
+from pipeline.core.proc import CommandResult, run_command
+from pipeline.git.util import safe_component
 from pipeline.sandbox.bwrap import Layout, bwrap_argv
 from pipeline.sandbox.environment import sandbox_environment
 from pipeline.sandbox.network import Denied, NetworkPolicy, egress
-from pipeline.settings import RepoSettings
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, insert, select, text
 from sqlalchemy.exc import OperationalError
 
-from pipeline.masking import mask
+from pipeline.core.masking import mask
 from pipeline.store.engine import db_now, make_engine, normalise_url, read_tx, write_tx
 from pipeline.store.models import RepoRow, RunEventRow, RunRow
 

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _WRITE = "afk_write"

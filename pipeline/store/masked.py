@@ -3,7 +3,7 @@
 The store's one choke point for secrets: every free-text column (event
 messages and data, run errors and summaries, escalations, comments, freeze
 reasons) is declared with one of these types, so whatever verb writes it and
-whoever calls that verb, a registered secret (``pipeline.masking``) is stored
+whoever calls that verb, a registered secret (``pipeline.core.masking``) is stored
 as ``***``. Reads mask again, for rows written before a secret was configured.
 """
 
@@ -16,7 +16,7 @@ from sqlalchemy import String, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-from pipeline.masking import has_secrets, mask, mask_data
+from pipeline.core.masking import has_secrets, mask, mask_data
 
 
 class MaskedText(TypeDecorator[str]):

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.settings import RepoSettings
+from pipeline.config.settings import RepoSettings
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
 from pipeline.store.models import EscalationRow, RepoRow

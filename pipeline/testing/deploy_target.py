@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.settings import ProbeSettings
+from pipeline.config.settings import ProbeSettings
 
 DEMO_APP = '''"""Demo service deployed by the local deploy target."""
 import json

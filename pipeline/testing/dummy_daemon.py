@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from pipeline.errors import LeaseLost, RetryableError
-from pipeline.proc import run_command
-from pipeline.queue import RunContext, RunPipeline, Scheduler
-from pipeline.settings import SchedulerSettings
+from pipeline.config.settings import SchedulerSettings
+from pipeline.core.errors import LeaseLost, RetryableError
+from pipeline.core.proc import run_command
+from pipeline.queue.scheduler import RunContext, RunPipeline, Scheduler
 from pipeline.store import Store
 
 # The shell's pid is the agent's process group; it prints a tick every quarter second.

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.intake import Intake
-from pipeline.lifecycle import Lifecycle
-from pipeline.settings import RepoSettings, SecretRef, Settings, TrackerSettings
+from pipeline.config.settings import RepoSettings, SecretRef, Settings, TrackerSettings
+from pipeline.intake.service import Intake
+from pipeline.run.lifecycle import Lifecycle
 from pipeline.store import Run, RunFilter, Store
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.forges.clients import ManualClock, RemoteTracker, client_for

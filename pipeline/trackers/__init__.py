@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import httpx
 
-from pipeline.errors import ConfigError, FatalError
-from pipeline.settings import TrackerSettings
+from pipeline.config.settings import TrackerSettings
+from pipeline.core.errors import ConfigError, FatalError
 from pipeline.trackers.base import CiState, Comment, IssueDetail, Tracker, TrackerIssue
 from pipeline.trackers.gitea import GiteaTracker
 from pipeline.trackers.github import GitHubTracker

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
-from pipeline.errors import ConfigError, RetryableError
+from pipeline.core.errors import ConfigError, RetryableError
 
 CiStatus = Literal["pending", "success", "failure", "none"]
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from pipeline.errors import ConfigError
-from pipeline.settings import TrackerSettings
+from pipeline.config.settings import TrackerSettings
+from pipeline.core.errors import ConfigError
 from pipeline.trackers.base import (
     CiState,
     Comment,

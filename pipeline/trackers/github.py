@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 import httpx
 
-from pipeline.errors import ConfigError, FatalError
-from pipeline.settings import TrackerSettings
+from pipeline.config.settings import TrackerSettings
+from pipeline.core.errors import ConfigError, FatalError
 from pipeline.trackers.base import (
     CiState,
     Comment,

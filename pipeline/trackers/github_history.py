@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from pipeline.errors import FatalError
+from pipeline.core.errors import FatalError
 from pipeline.trackers.base import (
     LabelMark,
     Revision,

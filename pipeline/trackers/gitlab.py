@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from pipeline.settings import TrackerSettings
+from pipeline.config.settings import TrackerSettings
 from pipeline.trackers.base import (
     CiState,
     Comment,

@@ -32,8 +32,8 @@ from urllib.parse import quote
 
 import httpx
 
-from pipeline.errors import FatalError, RetryableError
-from pipeline.settings import TrackerSettings
+from pipeline.config.settings import TrackerSettings
+from pipeline.core.errors import FatalError, RetryableError
 from pipeline.trackers.base import as_dict
 from pipeline.trackers.base import field as data_field
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from pipeline.errors import FatalError
-from pipeline.settings import TrackerSettings
+from pipeline.config.settings import TrackerSettings
+from pipeline.core.errors import FatalError
 from pipeline.store import LocalIssue, Store
 from pipeline.trackers.base import (
     CiState,

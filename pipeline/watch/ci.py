@@ -17,10 +17,10 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from pipeline.errors import FatalError, RetryableError
-from pipeline.events import EventSink
-from pipeline.proc import StopToken
-from pipeline.settings import CiSettings, SecretRef
+from pipeline.config.settings import CiSettings, SecretRef
+from pipeline.core.errors import FatalError, RetryableError
+from pipeline.core.events import EventSink
+from pipeline.core.proc import StopToken
 from pipeline.trackers.base import CiState, CiStatus
 
 __all__ = [

@@ -24,10 +24,10 @@ from typing import Literal
 
 import httpx
 
-from pipeline.events import EventSink
-from pipeline.masking import mask
-from pipeline.proc import StopToken, run_command
-from pipeline.settings import DeploySettings, ProbeSettings
+from pipeline.config.settings import DeploySettings, ProbeSettings
+from pipeline.core.events import EventSink
+from pipeline.core.masking import mask
+from pipeline.core.proc import StopToken, run_command
 
 Verdict = Literal["healthy", "broken", "inconclusive"]
 ProbeStatus = Literal["ok", "failed", "not_rolled_out"]

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.agents import AgentResult, build_agent
-from pipeline.errors import EscalationError, RetryableError
-from pipeline.implement import ImplementOutcome, implement
-from pipeline.settings import AgentPreset, RepoSettings, SecretRef
+from pipeline.config.settings import AgentPreset, RepoSettings, SecretRef
+from pipeline.core.errors import EscalationError, RetryableError
+from pipeline.run.implement import ImplementOutcome, implement
 from pipeline.testing.sinks import RecordingSink
 from tests.fakes.messages_api import MessagesApiServer, Turn, bash, overloaded, write
 from tests.fakes.messages_api import ToolUse as Tool

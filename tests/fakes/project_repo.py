@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.gitrepo import GitRepo
-from pipeline.prompt import IssueInfo
-from pipeline.settings import AgentPreset, RepoSettings
+from pipeline.config.settings import AgentPreset, RepoSettings
+from pipeline.git.repo import GitRepo
+from pipeline.run.prompt import IssueInfo
 
 TEST_COMMAND = "python3 -m unittest discover -q"
 BUGGY = "def add(a, b):\n    return a - b\n"

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
-from pipeline.api import ServerHandle, create_app, serve
-from pipeline.settings import HttpSettings, SecretRef, Settings, TrackerSettings
+from pipeline.config.settings import HttpSettings, SecretRef, Settings, TrackerSettings
+from pipeline.http.app import ServerHandle, create_app, serve
 from pipeline.store import Run, Store
 
 TOKEN = "test-token-3f9a"

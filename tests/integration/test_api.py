@@ -10,7 +10,7 @@ import jsonschema_rs
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.api import create_app, serve
+from pipeline.http.app import create_app, serve
 from pipeline.store import Store
 from tests.integration.api_harness import ApiHarness, make_settings, running_api
 

@@ -17,7 +17,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from pipeline.openapi import openapi_description
+from pipeline.http.openapi import openapi_description
 from tests.integration.api_harness import AUTH, ApiHarness, running_api
 
 pytestmark = pytest.mark.slow

@@ -26,10 +26,10 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from pipeline.api import create_app, serve
-from pipeline.api_masking import MaskingMiddleware
-from pipeline.masking import register_secret
-from pipeline.settings import HttpSettings
+from pipeline.config.settings import HttpSettings
+from pipeline.core.masking import register_secret
+from pipeline.http.app import create_app, serve
+from pipeline.http.masking import MaskingMiddleware
 from pipeline.store import Store
 from tests.integration.api_harness import make_settings
 

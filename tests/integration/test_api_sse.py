@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipeline.api import create_app, serve
-from pipeline.sse import EVENT_MAPPING, event_name
+from pipeline.http.app import create_app, serve
+from pipeline.http.sse import EVENT_MAPPING, event_name
 from pipeline.store import RunEvent, Store
 from tests.integration.api_harness import (
     AUTH,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config.settings import RepoSettings, Settings
+from pipeline.core.events import EventSink
 from pipeline.daemon import BudgetGuard
-from pipeline.events import EventSink
-from pipeline.settings import RepoSettings, Settings
 from pipeline.store import Store
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from pipeline.agents import AgentResult, build_agent
-from pipeline.conflicts import ConflictResolver, resolve_conflict_with_agent
-from pipeline.errors import EscalationError, RetryableError
-from pipeline.implement import implement, run_test_gate
-from pipeline.mirror import Mirror
-from pipeline.publish import PublishResult, publish
+from pipeline.config.settings import AgentPreset, PushSettings, RepoSettings
+from pipeline.core.errors import EscalationError, RetryableError
+from pipeline.git.mirror import Mirror
+from pipeline.run.conflicts import ConflictResolver, resolve_conflict_with_agent
+from pipeline.run.implement import implement, run_test_gate
+from pipeline.run.publish import PublishResult, publish
 from pipeline.sandbox import Jail
-from pipeline.settings import AgentPreset, PushSettings, RepoSettings
 from pipeline.testing.sinks import RecordingSink
 from tests.fakes.project_repo import (
     FAILING_TEST,

@@ -14,14 +14,14 @@ import pytest
 
 from pipeline.agents.base import AgentRequest, AgentResult
 from pipeline.agents.command import CommandAgent
-from pipeline.config import load_settings
-from pipeline.demo_setup import ISSUES, DemoWorld, build_world, project_files
-from pipeline.demo_tasks import TASKS, Change
-from pipeline.gitrepo import GitRepo
-from pipeline.implement import implement
-from pipeline.proc import shell_argv
-from pipeline.prompt import IssueInfo, build_prompt
-from pipeline.settings import AgentPreset, RepoSettings, Settings
+from pipeline.config.load import load_settings
+from pipeline.config.settings import AgentPreset, RepoSettings, Settings
+from pipeline.core.proc import shell_argv
+from pipeline.demo.setup import ISSUES, DemoWorld, build_world, project_files
+from pipeline.demo.tasks import TASKS, Change
+from pipeline.git.repo import GitRepo
+from pipeline.run.implement import implement
+from pipeline.run.prompt import IssueInfo, build_prompt
 from pipeline.testing.gitrepos import git
 from pipeline.testing.sinks import RecordingSink
 from pipeline.watch.deploy import http_probe
@@ -113,7 +113,7 @@ def test_config_is_valid_with_the_designed_values(world: DemoWorld, settings: Se
     tracker = settings.tracker("local")
     assert tracker is not None and tracker.kind == "local"
     agent = _agent(settings).preset
-    assert agent.command[-3:] == ("pipeline.demo_agent", "{prompt_file}", "{workdir}")
+    assert agent.command[-3:] == ("pipeline.demo.agent", "{prompt_file}", "{workdir}")
     greeter, webapp = settings.repo("greeter"), settings.repo("webapp")
     assert greeter is not None and webapp is not None
     assert greeter.remote_url == world.repo("demo/greeter").remote_url

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.settings import DeploySettings, ProbeSettings
+from pipeline.config.settings import DeploySettings, ProbeSettings
 from pipeline.testing.deploy_target import DeployTarget
 from pipeline.testing.sinks import RecordingSink
 from pipeline.watch.deploy import command_probe, http_probe, watch_deploy

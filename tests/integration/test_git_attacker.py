@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.commits import Git
-from pipeline.errors import FatalError
-from pipeline.gitrun import GitRunner
-from pipeline.publish import publish
-from pipeline.settings import PushSettings, RepoSettings, SecretRef, WorkspaceSettings
+from pipeline.config.settings import PushSettings, RepoSettings, SecretRef, WorkspaceSettings
+from pipeline.core.errors import FatalError
+from pipeline.git.commits import Git
+from pipeline.git.run import GitRunner
+from pipeline.run.publish import publish
 from pipeline.testing.git_http import GitHttpServer
 from pipeline.testing.gitrepos import commit_to_remote
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import PreparedWorkspace, Workspaces
+from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 TOKEN = "sentinel-attacker-push-token-41d7"
 HOOKS = (

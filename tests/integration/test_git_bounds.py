@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import CancelRequested, LeaseLost, RetryableError
-from pipeline.gitrepo import GitRepo
-from pipeline.gitrun import GitLimits, GitRunner
-from pipeline.proc import StopToken
-from pipeline.publish import publish
-from pipeline.settings import PushSettings, RepoSettings, SecretRef, WorkspaceSettings
+from pipeline.config.settings import PushSettings, RepoSettings, SecretRef, WorkspaceSettings
+from pipeline.core.errors import CancelRequested, LeaseLost, RetryableError
+from pipeline.core.proc import StopToken
+from pipeline.git.repo import GitRepo
+from pipeline.git.run import GitLimits, GitRunner
+from pipeline.run.publish import publish
 from pipeline.testing.git_http import GitHttpServer, SilentServer
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import PreparedWorkspace, Workspaces
+from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 TOKEN = "sentinel-bounds-token"
 # Short bounds so a hang shows in seconds; generous against a loaded machine otherwise.

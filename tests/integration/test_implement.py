@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.agents import AgentRequest, AgentResult, build_agent
-from pipeline.errors import EscalationError
-from pipeline.events import EventSink
-from pipeline.implement import ImplementOutcome, implement, run_test_gate
-from pipeline.proc import StopToken
+from pipeline.config.settings import RepoSettings, SecretRef
+from pipeline.core.errors import EscalationError
+from pipeline.core.events import EventSink
+from pipeline.core.proc import StopToken
+from pipeline.run.implement import ImplementOutcome, implement, run_test_gate
 from pipeline.sandbox import Jail
-from pipeline.settings import RepoSettings, SecretRef
 from pipeline.testing.sinks import RecordingSink
 from tests.fakes.project_repo import (
     FAILING_TEST,

@@ -11,9 +11,9 @@ import pytest
 
 from pipeline.agents import Agent, AgentRequest, build_agent
 from pipeline.agents.codex import codex_argv
-from pipeline.errors import CancelRequested, FatalError, RetryableError
-from pipeline.proc import StopToken
-from pipeline.settings import AgentPreset, SecretRef
+from pipeline.config.settings import AgentPreset, SecretRef
+from pipeline.core.errors import CancelRequested, FatalError, RetryableError
+from pipeline.core.proc import StopToken
 from pipeline.testing.sinks import RecordingSink
 
 _FAKE_CLI = """\

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.api import ServerHandle, create_app, serve
+from pipeline.http.app import ServerHandle, create_app, serve
 from pipeline.store import Run
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab, send_webhook
 from pipeline.testing.forges.base import FakeForge

@@ -20,9 +20,7 @@ import httpx
 import pytest
 
 from pipeline.agents.base import summarise
-from pipeline.api import create_app, serve
-from pipeline.masking import clear_secrets, register_settings_secrets
-from pipeline.settings import (
+from pipeline.config.settings import (
     AgentPreset,
     CiSettings,
     HttpSettings,
@@ -33,6 +31,8 @@ from pipeline.settings import (
     Settings,
     TrackerSettings,
 )
+from pipeline.core.masking import clear_secrets, register_settings_secrets
+from pipeline.http.app import create_app, serve
 from pipeline.store import Run, Store
 
 OWNER = "worker-masking"

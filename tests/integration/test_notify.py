@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from pipeline.masking import register_secret
-from pipeline.notify import Notifier
-from pipeline.settings import NotifySettings, SecretRef
+from pipeline.config.settings import NotifySettings, SecretRef
+from pipeline.core.masking import register_secret
+from pipeline.notify.apprise import Notifier
 from pipeline.testing.deploy_target import free_port
 from pipeline.testing.receiver import Receiver
 from pipeline.testing.sinks import RecordingSink

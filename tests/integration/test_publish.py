@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import EscalationError, RetryableError
-from pipeline.gitrepo import GitRepo
-from pipeline.publish import PublishResult, find_pushed, publish
-from pipeline.settings import PushSettings, RepoSettings, WorkspaceSettings
+from pipeline.config.settings import PushSettings, RepoSettings, WorkspaceSettings
+from pipeline.core.errors import EscalationError, RetryableError
+from pipeline.git.repo import GitRepo
+from pipeline.run.publish import PublishResult, find_pushed, publish
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import PreparedWorkspace, Workspaces
+from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -282,7 +282,7 @@ def test_token_never_lands_in_config_or_events(world: World, monkeypatch: pytest
     sentinel = "sentinel-token-3f9c1d"
     monkeypatch.setenv("AFK_TEST_PUSH_TOKEN", sentinel)
     world.run_commit()
-    from pipeline.settings import SecretRef
+    from pipeline.config.settings import SecretRef
 
     repo = world.repo()
     repo = replace(repo, push=replace(repo.push, token=SecretRef(env="AFK_TEST_PUSH_TOKEN")))
@@ -322,7 +322,7 @@ def test_checkout_hooks_never_run_with_credentials(world: World,
     hook.write_text(f"#!/bin/sh\nenv > {witness}\n", encoding="utf-8")
     hook.chmod(0o755)
     world.run_commit()
-    from pipeline.settings import SecretRef
+    from pipeline.config.settings import SecretRef
 
     repo = world.repo()
     repo = replace(repo, push=replace(repo.push, token=SecretRef(env="AFK_TEST_PUSH_TOKEN")))

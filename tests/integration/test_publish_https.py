@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import FatalError
-from pipeline.gitcred import credential_env
-from pipeline.publish import publish
-from pipeline.settings import PushSettings, RepoSettings, SecretRef, WorkspaceSettings
+from pipeline.config.settings import PushSettings, RepoSettings, SecretRef, WorkspaceSettings
+from pipeline.core.errors import FatalError
+from pipeline.git.cred import credential_env
+from pipeline.run.publish import publish
 from pipeline.testing.git_http import GitHttpServer
 from pipeline.testing.gitrepos import commit_to_remote
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import PreparedWorkspace, Workspaces
+from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 TOKEN = "sentinel-9b1e4f-token"
 

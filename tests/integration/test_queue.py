@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from pipeline.errors import EscalationError, FatalError, RetryableError
-from pipeline.queue import RunContext, Scheduler
-from pipeline.settings import SchedulerSettings
+from pipeline.config.settings import SchedulerSettings
+from pipeline.core.errors import EscalationError, FatalError, RetryableError
+from pipeline.queue.scheduler import RunContext, Scheduler
 from pipeline.store import Run, Store
 from pipeline.store.models import RunRow
 from pipeline.testing.dummy_daemon import dummy_pipeline

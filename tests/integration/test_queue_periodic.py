@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipeline.periodic import Periodic, misfire_grace_s
+from pipeline.queue.periodic import Periodic, misfire_grace_s
 
 
 def test_run_once_calls_jobs_in_this_thread() -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.queue import RunContext, Scheduler
-from pipeline.settings import SchedulerSettings
+from pipeline.config.settings import SchedulerSettings
+from pipeline.queue.scheduler import RunContext, Scheduler
 from pipeline.store import Run, RunFilter, Store
 from pipeline.testing.daemons import DaemonProcess, start_daemon
 from pipeline.testing.invariants import InvariantMonitor

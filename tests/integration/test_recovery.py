@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.errors import EscalationError
-from pipeline.recovery import FIX_FORWARD_PRIORITY, Recovery, Verdict
-from pipeline.settings import RepoSettings, Settings
+from pipeline.config.settings import RepoSettings, Settings
+from pipeline.core.errors import EscalationError
+from pipeline.run.recovery import FIX_FORWARD_PRIORITY, Recovery, Verdict
 from pipeline.store import Run, Store
 
 

@@ -19,13 +19,19 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config.settings import (
+    RepoSettings,
+    SandboxSettings,
+    SecretRef,
+    Settings,
+    WorkspaceSettings,
+)
 from pipeline.sandbox import NetworkPolicy, SandboxUnavailable, build_sandbox
 from pipeline.sandbox.bwrap import find_bwrap, probe
 from pipeline.sandbox.jail import BwrapSandbox, Jail, Jailer
-from pipeline.settings import RepoSettings, SandboxSettings, SecretRef, Settings, WorkspaceSettings
 from pipeline.testing.gitrepos import git, make_remote
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import PreparedWorkspace, Workspaces
+from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 SENTINEL = "sandbox-sentinel-7f3a91"
 

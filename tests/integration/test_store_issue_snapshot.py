@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.settings import RepoSettings
+from pipeline.config.settings import RepoSettings
 from pipeline.store import Issue, IssueSnapshot, Store
 
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from pipeline.errors import LeaseLost
+from pipeline.core.errors import LeaseLost
 from pipeline.store import QueueFull, RunNotRetryable, Store, UnknownRepo, UnknownRun
 from pipeline.store.runs import FIX_FORWARD_PRIORITY
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.errors import FatalError, RetryableError
+from pipeline.core.errors import FatalError, RetryableError
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.forges.clients import ManualClock, client_for

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.errors import FatalError
+from pipeline.core.errors import FatalError
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.forges.clients import client_for

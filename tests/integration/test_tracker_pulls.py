@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.errors import FatalError
-from pipeline.settings import TrackerSettings
+from pipeline.config.settings import TrackerSettings
+from pipeline.core.errors import FatalError
 from pipeline.store import Store
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.base import FakeForge

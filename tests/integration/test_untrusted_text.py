@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.issue_text import BODY_LEFT_OUT, Snapshot, TrustedIssue, trusted_issue
+from pipeline.intake.issue_text import BODY_LEFT_OUT, Snapshot, TrustedIssue, trusted_issue
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld

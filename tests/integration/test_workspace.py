@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import (
+from pipeline.config.settings import CopyFile, RepoSettings, WorkspaceSettings
+from pipeline.core.errors import (
     CancelRequested,
     ConfigError,
     EscalationError,
     FatalError,
     RetryableError,
 )
-from pipeline.proc import StopToken
-from pipeline.settings import CopyFile, RepoSettings, WorkspaceSettings
+from pipeline.core.proc import StopToken
 from pipeline.testing.gitrepos import commit_to_remote, git, make_remote, remote_sha
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import PreparedWorkspace, Workspaces
+from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 # Creates the dependency dirs once; a warm run finds them and leaves them alone.
 WARM_SETUP = (

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import FatalError
-from pipeline.settings import RepoSettings, SecretRef, WorkspaceSettings
+from pipeline.config.settings import RepoSettings, SecretRef, WorkspaceSettings
+from pipeline.core.errors import FatalError
 from pipeline.testing.gitrepos import git, write_files
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import PreparedWorkspace, Workspaces
+from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 # Read at import: the autouse clean_env fixture clears PIPELINE_* before each test.
 REQUIRE_TOOLS = os.environ.get("PIPELINE_TEST_REQUIRE_TOOLS") == "1"

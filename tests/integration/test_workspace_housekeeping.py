@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import FatalError
-from pipeline.housekeeping import disk_usage
-from pipeline.settings import RepoSettings, WorkspaceSettings
+from pipeline.config.settings import RepoSettings, WorkspaceSettings
+from pipeline.core.errors import FatalError
 from pipeline.testing.gitrepos import git, make_remote
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import PreparedWorkspace, Workspaces
+from pipeline.workspace.housekeeping import disk_usage
+from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 UNIT = 256 * 1024
 DAY = 86400.0

@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.proc import processes_under
-from pipeline.settings import RepoSettings, WorkspaceSettings
+from pipeline.config.settings import RepoSettings, WorkspaceSettings
+from pipeline.core.proc import processes_under
 from pipeline.testing.gitrepos import make_remote
 from pipeline.testing.sinks import RecordingSink
-from pipeline.workspace import Workspaces
+from pipeline.workspace.workspaces import Workspaces
 
 
 def test_prepare_kills_processes_left_in_the_repos_worktrees(tmp_path: Path) -> None:

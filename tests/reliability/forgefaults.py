@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import PipelineError
-from pipeline.intake import Intake
-from pipeline.lifecycle import Lifecycle, marker
-from pipeline.settings import RepoSettings, Settings, TrackerSettings
+from pipeline.config.settings import RepoSettings, Settings, TrackerSettings
+from pipeline.core.errors import PipelineError
+from pipeline.intake.service import Intake
+from pipeline.run.lifecycle import Lifecycle, marker
 from pipeline.store import Store
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.base import FakeForge

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pipeline.faults import CHECKPOINTS
+from pipeline.core.faults import CHECKPOINTS
 from pipeline.store import Run
 
 from .figures import Figures

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.faults import CHECKPOINTS
+from pipeline.core.faults import CHECKPOINTS
 
 from .conftest import ENGINES, require_engine
 from .killmatrix import kill_mid_agent_trial, kill_trial

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import ConfigError
-from pipeline.gitutil import branch_name, safe_component
-from pipeline.settings import RepoSettings, WorkspaceSettings
+from pipeline.config.settings import RepoSettings, WorkspaceSettings
+from pipeline.core.errors import ConfigError
+from pipeline.git.util import branch_name, safe_component
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.clients import client_for
-from pipeline.workspace import Workspaces
+from pipeline.workspace.workspaces import Workspaces
 
 HOSTILE = [
     "../../etc",

@@ -17,11 +17,17 @@ from sqlalchemy import event
 
 from pipeline.agents.base import AgentRequest
 from pipeline.agents.command import CommandAgent
-from pipeline.errors import RetryableError
-from pipeline.intake import Intake
-from pipeline.masking import register_secret
-from pipeline.proc import kill_stragglers
-from pipeline.settings import AgentPreset, ProbeSettings, RepoSettings, Settings, TrackerSettings
+from pipeline.config.settings import (
+    AgentPreset,
+    ProbeSettings,
+    RepoSettings,
+    Settings,
+    TrackerSettings,
+)
+from pipeline.core.errors import RetryableError
+from pipeline.core.masking import register_secret
+from pipeline.core.proc import kill_stragglers
+from pipeline.intake.service import Intake
 from pipeline.store import Store
 from pipeline.watch.deploy import command_probe
 

@@ -12,15 +12,15 @@ from pipeline.agents.claude import ClaudeAgent, claude_argv, tool_summary
 from pipeline.agents.codex import CodexAgent, codex_argv
 from pipeline.agents.command import CommandAgent, command_argv
 from pipeline.agents.streams import agent_env
-from pipeline.errors import (
+from pipeline.config.settings import AgentPreset, SecretRef
+from pipeline.core.errors import (
     CancelRequested,
     ConfigError,
     EscalationError,
     FatalError,
     RetryableError,
 )
-from pipeline.proc import CommandResult
-from pipeline.settings import AgentPreset, SecretRef
+from pipeline.core.proc import CommandResult
 
 SECRET_ENV = {
     "GITHUB_TOKEN": "s1",

@@ -10,9 +10,9 @@ import pytest
 from pipeline.agents.claude import ClaudeStreamParser
 from pipeline.agents.codex import CodexStreamParser
 from pipeline.agents.streams import MAX_GARBAGE_EVENTS, RedactingSink
-from pipeline.masking import register_secret
-from pipeline.proc import CommandResult
-from pipeline.settings import AgentPreset, SecretRef
+from pipeline.config.settings import AgentPreset, SecretRef
+from pipeline.core.masking import register_secret
+from pipeline.core.proc import CommandResult
 from pipeline.testing.sinks import RecordingSink
 
 EXITED = CommandResult(returncode=0, output_tail="", duration_s=1.0)

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from pipeline.errors import CancelRequested, LeaseLost, RetryableError
-from pipeline.worker import ShuttingDown, backoff_delay, stop_error, unexpected_kind
+from pipeline.core.errors import CancelRequested, LeaseLost, RetryableError
+from pipeline.queue.worker import ShuttingDown, backoff_delay, stop_error, unexpected_kind
 
 
 @pytest.mark.parametrize("failures", [0, 1, 2, 3, 10, 500])

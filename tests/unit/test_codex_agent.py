@@ -11,9 +11,9 @@ import pytest
 from pipeline.agents import AgentRequest, AgentResult, classify_result
 from pipeline.agents.codex import CodexAgent, UsageLedger, usage_cost
 from pipeline.agents.codex_stream import CodexStreamParser, CodexUsage, shell_command
-from pipeline.errors import EscalationError, FatalError, RetryableError
-from pipeline.proc import CommandResult
-from pipeline.settings import AgentPreset
+from pipeline.config.settings import AgentPreset
+from pipeline.core.errors import EscalationError, FatalError, RetryableError
+from pipeline.core.proc import CommandResult
 from pipeline.testing.sinks import RecordingSink
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ENV_VARS, check_command, load_settings, show_command
-from pipeline.errors import ConfigError
-from pipeline.settings import (
+from pipeline.config.load import ENV_VARS, check_command, load_settings, show_command
+from pipeline.config.settings import (
     AgentPreset,
     CiSettings,
     CopyFile,
@@ -30,6 +29,7 @@ from pipeline.settings import (
     TrackerSettings,
     WorkspaceSettings,
 )
+from pipeline.core.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "pipeline.example.toml"
 SENTINEL = "sentinel-secret-5f2c9a"
@@ -123,7 +123,7 @@ def test_env_overrides_win_over_file(tmp_path: Path) -> None:
 
 def test_env_var_table_lists_every_override() -> None:
     """ENV_VARS documents each variable the loader reads."""
-    from pipeline.config import _ENV_PARSERS
+    from pipeline.config.load import _ENV_PARSERS
 
     assert set(_ENV_PARSERS) | {"PIPELINE_CONFIG", "PIPELINE_DATA_DIR"} == set(ENV_VARS)
     assert all(description for description in ENV_VARS.values())

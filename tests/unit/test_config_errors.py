@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.config import check_command, load_settings
-from pipeline.errors import ConfigError
+from pipeline.config.load import check_command, load_settings
+from pipeline.core.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "pipeline.example.toml"
 REPO = '[repos.web]\ntracker = "local"\nslug = "o/web"\nremote_url = "web.git"\n'

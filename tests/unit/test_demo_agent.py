@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo_agent import (
+from pipeline.config.settings import RepoSettings
+from pipeline.demo.agent import (
     Blocked,
     Brief,
     choose,
@@ -16,10 +17,9 @@ from pipeline.demo_agent import (
     read_brief,
     work,
 )
-from pipeline.demo_setup import ISSUES, project_files
-from pipeline.demo_tasks import ADD_VERSION, TASKS, Change, Edit
-from pipeline.prompt import IssueInfo, build_prompt
-from pipeline.settings import RepoSettings
+from pipeline.demo.setup import ISSUES, project_files
+from pipeline.demo.tasks import ADD_VERSION, TASKS, Change, Edit
+from pipeline.run.prompt import IssueInfo, build_prompt
 from pipeline.testing.gitrepos import write_files
 
 REPO = RepoSettings(name="webapp", tracker="local", slug="demo/webapp", remote_url="/nowhere",
@@ -153,7 +153,7 @@ def test_main_blocks_unknown_issue_and_exits_zero(
 def test_main_usage(capsys: pytest.CaptureFixture[str]) -> None:
     """Wrong arguments print the usage and exit 2."""
     assert main(["only-one"]) == 2
-    assert "usage: python -m pipeline.demo_agent" in capsys.readouterr().err
+    assert "usage: python -m pipeline.demo.agent" in capsys.readouterr().err
 
 
 def test_edit_whose_anchor_is_gone_blocks(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import load_settings
-from pipeline.errors import ConfigError
-from pipeline.settings import Settings
+from pipeline.config.load import load_settings
+from pipeline.config.settings import Settings
+from pipeline.core.errors import ConfigError
 
 # More examples for the long campaign (scripts/reliability --long).
 EXAMPLES = 300 * (10 if os.environ.get("PIPELINE_RELIABILITY_LONG") == "1" else 1)

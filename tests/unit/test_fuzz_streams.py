@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pipeline.agents.claude import ClaudeStreamParser
 from pipeline.agents.codex import CodexStreamParser
-from pipeline.proc import CommandResult
+from pipeline.core.proc import CommandResult
 
 # More examples for the long campaign (scripts/reliability --long).
 EXAMPLES = 250 * (10 if os.environ.get("PIPELINE_RELIABILITY_LONG") == "1" else 1)

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import FatalError
-from pipeline.intake import Intake
-from pipeline.lifecycle import Lifecycle
-from pipeline.settings import RepoSettings, SecretRef, Settings, TrackerSettings
+from pipeline.config.settings import RepoSettings, SecretRef, Settings, TrackerSettings
+from pipeline.core.errors import FatalError
+from pipeline.intake.service import Intake
+from pipeline.run.lifecycle import Lifecycle
 from pipeline.store import Store
 from pipeline.trackers.webhooks import sign_gitea, sign_github
 
@@ -191,7 +191,7 @@ def test_signed_deliveries_never_fail(
 @pytest.fixture(scope="module")
 def http(intake: Intake) -> Iterator[httpx.Client]:
     """The real app on a loopback port, its webhooks handed to the fuzzed intake."""
-    from pipeline.api import create_app, serve
+    from pipeline.http.app import create_app, serve
 
     handle = serve(create_app(intake.store, intake.settings, webhook_handler=intake.handle_webhook))
     with httpx.Client(base_url=handle.url, timeout=10) as client:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.errors import FatalError, RetryableError
+from pipeline.core.errors import FatalError, RetryableError
 from pipeline.trackers.base import Revision
 from pipeline.trackers.github_history import _issue, body_revisions, graphql_url, title_revisions
 

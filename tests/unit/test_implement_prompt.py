@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.commits import combined_message
-from pipeline.errors import ConfigError
-from pipeline.prompt import (
+from pipeline.config.settings import RepoSettings
+from pipeline.core.errors import ConfigError
+from pipeline.git.commits import combined_message
+from pipeline.run.prompt import (
     MAX_FIX_OUTPUT_CHARS,
     IssueInfo,
     build_prompt,
     fix_prompt,
     repo_instructions,
 )
-from pipeline.settings import RepoSettings
 
 ISSUE = IssueInfo("web#7", 7, "Totals are off", "Sum is ${total}", (), "http://t/7", "bob")
 REPO = RepoSettings(

@@ -6,7 +6,8 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.issue_text import (
+from pipeline.config.settings import RepoSettings
+from pipeline.intake.issue_text import (
     BODY_LEFT_OUT,
     Snapshot,
     TrustCache,
@@ -15,8 +16,7 @@ from pipeline.issue_text import (
     choose_text,
     first_seen,
 )
-from pipeline.prompt import IssueInfo, build_prompt
-from pipeline.settings import RepoSettings
+from pipeline.run.prompt import IssueInfo, build_prompt
 from pipeline.trackers.base import Comment, EditHistory, IssueDetail, LabelMark, Revision
 
 MAINTAINERS = {"maint", "lead"}

@@ -14,18 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.evidence import write_manifest
-from pipeline.logs import JsonFormatter, MaskingFilter, MaskingFormatter
-from pipeline.masking import (
-    MIN_SECRET_LEN,
-    mask,
-    mask_data,
-    redact_url,
-    register_secret,
-    register_secret_bytes,
-    register_settings_secrets,
-)
-from pipeline.settings import (
+from pipeline.config.settings import (
     HttpSettings,
     NotifySettings,
     PushSettings,
@@ -34,7 +23,18 @@ from pipeline.settings import (
     Settings,
     TrackerSettings,
 )
+from pipeline.core.logs import JsonFormatter, MaskingFilter, MaskingFormatter
+from pipeline.core.masking import (
+    MIN_SECRET_LEN,
+    mask,
+    mask_data,
+    redact_url,
+    register_secret,
+    register_secret_bytes,
+    register_settings_secrets,
+)
 from pipeline.store.masked import mask_json
+from pipeline.workspace.evidence import write_manifest
 
 TOKEN = "sntl-token-7Qx9vLp2"
 

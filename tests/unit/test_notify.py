@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.notify import Notifier, describe_channel, escalation_message, parse_urls
-from pipeline.settings import NotifySettings, SecretRef
+from pipeline.config.settings import NotifySettings, SecretRef
+from pipeline.notify.apprise import Notifier, describe_channel, escalation_message, parse_urls
 from pipeline.testing.sinks import RecordingSink
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.sanitize import is_invisible, strip_hidden
+from pipeline.intake.sanitize import is_invisible, strip_hidden
 
 HIDDEN_CHARS = [
     "\u200b",  # zero-width space

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.errors import ConfigError, FatalError, RetryableError
-from pipeline.settings import SecretRef, TrackerSettings
+from pipeline.config.settings import SecretRef, TrackerSettings
+from pipeline.core.errors import ConfigError, FatalError, RetryableError
 from pipeline.testing.forges.clients import ManualClock
 from pipeline.trackers import GiteaTracker, GitHubTracker, GitLabTracker, build_tracker
 from pipeline.trackers.base import split_slug

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.errors import FatalError, RetryableError
-from pipeline.settings import CiSettings, SecretRef
+from pipeline.config.settings import CiSettings, SecretRef
+from pipeline.core.errors import FatalError, RetryableError
 from pipeline.testing.receiver import Receiver
 from pipeline.testing.sinks import RecordingSink
 from pipeline.trackers.base import CiState

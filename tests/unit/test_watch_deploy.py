@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.proc import StopToken
-from pipeline.settings import DeploySettings, ProbeSettings
+from pipeline.config.settings import DeploySettings, ProbeSettings
+from pipeline.core.proc import StopToken
 from pipeline.testing.sinks import RecordingSink
 from pipeline.watch.deploy import (
     DeployOutcome,

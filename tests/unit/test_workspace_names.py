@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.errors import FatalError
-from pipeline.gitutil import (
+from pipeline.core.errors import FatalError
+from pipeline.core.masking import redact_url
+from pipeline.git.util import (
     branch_name,
     is_disk_full,
     relative_inside,
     safe_component,
 )
-from pipeline.masking import redact_url
-from pipeline.slots import keep_pattern as _keep_pattern
+from pipeline.workspace.slots import keep_pattern as _keep_pattern
 
 
 def ref_component_ok(part: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipeline.settings import TrackerSettings
+from pipeline.config.settings import TrackerSettings
 from pipeline.testing.forges.base import FakeForge
 from pipeline.trackers import GiteaTracker, GitHubTracker, GitLabTracker, HttpOptions
 

@@ -1,0 +1,1 @@
+"""The ``pipeline`` command line: run the daemon, review history, operate repos."""

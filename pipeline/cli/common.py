@@ -1,0 +1,85 @@
+"""Pieces every CLI command shares: settings and store from the arguments, errors."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO, TypeAlias
+
+from pipeline.config.settings import Settings
+
+if TYPE_CHECKING:
+    from pipeline.store import Store
+
+Handler = Callable[[argparse.Namespace, TextIO, TextIO], int]
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed as one line, exit code 2."""
+
+
+def common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="config file (default: $PIPELINE_CONFIG, else embedded defaults)",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="history database (default: $PIPELINE_DATABASE_URL, the config's, "
+        "else sqlite under the data directory)",
+    )
+
+
+def add_command(
+    sub: Subparsers, name: str, handler: Handler, help_text: str, common: bool = True
+) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help_text, description=help_text)
+    if common:
+        common_options(parser)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def load(args: argparse.Namespace) -> Settings:
+    """Settings from ``--config``/``$PIPELINE_CONFIG`` plus env, ``--database-url`` on top."""
+    from pipeline.config.load import load_settings
+
+    settings = load_settings(getattr(args, "config", None))
+    url = getattr(args, "database_url", None)
+    return replace(settings, database_url=url) if url else settings
+
+
+def open_store(args: argparse.Namespace, *, require_schema: bool = True) -> Store:
+    """The history store; the config's secrets are registered, so what it reads is masked."""
+    from pipeline.core.masking import redact_url, register_settings_secrets
+    from pipeline.store import Store
+
+    settings = load(args)
+    register_settings_secrets(settings)
+    store = Store(settings.database_url)
+    if require_schema and not store.schema_current():
+        store.close()
+        raise CliError(
+            f"{redact_url(settings.database_url)}: the schema is missing or out of date; "
+            "run `pipeline db upgrade` first"
+        )
+    return store
+
+
+def who() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return os.environ.get("USER", "operator")

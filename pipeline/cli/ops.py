@@ -1,0 +1,174 @@
+"""CLI commands that act: the daemon, the demo, local issues, cancel and retry."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TextIO
+
+from pipeline.cli import render
+from pipeline.cli.common import (
+    EXIT_OK,
+    CliError,
+    Subparsers,
+    add_command,
+    load,
+    open_store,
+    who,
+)
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from dataclasses import replace
+
+    from pipeline.core import logs
+    from pipeline.daemon import Daemon
+
+    settings = load(args)
+    if args.no_migrate:
+        settings = replace(settings, run_migrations=False)
+    logs.configure(settings.log_level, "json" if args.json_logs else settings.log_format)
+    daemon = Daemon(settings, http=not args.no_http)
+    import logging
+
+    for line in daemon.summary().splitlines():
+        logging.getLogger("pipeline").info(line)
+    daemon.run_forever()
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.demo.main import run_demo
+
+    return run_demo(keep=args.keep, as_json=args.json, out=out, err=err, workdir=args.dir)
+
+
+def _local_repo(args: argparse.Namespace, repo: str) -> None:
+    settings = load(args)
+    configured = settings.repo(repo)
+    if configured is None:
+        known = ", ".join(r.name for r in settings.repos) or "none"
+        raise CliError(f"--repo {repo}: not an enrolled repo (enrolled: {known})")
+    tracker = settings.tracker(configured.tracker)
+    if tracker is None or tracker.kind != "local":
+        raise CliError(
+            f"--repo {repo}: its tracker {configured.tracker!r} is not the local tracker; "
+            "add issues on that tracker instead"
+        )
+
+
+def cmd_issue_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    _local_repo(args, args.repo)
+    body = ""
+    if args.body_file:
+        try:
+            body = Path(args.body_file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"--body-file {args.body_file}: {exc.strerror}") from None
+    store = open_store(args)
+    try:
+        issue = store.add_local_issue(
+            args.repo, args.title, body, author=who(), labels=tuple(args.label or ())
+        )
+    finally:
+        store.close()
+    labels = f" [{', '.join(issue.labels)}]" if issue.labels else ""
+    out.write(f"issue {issue.id} added to {issue.repo}{labels}\n")
+    return EXIT_OK
+
+
+def cmd_issue_label(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    store = open_store(args)
+    try:
+        issue = store.change_local_labels(args.id, add=(args.label,), by=who())
+    finally:
+        store.close()
+    out.write(f"issue {issue.id} labelled {args.label}: [{', '.join(issue.labels)}]\n")
+    return EXIT_OK
+
+
+def cmd_issue_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    store = open_store(args)
+    try:
+        issues = store.list_local_issues(repo=args.repo, state=None if args.all else "open")
+    finally:
+        store.close()
+    if args.json:
+        out.write(render.to_json(issues) + "\n")
+        return EXIT_OK
+    rows = [[i.id, i.repo, i.state, ", ".join(i.labels), i.author, i.title] for i in issues]
+    render.table(("ID", "REPO", "STATE", "LABELS", "AUTHOR", "TITLE"), rows, out)
+    return EXIT_OK
+
+
+def cmd_runs_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    store = open_store(args)
+    try:
+        run = store.cancel_run(args.id, by=who())
+    finally:
+        store.close()
+    if run.state == "cancelled":
+        out.write(f"run {run.id} cancelled\n")
+    elif run.cancel_requested:
+        out.write(f"run {run.id} is {run.state}: its worker stops it within seconds\n")
+    else:
+        out.write(f"run {run.id} already ended {run.state}; nothing to cancel\n")
+    return EXIT_OK
+
+
+def cmd_runs_retry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    store = open_store(args)
+    try:
+        result = store.retry_run(args.id, by=who())
+    finally:
+        store.close()
+    verb = "queued as" if result.created else "already active as"
+    out.write(f"run {args.id} {verb} run {result.run.id}\n")
+    return EXIT_OK
+
+
+def register(top: Subparsers, runs: Subparsers) -> None:
+    run = add_command(top, "run", cmd_run, "run the daemon: intake, scheduler, workers, HTTP")
+    run.add_argument("--json-logs", action="store_true", help="log JSON lines")
+    run.add_argument("--no-http", action="store_true", help="serve no HTTP API or dashboard")
+    run.add_argument("--no-migrate", action="store_true", help="do not migrate on start")
+
+    demo = add_command(
+        top,
+        "demo",
+        cmd_demo,
+        "a self-contained demo of the whole loop on embedded defaults",
+        common=False,
+    )
+    demo.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON object on the last line"
+    )
+    demo.add_argument("--keep", action="store_true", help="keep the demo's directory")
+    demo.add_argument("--dir", type=Path, default=None, help="work in this directory")
+
+    issue = top.add_parser("issue", help="issues of the embedded local tracker")
+    sub = issue.add_subparsers(dest="sub", metavar="SUB")
+    add = add_command(sub, "add", cmd_issue_add, "add a local issue")
+    add.add_argument("--repo", required=True, help="an enrolled repo on the local tracker")
+    add.add_argument("--title", required=True)
+    add.add_argument("--body-file", help="a file holding the issue's body")
+    add.add_argument("--label", action="append", help="a label (repeatable)")
+    label = add_command(sub, "label", cmd_issue_label, "add a label to a local issue")
+    label.add_argument("id", type=int)
+    label.add_argument("label")
+    lst = add_command(sub, "list", cmd_issue_list, "list local issues")
+    lst.add_argument("--repo")
+    lst.add_argument("--all", action="store_true", help="closed ones too")
+    lst.add_argument("--json", action="store_true")
+
+    cancel = add_command(
+        runs,
+        "cancel",
+        cmd_runs_cancel,
+        "cancel a run: at once when queued, within seconds when running",
+    )
+    cancel.add_argument("id", type=int)
+    retry = add_command(
+        runs, "retry", cmd_runs_retry, "queue a new run for a failed, escalated or cancelled one"
+    )
+    retry.add_argument("id", type=int)

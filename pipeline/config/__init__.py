@@ -1,0 +1,3 @@
+"""The configuration: TOML files and PIPELINE_* overrides loaded, validated and rendered into
+frozen settings.
+"""

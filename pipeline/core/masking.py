@@ -1,0 +1,295 @@
+"""One registry of secret values and one ``mask``, for every text stored or served.
+
+Secrets live only in the daemon's memory. Every value a ``SecretRef`` resolves
+to is registered here (``SecretRef.resolve`` does it, at start and whenever a
+secret is read later), together with the forms it can take in text:
+``pipeline.core.secret_forms`` derives them (each line, URL credentials, URL, JSON
+and HTML encodings, base64 as in HTTP basic auth). ``mask`` replaces each with
+``***``, also a secret cut short by a bounded summary: the part before or
+after a ``…`` marker, or at the very start or end of a text cut without one.
+
+Values shorter than ``MIN_SECRET_LEN`` are not registered: masking a short
+value would mask ordinary words everywhere. The daemon warns about such
+secrets at start.
+
+The store masks at write (and read), the HTTP layer at serve time, the log
+through its formatter, notifications and comments before they are sent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.core.secret_forms import (
+    MIN_CUT_LEN,
+    MIN_SECRET_LEN,
+    SecretForms,
+    bytes_forms,
+    text_forms,
+    url_password,
+)
+
+if TYPE_CHECKING:  # settings import this module to register what they resolve
+    from pipeline.config.settings import SecretRef, Settings
+
+MASK = "***"
+ELLIPSIS = "…"
+# A secret cut short at a "…" marker is masked when MIN_CUT_LEN of it shows; cut at
+# the text's edge with no marker, a longer piece, so plain words never match.
+MIN_EDGE_CUT_LEN = 8
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<userinfo>[^/@\s]+)@")
+# Schemes where a user without a password is a login name, not a token in the user field.
+_NAMED_USER_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+psycopg", "ssh", "git+ssh"})
+
+__all__ = [
+    "MASK",
+    "MIN_SECRET_LEN",
+    "clear_secrets",
+    "mask",
+    "mask_data",
+    "redact_url",
+    "register_secret",
+    "register_secret_bytes",
+    "register_settings_secrets",
+]
+
+
+@dataclass(frozen=True)
+class _Cuts:
+    """For each character, the (secret, length) pieces a cut-off secret could end/start with."""
+
+    prefixes: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    suffixes: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+
+    def prefix_at_end(self, text: str, minimum: int) -> int:
+        """Length of the longest secret prefix (>= ``minimum``) ``text`` ends with; 0 if none."""
+        best = 0
+        for secret, size in self.prefixes.get(text[-1:], ()):
+            if best < size <= len(text) and size >= minimum and text.endswith(secret[:size]):
+                best = size
+        return best
+
+    def suffix_at_start(self, text: str, minimum: int) -> int:
+        """Length of the longest secret suffix (>= ``minimum``) ``text`` starts with; 0 if none."""
+        best = 0
+        for secret, size in self.suffixes.get(text[:1], ()):
+            if best < size <= len(text) and size >= minimum and text.startswith(secret[-size:]):
+                best = size
+        return best
+
+
+def _index_cuts(cuttable: Mapping[str, int]) -> _Cuts:
+    prefixes: dict[str, list[tuple[str, int]]] = {}
+    suffixes: dict[str, list[tuple[str, int]]] = {}
+    for secret, shortest in cuttable.items():
+        for size in range(shortest, len(secret)):
+            prefixes.setdefault(secret[size - 1], []).append((secret, size))
+            suffixes.setdefault(secret[len(secret) - size], []).append((secret, size))
+    return _Cuts(
+        {k: tuple(v) for k, v in prefixes.items()}, {k: tuple(v) for k, v in suffixes.items()}
+    )
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What ``mask`` reads: replaced as a whole on registration, so reads need no lock."""
+
+    pattern: re.Pattern[str] | None = None
+    cuts: _Cuts = field(default_factory=_Cuts)
+
+
+class SecretRegistry:
+    """The secret values of one process and every form of them that ``mask`` hides."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: set[str | bytes] = set()
+        self._forms: set[str] = set()
+        self._cuttable: dict[str, int] = {}
+        self._snapshot = _Snapshot()
+
+    def register(self, value: str | None) -> bool:
+        """Register ``value`` and its derived forms; False when it is too short to mask."""
+        if not value:
+            return False
+        if value in self._seen:
+            return True
+        return self._add(value, text_forms(value))
+
+    def register_bytes(self, data: bytes) -> bool:
+        """Register a binary secret (a key file): its text, base64 and hex forms."""
+        if not data:
+            return False
+        if data in self._seen:
+            return True
+        return self._add(data, bytes_forms(data))
+
+    def _add(self, key: str | bytes, forms: SecretForms) -> bool:
+        if not forms.forms:
+            return False
+        with self._lock:
+            self._seen.add(key)
+            self._forms |= forms.forms
+            self._cuttable.update(forms.cuttable)
+            ordered = sorted(self._forms, key=lambda f: (-len(f), f))
+            pattern = re.compile("|".join(re.escape(f) for f in ordered))
+            self._snapshot = _Snapshot(pattern, _index_cuts(self._cuttable))
+        return True
+
+    @property
+    def active(self) -> bool:
+        return self._snapshot.pattern is not None
+
+    def clear(self) -> None:
+        """Forget every secret (tests)."""
+        with self._lock:
+            self._seen.clear()
+            self._forms.clear()
+            self._cuttable.clear()
+            self._snapshot = _Snapshot()
+
+    def mask(self, text: str) -> str:
+        """``text`` with every registered form, whole or cut short, replaced by ``***``."""
+        snapshot = self._snapshot
+        if snapshot.pattern is None or not text:
+            return text
+        text = snapshot.pattern.sub(MASK, text)
+        parts = text.split(ELLIPSIS)
+        last = len(parts) - 1
+        for n, part in enumerate(parts):
+            head = MIN_CUT_LEN if n > 0 else MIN_EDGE_CUT_LEN
+            tail = MIN_CUT_LEN if n < last else MIN_EDGE_CUT_LEN
+            parts[n] = _trim_cuts(part, snapshot.cuts, head, tail)
+        return ELLIPSIS.join(parts)
+
+
+def _trim_cuts(part: str, cuts: _Cuts, head_minimum: int, tail_minimum: int) -> str:
+    """``part`` with a secret's tail at its start and a secret's head at its end masked."""
+    size = cuts.suffix_at_start(part, head_minimum)
+    if size:
+        part = MASK + part[size:]
+    size = cuts.prefix_at_end(part, tail_minimum)
+    if size:
+        part = part[:-size] + MASK
+    return part
+
+
+_REGISTRY = SecretRegistry()
+
+
+def register_secret(value: str | None) -> bool:
+    """Register a secret value with the process's registry (see ``SecretRegistry.register``)."""
+    return _REGISTRY.register(value)
+
+
+def register_secret_bytes(data: bytes) -> bool:
+    """Register a binary secret with the process's registry."""
+    return _REGISTRY.register_bytes(data)
+
+
+def clear_secrets() -> None:
+    """Forget every registered secret (for tests)."""
+    _REGISTRY.clear()
+
+
+def has_secrets() -> bool:
+    """True once any secret is registered (a fast path for callers that parse first)."""
+    return _REGISTRY.active
+
+
+def mask(text: str) -> str:
+    """``text`` with every registered secret masked (see the module docstring)."""
+    return _REGISTRY.mask(text)
+
+
+def mask_data(value: Any) -> Any:
+    """``value`` with every string in it masked, keys included, through dicts and lists."""
+    if isinstance(value, str):
+        return _REGISTRY.mask(value)
+    if isinstance(value, Mapping):
+        return {mask_data(k): mask_data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_data(v) for v in value]
+    return value
+
+
+def redact_url(text: str) -> str:
+    """Credentials in every URL in ``text`` hidden: ``user:***@`` or ``***@``, then masked.
+
+    The one URL redaction of the code base: git messages, database URLs, remotes.
+    """
+    return mask(_URL_USERINFO.sub(_redacted_userinfo, text))
+
+
+def _redacted_userinfo(match: re.Match[str]) -> str:
+    scheme = match.group("scheme")
+    user, colon, _ = match.group("userinfo").partition(":")
+    if colon:
+        shown = f"{user}:{MASK}" if user else MASK
+    else:
+        shown = user if scheme.lower() in _NAMED_USER_SCHEMES else MASK
+    return f"{scheme}://{shown}@"
+
+
+# The settings' secrets --------------------------------------------------------
+
+
+def settings_secret_refs(settings: Settings) -> Iterator[tuple[str, SecretRef]]:
+    """Every text secret the settings reference, with its key path for messages."""
+    yield "http.api_token", settings.http.api_token
+    yield "notify.urls", settings.notify.urls
+    for tracker in settings.trackers:
+        yield f"trackers.{tracker.name}.token", tracker.token
+        yield f"trackers.{tracker.name}.webhook_secret", tracker.webhook_secret
+    for agent in settings.agents:
+        yield f"agents.{agent.name}.api_key", agent.api_key
+    for repo in settings.repos:
+        yield f"repos.{repo.name}.push.token", repo.push.token
+        yield f"repos.{repo.name}.ci.token", repo.ci.token
+
+
+def settings_urls(settings: Settings) -> Iterator[str]:
+    """URLs in the settings that may carry a password (``https://user:token@host``)."""
+    yield settings.database_url
+    for tracker in settings.trackers:
+        yield tracker.base_url or ""
+    for repo in settings.repos:
+        yield repo.remote_url
+        yield repo.ci.base_url or ""
+        yield from (probe.url or "" for probe in repo.deploy.probes)
+
+
+def register_settings_secrets(settings: Settings) -> list[str]:
+    """Register every secret the settings reference; warnings for those that cannot be masked."""
+    warnings = []
+    for where, ref in settings_secret_refs(settings):
+        value = ref.resolve()
+        if value is not None and not register_secret(value):
+            warnings.append(
+                f"{where} ({ref.describe()}) is shorter than {MIN_SECRET_LEN} characters: "
+                "it cannot be masked in logs, run events and pages; use a longer secret"
+            )
+    for url in settings_urls(settings):
+        register_secret(url_password(url))
+    for repo in settings.repos:
+        key = _key_file(repo.git_crypt_key)
+        if key is not None:
+            register_secret_bytes(key)
+    return warnings
+
+
+def _key_file(ref: SecretRef) -> bytes | None:
+    """A git-crypt key's bytes: the file itself, or the file whose path the variable holds."""
+    path = ref.file
+    if path is None and ref.env is not None and os.environ.get(ref.env):
+        path = Path(os.environ[ref.env])
+    try:
+        return path.read_bytes() if path is not None else None
+    except OSError:
+        return None  # reported when the repo's clone is unlocked

@@ -1,0 +1,130 @@
+"""The run's commits in its worktree: staging, trailers, and squashing to one.
+
+Only the implement phase writes commits; publish takes them from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.core.errors import EscalationError, FatalError
+from pipeline.core.proc import StopToken
+from pipeline.git.repo import GitRepo
+from pipeline.git.run import DEFAULT_LIMITS, FALLBACK_IDENTITY, GitLimits, GitRunner
+
+
+class Git:
+    """Git in one run tree, pinned and hardened (``pipeline.git.run``).
+
+    ``home`` replaces the daemon's HOME for git (whose global config it reads),
+    e.g. to see the identity the agent's HOME gives.
+    """
+
+    def __init__(
+        self,
+        tree: GitRepo,
+        *,
+        stop: StopToken | None = None,
+        limits: GitLimits = DEFAULT_LIMITS,
+        home: Path | None = None,
+    ) -> None:
+        self.tree = tree
+        self.runner = GitRunner(tree, stop, limits, env={"HOME": str(home)} if home else {})
+        self._identity: tuple[str, ...] | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.tree.where
+
+    def run(self, *args: str, input_text: str | None = None, check: bool = True) -> str:
+        data = input_text.encode("utf-8") if input_text is not None else None
+        result = self.runner.run(*args, input_data=data)
+        if check and not result.ok:
+            raise FatalError(
+                "git",
+                f"git {args[0]} failed in {self.root} (exit {result.returncode}): "
+                f"{result.stderr[-500:]}",
+            )
+        return result.stdout
+
+    def head(self) -> str:
+        return self.run("rev-parse", "HEAD").strip()
+
+    def commits_since(self, base: str) -> list[str]:
+        return self.run("rev-list", "--reverse", f"{base}..HEAD").split()
+
+    def message(self, sha: str) -> str:
+        return self.run("log", "-1", "--format=%B", sha).strip()
+
+    def untracked(self) -> set[str]:
+        """Untracked, not ignored files (paths relative to the root)."""
+        listing = self.run("ls-files", "-z", "--others", "--exclude-standard")
+        return {path for path in listing.split("\0") if path}
+
+    def stage_changes(self, before: set[str], keep_dirs: Sequence[str]) -> bool:
+        """Stage the agent's changes: tracked edits, and files untracked now but not ``before``.
+
+        Files that were already untracked when the agent started (test output
+        of an earlier gate run, caches) are never the agent's to commit.
+        """
+        self.run("add", "-u")
+        new = [
+            path
+            for path in sorted(self.untracked() - before)
+            if not any(directory in Path(path).parts for directory in keep_dirs)
+        ]
+        if new:
+            self.run("add", "--", *new)
+        return self._has_staged()
+
+    def _has_staged(self) -> bool:
+        return not self.runner.run("diff-index", "--quiet", "--cached", "HEAD", "--").ok
+
+    def commit(self, message: str) -> str:
+        self.run(*self.identity(), "commit", "--no-verify", "-q", "-F", "-", input_text=message)
+        return self.head()
+
+    def identity(self) -> tuple[str, ...]:
+        """A fallback identity when config gives none (``GIT_COMMITTER_*`` would still win)."""
+        if self._identity is None:
+            configured = self.run("config", "user.email", check=False).strip()
+            self._identity = () if configured else FALLBACK_IDENTITY
+        return self._identity
+
+    def with_trailers(self, message: str, trailers: Sequence[tuple[str, str]]) -> str:
+        """``message`` ending with ``trailers`` (each added once)."""
+        args = ["interpret-trailers", "--if-exists", "addIfDifferent"]
+        for key, value in trailers:
+            args += ["--trailer", f"{key}: {value}"]
+        return self.run(*args, input_text=message.strip() + "\n")
+
+    def has_trailers(self, message: str, trailers: Sequence[tuple[str, str]]) -> bool:
+        parsed = self.run("interpret-trailers", "--parse", input_text=message + "\n")
+        lines = {line.strip() for line in parsed.splitlines()}
+        return all(f"{key}: {value}" in lines for key, value in trailers)
+
+    def squash(
+        self, base: str, subject: str, trailers: Sequence[tuple[str, str]]
+    ) -> tuple[str, ...]:
+        """Make the run's work one commit on ``base`` carrying ``trailers``."""
+        commits = self.commits_since(base)
+        if len(commits) == 1 and self.has_trailers(self.message(commits[0]), trailers):
+            return (commits[0],)
+        messages = [self.message(sha) for sha in commits]
+        self.run("reset", "--soft", base)
+        if not self._has_staged():
+            raise EscalationError(
+                "no_change", "the agent's commits add up to no change against the base"
+            )
+        return (self.commit(self.with_trailers(combined_message(subject, messages), trailers)),)
+
+
+def combined_message(subject: str, messages: Sequence[str]) -> str:
+    """One message for several: the agent's own if it wrote exactly one, else a list."""
+    own = [message for message in messages if message.splitlines()[0].strip() != subject]
+    if len(own) == 1:
+        return own[0]
+    subjects = [message.splitlines()[0].strip() for message in own]
+    body = "\n".join(f"- {line}" for line in dict.fromkeys(subjects))
+    return f"{subject}\n\n{body}" if body else subject

@@ -1,0 +1,207 @@
+"""The dashboard: server-rendered HTML over the same store verbs as the API.
+
+Jinja2 with autoescaping renders every page, so an issue title or an agent's
+message is always shown as text. Pages carry a Content-Security-Policy that
+allows only this server's own script and style (no inline script at all).
+Live updates: ``static/live.js`` listens to ``/api/events`` and refetches the
+page's fragment (``/fragments/...``), which the server renders and escapes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from pipeline.http.common import BadInput, context, path_id
+from pipeline.http.metrics import RUN_STATES
+from pipeline.http.runs import run_filter
+from pipeline.store import RunFilter
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+    "form-action 'self'"
+)
+PAGE_SIZE = 50
+TAIL_KEYS = ("tail", "output", "stdout", "stderr", "output_tail", "log", "diff", "input")
+KINDS = ("issue", "fix_forward")
+INLINE_MAX = 160
+
+
+@dataclass(frozen=True)
+class ShownData:
+    tails: list[tuple[str, str]]
+    inline: str
+    rest: str
+
+
+def shown_data(data: dict[str, Any]) -> ShownData:
+    """Event data as output tails (blocks), a short ``k=v`` line, or else JSON details."""
+    tails = []
+    rest = {}
+    for key, value in data.items():
+        if isinstance(value, str) and (key in TAIL_KEYS or "\n" in value):
+            tails.append((key, value))
+        else:
+            rest[key] = value
+    inline = " · ".join(f"{k}={_short(v)}" for k, v in sorted(rest.items()))
+    if len(inline) <= INLINE_MAX:
+        return ShownData(tails, inline, "")
+    return ShownData(tails, "", json.dumps(rest, indent=2, sort_keys=True, default=str))
+
+
+def _short(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def fmt_ts(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def fmt_clock(value: datetime | None) -> str:
+    return value.strftime("%H:%M:%S") if value is not None else ""
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def fmt_money(value: float | None) -> str:
+    return f"${value:.2f}" if value else "-"
+
+
+def web_url(value: str | None) -> bool:
+    """Only http(s) links are rendered as links (never ``javascript:`` and the like)."""
+    return bool(value) and str(value).lower().startswith(("http://", "https://"))
+
+
+def make_env() -> Environment:
+    env = Environment(
+        loader=PackageLoader("pipeline.http", "templates"), autoescape=True, auto_reload=False
+    )
+    env.filters.update(
+        ts=fmt_ts, clock=fmt_clock, dur=fmt_duration, money=fmt_money, shown_data=shown_data,
+        web_url=web_url,
+    )
+    return env
+
+
+ENV = make_env()
+
+
+def render(name: str, status: int = 200, **values: Any) -> Response:
+    html = ENV.get_template(name).render(**values)
+    return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP})
+
+
+def _filters(request: Request) -> RunFilter | Response:
+    try:
+        # A filter form sends empty fields for "all": drop them (the API is strict).
+        params = {k: v for k, v in request.query_params.items() if v}
+        flt = run_filter(params, PAGE_SIZE)
+    except BadInput as exc:
+        return render("not_found.html", 422, message=str(exc), nav="runs")
+    return flt
+
+
+def _query(flt: RunFilter, offset: int | None = None) -> str:
+    pairs = {"repo": flt.repo, "state": flt.state, "kind": flt.kind}
+    params = {k: v for k, v in pairs.items() if v}
+    if offset:
+        params["offset"] = str(offset)
+    return "?" + urlencode(params) if params else ""
+
+
+def _runs_values(request: Request, flt: RunFilter) -> dict[str, Any]:
+    store = context(request).store
+    stats = store.stats()
+    total = store.count_runs(flt)
+    health = {
+        "active": stats.active,
+        "capacity": context(request).settings.max_concurrency,
+        "queued": sum(stats.queued_by_repo.values()),
+        "frozen_repos": stats.frozen_repos,
+    }
+    after = flt.offset + flt.limit
+    return {
+        "flt": flt,
+        "runs": store.list_runs(flt),
+        "total": total,
+        "health": health,
+        "filtered": bool(flt.repo or flt.state or flt.kind),
+        "kinds": sorted(set(KINDS) | set(stats.runs_by_kind)),
+        "prev_url": ("/" + _query(flt, max(0, flt.offset - flt.limit))) if flt.offset else None,
+        "next_url": ("/" + _query(flt, after)) if after < total else None,
+    }
+
+
+def runs_page(request: Request) -> Response:
+    """GET /: the runs table with filters; live refresh via /fragments/runs."""
+    flt = _filters(request)
+    if isinstance(flt, Response):
+        return flt
+    return render(
+        "runs.html",
+        nav="runs",
+        repo_names=[r.name for r in context(request).store.list_repos()],
+        states=RUN_STATES,
+        query=_query(flt, flt.offset),
+        **_runs_values(request, flt),
+    )
+
+
+def runs_fragment(request: Request) -> Response:
+    """GET /fragments/runs: the summary, table and pager alone, for live refresh."""
+    flt = _filters(request)
+    if isinstance(flt, Response):
+        return flt
+    return render("runs_live.html", **_runs_values(request, flt))
+
+
+def _run_values(request: Request) -> dict[str, Any] | None:
+    run_id = path_id(request)
+    store = context(request).store
+    run = store.get_run(run_id) if run_id is not None else None
+    if run is None:
+        return None
+    return {"run": run, "events": store.run_events(run.id)}
+
+
+def run_page(request: Request) -> Response:
+    """GET /runs/{id}: a run's facts, cost and timeline."""
+    values = _run_values(request)
+    if values is None:
+        message = f"Run {request.path_params['run_id']} does not exist."
+        return render("not_found.html", 404, message=message, nav="runs")
+    return render("run.html", nav="runs", **values)
+
+
+def run_fragment(request: Request) -> Response:
+    """GET /fragments/runs/{id}: the run's facts and timeline alone, for live refresh."""
+    values = _run_values(request)
+    if values is None:
+        return render("not_found.html", 404, message="no such run", nav="runs")
+    return render("run_detail.html", **values)
+
+
+def repos_page(request: Request) -> Response:
+    """GET /repos: repos with their frozen state and freeze/unfreeze forms."""
+    store = context(request).store
+    queued = store.stats().queued_by_repo
+    return render("repos.html", nav="repos", repos=store.list_repos(), queued=queued)

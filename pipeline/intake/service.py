@@ -1,0 +1,287 @@
+"""From tracker issues to queued runs: polling, webhooks, trust.
+
+Polling is the safety net and always on; a webhook is the fast path (GitHub
+does not redeliver failed deliveries). Both end in ``consider``: an enrolled
+repo, a ready label applied by a trusted actor, then ``store.enqueue``, which
+dedupes on the issue so labelling twice enqueues once. Accepting a label
+also keeps a snapshot of the title and body it vouched for.
+
+A failing tracker backs off on its own (``retry-after`` or reset when the
+forge says, else exponential) without stopping the others or the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from pipeline.config.settings import RepoSettings, Settings
+from pipeline.core.errors import ConfigError, FatalError, RetryableError
+from pipeline.run.lifecycle import Lifecycle
+from pipeline.store import IssueSnapshot, Store
+from pipeline.store.runs import EnqueueResult, QueueFull
+from pipeline.trackers.base import Tracker, TrackerIssue
+from pipeline.trackers.webhooks import WebhookPayloadError, parse_event, verify
+
+log = logging.getLogger(__name__)
+
+MAX_POLL_BACKOFF_S = 900.0
+OPEN_STATES = ("open", "opened", "")  # GitLab says "opened"
+
+
+@dataclass
+class TrackerHealth:
+    """Back-off state of one tracker's polling."""
+
+    failures: int = 0
+    not_before: float = 0.0
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class PollReport:
+    tracker: str
+    seen: int = 0
+    enqueued: int = 0
+    unchanged: int = 0
+    skipped: bool = False
+    error: str | None = None
+
+
+@dataclass
+class IntakeMetrics:
+    """Counters the HTTP metrics endpoint reads."""
+
+    poll_errors: dict[str, int] = field(default_factory=dict)
+    webhooks_rejected: dict[str, int] = field(default_factory=dict)
+
+
+class Intake:
+    """Turns ready issues into queued runs."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        trackers: Mapping[str, Tracker],
+        lifecycle: Lifecycle,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_poll_error: Callable[[str], None] | None = None,
+        on_webhook_rejected: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.trackers = trackers
+        self.lifecycle = lifecycle
+        self.clock = clock
+        self.health = {name: TrackerHealth() for name in trackers}
+        self._unfinished: dict[tuple[str, str], list[TrackerIssue]] = {}
+        # The start-up poll and the periodic one may overlap: one poll at a time per
+        # tracker (not overall, so a tracker that hangs until its timeout holds no other).
+        self._poll_locks = {name: threading.Lock() for name in trackers}
+        self.metrics = IntakeMetrics()
+        self.on_poll_error = on_poll_error
+        self.on_webhook_rejected = on_webhook_rejected
+
+    def repos_of(self, tracker: str) -> list[RepoSettings]:
+        return [r for r in self.settings.repos if r.tracker == tracker]
+
+    def repo_for(self, tracker: str, slug: str) -> RepoSettings | None:
+        return next((r for r in self.repos_of(tracker) if r.slug.lower() == slug.lower()), None)
+
+    # Polling -----------------------------------------------------------------
+
+    def poll_all(self) -> list[PollReport]:
+        return [self.poll(name) for name in self.trackers]
+
+    def poll(self, tracker_name: str) -> PollReport:
+        """One poll of every enrolled repo on one tracker; never raises.
+
+        A transient error (5xx, timeout, rate limit, full queue) ends this
+        tracker's cycle and backs it off; a repo-scoped one (a missing repo, no
+        permission) is counted and logged, and the other repos are still polled.
+        """
+        with self._poll_locks.setdefault(tracker_name, threading.Lock()):
+            return self._poll(tracker_name)
+
+    def _poll(self, tracker_name: str) -> PollReport:
+        health = self.health.setdefault(tracker_name, TrackerHealth())
+        if self.clock() < health.not_before:
+            return PollReport(tracker_name, skipped=True, error=health.last_error)
+        seen = enqueued = unchanged = 0
+        repo_error: str | None = None
+        for repo in self.repos_of(tracker_name):
+            try:
+                counts = self._poll_repo(repo)
+            except (RetryableError, QueueFull) as exc:
+                return self._poll_failed(tracker_name, health, exc, seen, enqueued)
+            except (FatalError, ConfigError) as exc:
+                repo_error = f"{repo.name}: {exc}"
+                self._count_poll_error(tracker_name)
+                log.warning("tracker %s: poll of %s failed: %s", tracker_name, repo.name, exc)
+                continue
+            if counts is None:
+                unchanged += 1
+            else:
+                seen, enqueued = seen + counts[0], enqueued + counts[1]
+        health.failures, health.not_before, health.last_error = 0, 0.0, None
+        return PollReport(
+            tracker_name, seen=seen, enqueued=enqueued, unchanged=unchanged, error=repo_error
+        )
+
+    def _poll_repo(self, repo: RepoSettings) -> tuple[int, int] | None:
+        """``(seen, enqueued)`` for one repo, or ``None`` when its list is unchanged.
+
+        A list whose processing failed half way is kept and processed again on
+        the next poll: the forge answers that poll 304 ("unchanged") because
+        the list itself was fetched, so without this the rest would be skipped.
+        """
+        key = (repo.tracker, repo.slug)
+        issues = self.trackers[repo.tracker].list_ready(repo.slug)
+        if issues is None:
+            issues = self._unfinished.get(key)
+            if issues is None:
+                return None
+        self._unfinished[key] = issues
+        enqueued = 0
+        for issue in issues:
+            try:
+                result = self.consider(repo, issue)
+            except FatalError as exc:  # e.g. deleted since listed: skip it, not the rest
+                self._count_poll_error(repo.tracker)
+                log.warning("%s#%s: not considered: %s", repo.name, issue.number, exc)
+                continue
+            enqueued += bool(result and result.created)
+        del self._unfinished[key]
+        return len(issues), enqueued
+
+    def _poll_failed(
+        self, name: str, health: TrackerHealth, exc: Exception, seen: int, enqueued: int
+    ) -> PollReport:
+        health.failures += 1
+        cfg = self.settings.tracker(name)
+        interval = (cfg.poll_interval_s if cfg else None) or self.settings.poll_interval_s
+        base = min(MAX_POLL_BACKOFF_S, interval * 2 ** (health.failures - 1))
+        wait = max(base, getattr(exc, "retry_after_s", None) or 0.0)
+        if isinstance(exc, QueueFull):
+            wait = max(wait, exc.retry_after_s)
+        health.not_before = self.clock() + wait
+        health.last_error = str(exc)
+        self._count_poll_error(name)
+        log.warning("tracker %s: poll failed (%s); next poll in %.0fs", name, exc, wait)
+        return PollReport(name, seen=seen, enqueued=enqueued, error=str(exc))
+
+    def _count_poll_error(self, name: str) -> None:
+        self.metrics.poll_errors[name] = self.metrics.poll_errors.get(name, 0) + 1
+        if self.on_poll_error is not None:
+            self.on_poll_error(name)
+
+    # Deciding ----------------------------------------------------------------
+
+    def consider(
+        self, repo: RepoSettings, issue: TrackerIssue, labeller: str | None = None
+    ) -> EnqueueResult | None:
+        """Enqueue ``issue`` if its ready label came from a trusted actor."""
+        tracker = self.trackers[repo.tracker]
+        ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
+        if issue.is_pull_request or ready not in issue.labels or issue.state not in OPEN_STATES:
+            return None
+        mark = tracker.label_event(repo.slug, issue.number, ready)
+        actor = labeller or (mark.actor if mark else None)
+        if actor is None or not tracker.is_trusted(repo.slug, actor):
+            log.info("%s#%s: ready label from untrusted %s ignored", repo.name, issue.number, actor)
+            self.lifecycle.untrusted(repo, issue.number, actor)
+            return None
+        record = self.store.upsert_issue(
+            repo.name,
+            tracker=repo.tracker,
+            number=issue.number,
+            title=issue.title,
+            author=issue.author,
+            url=issue.url,
+            external_id=issue.external_id,
+            labeller=actor,
+            remote_updated_at=issue.updated_at,
+            # What the trusted label vouched for, kept the first time it is seen (see
+            # pipeline.intake.issue_text): later polls and edits never overwrite it.
+            snapshot=IssueSnapshot(
+                issue.title, issue.body, mark.at if mark else None, issue.updated_at
+            ),
+        )
+        result = self.store.enqueue(
+            repo.name,
+            issue_id=record.id,
+            max_attempts=self.settings.scheduler.max_attempts,
+            timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
+            requested_by=actor,
+            max_queue_depth=self.settings.max_queue_depth,
+        )
+        if result.created:
+            log.info("%s#%s: queued as run %s", repo.name, issue.number, result.run.id)
+        return result
+
+    # Webhooks ----------------------------------------------------------------
+
+    def handle_webhook(
+        self, tracker_name: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, dict[str, object]]:
+        """Verify, dedupe and act on one delivery; answers at once, work goes on a thread."""
+        tracker_cfg = self.settings.tracker(tracker_name)
+        if tracker_cfg is None or tracker_name not in self.trackers:
+            return 404, {"error": f"no tracker named {tracker_name!r}"}
+        secret = tracker_cfg.webhook_secret.resolve()
+        if not secret:
+            return self._reject(tracker_name, 403, "webhooks are not configured for this tracker")
+        lowered = {k.lower(): v for k, v in headers.items()}
+        if not verify(tracker_cfg.kind, secret.encode(), lowered, body):
+            return self._reject(tracker_name, 401, "missing or wrong signature")
+        try:
+            event = parse_event(tracker_cfg.kind, lowered, body)
+        except WebhookPayloadError as exc:
+            return self._reject(tracker_name, 400, str(exc))
+        if event is None:
+            return 202, {"status": "ignored", "reason": "not an issue label event"}
+        if event.delivery_id and not self.store.record_delivery(tracker_name, event.delivery_id):
+            return 200, {"status": "duplicate", "delivery": event.delivery_id}
+        repo = self.repo_for(tracker_name, event.repo_slug)
+        if repo is None:
+            return 202, {"status": "ignored", "reason": f"{event.repo_slug} is not enrolled"}
+        if not event.added(tracker_cfg.ready_label):
+            return 202, {"status": "ignored", "reason": "not the ready label"}
+        # GitHub's ``labeled`` and GitLab's label change name who added this label;
+        # Gitea's ``label_updated`` names whoever changed any label, so there the
+        # labeller is looked up (else a trusted user's edit would vouch for another's label).
+        labeller = event.sender if tracker_cfg.kind in ("github", "gitlab") else ""
+        threading.Thread(
+            target=self._fetch_and_consider,
+            args=(repo, event.issue_number, labeller),
+            name=f"webhook-{tracker_name}-{event.issue_number}",
+            daemon=True,
+        ).start()
+        return 202, {"status": "accepted", "issue": event.issue_number}
+
+    def _fetch_and_consider(self, repo: RepoSettings, number: int, sender: str) -> None:
+        try:
+            issue = self.trackers[repo.tracker].get_issue(repo.slug, number)
+            self.consider(repo, issue, labeller=sender or None)
+        except (RetryableError, FatalError, QueueFull) as exc:
+            # Polling is the safety net: the issue is picked up on the next poll.
+            log.warning(
+                "%s#%s: webhook pickup failed (%s); polling will retry", repo.name, number, exc
+            )
+
+    def _reject(self, tracker: str, status: int, reason: str) -> tuple[int, dict[str, object]]:
+        log.warning("webhook for %s rejected (%s): %s", tracker, status, reason)
+        self.metrics.webhooks_rejected[tracker] = self.metrics.webhooks_rejected.get(tracker, 0) + 1
+        if self.on_webhook_rejected is not None:
+            self.on_webhook_rejected(tracker, reason)
+        return status, {"error": reason}
+
+
+def dumps(payload: Mapping[str, object]) -> bytes:
+    return json.dumps(payload).encode()

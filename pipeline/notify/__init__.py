@@ -1,0 +1,1 @@
+"""Notifications to humans through apprise."""

@@ -1,0 +1,306 @@
+"""Scheduling policy: the claim loop, the worker pool, heartbeats, the sweeper.
+
+The guarantees live in the database (``pipeline.store.claim``); this module
+only decides *when* to claim and what to do with a claimed run:
+
+- a claim loop takes runs while this process has free slots, woken at once
+  when one of its runs ends and otherwise every ``claim_interval_s``;
+- each claimed run executes the run pipeline in its own thread, holding no
+  database lock (agents are subprocesses; see docs/adr/0003);
+- one monitor thread renews every lease, watches for cancel and for the
+  execution deadline, and stops a run whose lease is lost or cannot be
+  renewed for ``lease_s``;
+- the sweeper runs every ``sweep_interval_s`` under APScheduler, on every
+  replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection
+from typing import Any
+
+from pipeline.config.settings import SchedulerSettings
+from pipeline.core.proc import StopToken
+from pipeline.queue.periodic import Periodic
+from pipeline.queue.worker import RunContext, Worker, stop_error, summarise_traceback, write_outcome
+from pipeline.store.claim import SweepReport
+from pipeline.store.records import Run
+
+log = logging.getLogger(__name__)
+
+RunPipeline = Callable[[RunContext], str | None]
+# A stopped pipeline that has not returned this long after its kill grace is
+# abandoned: the monitor writes the outcome and frees the slot.
+STUCK_GRACE_S = 5.0
+
+__all__ = ["RunContext", "RunPipeline", "Scheduler"]
+
+
+def default_owner() -> str:
+    """A name unique to this process: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Scheduler:
+    """Claims runs from the store and executes them with the run pipeline."""
+
+    def __init__(
+        self,
+        store: Any,
+        pipeline: RunPipeline,
+        *,
+        settings: SchedulerSettings,
+        max_concurrency: int,
+        owner: str | None = None,
+        on_finished: Callable[[Run], None] | None = None,
+        excluded_repos: Callable[[], Collection[int]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.pipeline = pipeline
+        self.settings = settings
+        self.max_concurrency = max_concurrency
+        self.owner = owner or default_owner()
+        self.on_finished = on_finished
+        self.excluded_repos = excluded_repos
+        self.clock = clock
+        # Keyed by (run id, attempt): a run recovered and claimed again by this same
+        # process must not hide the superseded worker, which still has an agent to stop.
+        self._workers: dict[tuple[int, int], Worker] = {}
+        self._lock = threading.Lock()
+        self._claiming = threading.Lock()  # one claimer per process: slots are counted locally
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._monitor_stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._periodic = Periodic(name=f"sweep-{self.owner}")
+        self._beat_s = min(settings.heartbeat_s, settings.cancel_check_s)
+        self._tick_s = max(0.02, min(0.25, self._beat_s / 2))
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start claiming, the monitor and the periodic sweep."""
+        self._periodic.add("sweep", self.sweep_once, self.settings.sweep_interval_s,
+                           run_now=True)
+        self._periodic.start()
+        for name, target in (("claim", self._claim_loop), ("monitor", self._monitor_loop)):
+            thread = threading.Thread(target=target, name=f"{name}-{self.owner}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, grace_s: float) -> None:
+        """Stop claiming, give running work ``grace_s``, then stop it; leases go to recovery."""
+        self._stopping.set()
+        self._wake.set()
+        with self._claiming:
+            pass  # a claim in flight finishes (and its worker is joined below); none starts after
+        self._periodic.shutdown()
+        self._join_workers(grace_s)
+        now = self.clock()
+        for worker in self._active():
+            worker.request_stop("shutdown", now)
+        self._join_workers(self.settings.kill_grace_s + 1.0)
+        self._monitor_stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+
+    def _join_workers(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for worker in self._active():
+            if worker.thread is not None:
+                worker.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    @property
+    def running(self) -> list[int]:
+        """Ids of the runs this scheduler is executing now."""
+        return sorted(w.run.id for w in self._active())
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """True once no run of ours is executing and nothing is claimable (tests)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self._active() and self.run_once() == 0 and not self._active():
+                return True
+            time.sleep(0.05)
+        return False
+
+    # -- claiming ------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Claim what may start now and start a worker for each; the number started."""
+        with self._claiming:
+            return self._claim_available()
+
+    def _claim_available(self) -> int:
+        started = 0
+        while not self._stopping.is_set() and self._free_slots() > 0:
+            run = self._claim()
+            if run is None:
+                break
+            self._launch(run)
+            started += 1
+        return started
+
+    def _claim_after_run(self) -> None:
+        """Claim the next run from the thread that just freed a slot: no hand-off delay.
+
+        When another thread is claiming already, the wake event makes it look again.
+        """
+        self._wake.set()
+        if self._stopping.is_set() or not self._claiming.acquire(blocking=False):
+            return
+        try:
+            self._claim_available()
+        except Exception:
+            log.exception("claiming after a run failed; the claim loop retries")
+        finally:
+            self._claiming.release()
+
+    def sweep_once(self) -> SweepReport:
+        report: SweepReport = self.store.sweep(max_recoveries=self.settings.max_recoveries)
+        if report.changed:
+            log.info("sweep: %s", report)
+            self._wake.set()
+        return report
+
+    def _claim_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("claim loop: claiming failed; retrying")
+            self._wake.wait(self.settings.claim_interval_s)
+
+    def _free_slots(self) -> int:
+        with self._lock:
+            return self.max_concurrency - len(self._workers)
+
+    def _claim(self) -> Run | None:
+        excluded = tuple(self.excluded_repos()) if self.excluded_repos is not None else ()
+        run: Run | None = self.store.claim_next(
+            self.owner, max_concurrency=self.max_concurrency, lease_s=self.settings.lease_s,
+            exclude_repo_ids=excluded,
+        )
+        return run
+
+    def _launch(self, run: Run) -> None:
+        now = self.clock()
+        ctx = RunContext(run, self.owner, self.store, StopToken(), self.settings.kill_grace_s)
+        deadline = now + run.timeout_s if run.timeout_s is not None else None
+        worker = Worker(run=run, ctx=ctx, started=now, deadline=deadline, last_renewed=now,
+                        last_beat=now)
+        thread = threading.Thread(target=self._execute, args=(worker,),
+                                  name=f"run-{run.id}", daemon=True)
+        worker.thread = thread
+        with self._lock:
+            self._workers[(run.id, run.attempt)] = worker
+        thread.start()
+
+    # -- executing -----------------------------------------------------------------
+
+    def _execute(self, worker: Worker) -> None:
+        result: str | None = None
+        error: BaseException | None = None
+        try:
+            result = self.pipeline(worker.ctx)
+        except Exception as exc:
+            error = exc
+        except BaseException as exc:  # SystemExit in a pipeline must not leak the slot
+            error = exc
+            worker.request_stop("shutdown", self.clock())
+        try:
+            self._settle(worker, result, error)
+        finally:
+            self._forget(worker)
+        self._claim_after_run()
+
+    def _settle(self, worker: Worker, result: str | None, error: BaseException | None) -> None:
+        if not worker.claim_settlement():
+            return
+        try:
+            run = write_outcome(self.store, worker, self.settings, result, error)
+        except Exception as exc:
+            log.warning("run %s: outcome not written (%s); the lease will expire",
+                        worker.run.id, summarise_traceback(exc, 3))
+            return
+        if run is not None and run.terminal and self.on_finished is not None:
+            try:
+                self.on_finished(run)
+            except Exception:
+                log.exception("run %s: on_finished failed", run.id)
+
+    def _forget(self, worker: Worker) -> None:
+        with self._lock:
+            key = (worker.run.id, worker.run.attempt)
+            if self._workers.get(key) is worker:
+                del self._workers[key]
+        self._wake.set()
+
+    def _active(self) -> list[Worker]:
+        with self._lock:
+            return list(self._workers.values())
+
+    # -- monitoring ----------------------------------------------------------------
+
+    def _monitor_loop(self) -> None:
+        while not self._monitor_stop.wait(self._tick_s):
+            for worker in self._active():
+                try:
+                    self._watch(worker)
+                except Exception:
+                    log.exception("monitor: run %s", worker.run.id)
+
+    def _watch(self, worker: Worker) -> None:
+        now = self.clock()
+        if worker.deadline is not None and now >= worker.deadline and not worker.stop.stopped:
+            worker.request_stop("timeout", now)
+            self._note(worker, "timeout", f"execution timeout of {worker.run.timeout_s} s "
+                       "reached; stopping the run")
+        if now - worker.last_beat >= self._beat_s and not worker.settled:
+            self._beat(worker, now)
+        stuck_after = self.settings.kill_grace_s + STUCK_GRACE_S
+        if worker.stop_at is not None and now - worker.stop_at > stuck_after:
+            log.warning("run %s: pipeline ignored its stop for %.0f s; abandoning its thread",
+                        worker.run.id, now - worker.stop_at)
+            self._settle(worker, None, stop_error(worker.stop.reason))
+            self._forget(worker)
+
+    def _beat(self, worker: Worker, now: float) -> None:
+        worker.last_beat = now
+        run = worker.run
+        try:
+            beat = self.store.heartbeat(run.id, self.owner, worker.ctx.attempt,
+                                        self.settings.lease_s)
+        except Exception as exc:
+            # Give up one beat before the lease lapses, so a sweeper elsewhere finds the
+            # agent already stopping rather than still at work.
+            if now - worker.last_renewed > self.settings.lease_s - self._beat_s:
+                log.warning("run %s: lease not renewed for %.0f s (%s); stopping it",
+                            run.id, now - worker.last_renewed, type(exc).__name__)
+                worker.request_stop("lease_lost", now)
+            return
+        if not beat.alive:
+            log.warning("run %s: lease lost to another owner; stopping its agent", run.id)
+            worker.request_stop("lease_lost", now)
+            return
+        worker.last_renewed = now
+        if beat.cancel_requested and not worker.stop.stopped:
+            worker.request_stop("cancelled", now)
+            self._note(worker, "cancel", "cancel seen; stopping the agent")
+
+    @staticmethod
+    def _note(worker: Worker, kind: str, message: str) -> None:
+        """A timeline note from the monitor; a lost lease here is noticed by the heartbeat."""
+        try:
+            worker.ctx.store.append_event(worker.run.id, worker.ctx.owner, worker.ctx.attempt,
+                                          kind, message)
+        except Exception as exc:
+            log.info("run %s: note not written: %s", worker.run.id, type(exc).__name__)

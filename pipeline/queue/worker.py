@@ -1,0 +1,223 @@
+"""One claimed run as the scheduler executes it: its context and its outcome.
+
+The run pipeline (a callable later issues supply) gets a ``RunContext`` whose
+every write is fenced on the lease. When the run must stop (cancel, lost
+lease, timeout, shutdown) the scheduler sets the context's ``StopToken``;
+``pipeline.core.proc.run_command`` then kills the agent's process group, and the
+outcome is decided here from the stop reason or the classified error.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import random
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pipeline.config.settings import SchedulerSettings
+from pipeline.core.errors import (
+    CancelRequested,
+    EscalationError,
+    FatalError,
+    LeaseLost,
+    PipelineError,
+    RetryableError,
+)
+from pipeline.core.proc import StopToken
+from pipeline.store.records import Run
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("succeeded", "failed", "escalated", "cancelled")
+MAX_BACKOFF_EXPONENT = 30
+
+
+class ShuttingDown(PipelineError):
+    """The daemon is stopping: the run is left to lease recovery, nothing is written."""
+
+    error_class = "shutdown"
+
+
+class RunStore(Protocol):
+    """The store verbs a worker uses (``pipeline.store.Store`` provides them)."""
+
+    def append_event(self, run_id: int, owner: str, attempt: int, kind: str, message: str,
+                     data: Mapping[str, object] | None = None) -> None: ...
+
+    def transition(self, run_id: int, owner: str, attempt: int, to_state: str,
+                   message: str | None = None, **fields: object) -> Run: ...
+
+    def update_run(self, run_id: int, owner: str, attempt: int, **fields: object) -> None: ...
+
+    def finish(self, run_id: int, owner: str, attempt: int, state: str, *,
+               error_class: str | None = None, error: str | None = None,
+               summary: str | None = None) -> Run: ...
+
+    def schedule_retry(self, run_id: int, owner: str, attempt: int, *, delay_s: float,
+                       error_class: str, error: str) -> Run: ...
+
+
+def backoff_delay(
+    failures: int, *, base_s: float, max_s: float, retry_after_s: float | None = None,
+    rng: random.Random | None = None,
+) -> float:
+    """Capped exponential backoff with full jitter; a server's Retry-After wins when longer.
+
+    ``failures`` is how many failures the run had before this one.
+    """
+    ceiling = min(max_s, base_s * 2 ** min(max(failures, 0), MAX_BACKOFF_EXPONENT))
+    delay = (rng or random).uniform(0.0, ceiling)
+    if retry_after_s is not None and retry_after_s > delay:
+        return retry_after_s
+    return delay
+
+
+def stop_error(reason: str | None) -> PipelineError:
+    """The error a pipeline raises from ``RunContext.check`` for a stop reason."""
+    if reason == "cancelled":
+        return CancelRequested("the run was cancelled")
+    if reason == "lease_lost":
+        return LeaseLost("the run's lease was lost; another owner may hold it")
+    if reason == "timeout":
+        return RetryableError("timeout", "the run exceeded its execution timeout")
+    return ShuttingDown(f"the worker is stopping ({reason})")
+
+
+class RunContext:
+    """What the run pipeline gets: the run, a stop token and fenced writes."""
+
+    def __init__(self, run: Run, owner: str, store: RunStore, stop: StopToken,
+                 kill_grace_s: float) -> None:
+        self.run = run
+        self.owner = owner
+        self.attempt = run.attempt
+        self.store = store
+        self.stop = stop
+        self.kill_grace_s = kill_grace_s
+
+    def events(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
+        """Append to the run's timeline (an ``EventSink``); LeaseLost stops the run."""
+        self._fenced(lambda: self.store.append_event(self.run.id, self.owner, self.attempt,
+                                                     kind, message, data))
+
+    def set_state(self, state: str, message: str | None = None, **fields: object) -> None:
+        def write() -> None:
+            self.run = self.store.transition(self.run.id, self.owner, self.attempt, state,
+                                             message, **fields)
+        self._fenced(write)
+
+    def update(self, **fields: object) -> None:
+        self._fenced(lambda: self.store.update_run(self.run.id, self.owner, self.attempt,
+                                                   **fields))
+
+    def check(self) -> None:
+        """Raise the stop's error (CancelRequested, LeaseLost, timeout) if the run must stop."""
+        if self.stop.stopped:
+            raise stop_error(self.stop.reason)
+
+    def _fenced(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except LeaseLost:
+            self.stop.stop("lease_lost")
+            raise
+
+
+@dataclass
+class Worker:
+    """Book-keeping for one run this process is executing."""
+
+    run: Run
+    ctx: RunContext
+    started: float
+    deadline: float | None
+    last_renewed: float
+    last_beat: float
+    stop_at: float | None = None
+    settled: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    thread: threading.Thread | None = None
+
+    @property
+    def stop(self) -> StopToken:
+        return self.ctx.stop
+
+    def request_stop(self, reason: str, now: float) -> None:
+        if not self.stop.stopped:
+            self.stop_at = now
+        self.stop.stop(reason)
+
+    def claim_settlement(self) -> bool:
+        """True for the one caller (worker thread or monitor) that writes the outcome."""
+        with self.lock:
+            if self.settled:
+                return False
+            self.settled = True
+            return True
+
+
+def write_outcome(
+    store: RunStore, worker: Worker, settings: SchedulerSettings,
+    result: str | None, exc: BaseException | None,
+) -> Run | None:
+    """Write what the run's end means; None when nothing may be written (lease lost)."""
+    run, owner, attempt = worker.run, worker.ctx.owner, worker.ctx.attempt
+    reason = worker.stop.reason
+    if reason == "lease_lost" or isinstance(exc, LeaseLost):
+        return None
+    if exc is None and result is None:
+        return store.finish(run.id, owner, attempt, "succeeded")
+    if exc is None and result in TERMINAL:
+        return store.finish(run.id, owner, attempt, str(result))
+    if reason == "cancelled" or isinstance(exc, CancelRequested):
+        return store.finish(run.id, owner, attempt, "cancelled", error_class="cancelled",
+                            error="cancelled while running")
+    if reason == "timeout":
+        exc = stop_error("timeout")
+    elif reason is not None or isinstance(exc, ShuttingDown):
+        return None  # shutting down: the lease expires and a sweep requeues the run
+    if exc is None:
+        exc = RuntimeError(f"the run pipeline returned {result!r}, not None or a terminal state")
+    return _write_error(store, worker, settings, exc)
+
+
+def _write_error(store: RunStore, worker: Worker, settings: SchedulerSettings,
+                 exc: BaseException) -> Run:
+    run, owner, attempt = worker.run, worker.ctx.owner, worker.ctx.attempt
+    if isinstance(exc, FatalError):
+        return store.finish(run.id, owner, attempt, "failed", error_class=exc.kind,
+                            error=str(exc))
+    if isinstance(exc, EscalationError):
+        return store.finish(run.id, owner, attempt, "escalated", error_class=exc.reason,
+                            error=str(exc))
+    kind, retry_after = unexpected_kind(exc), None
+    if isinstance(exc, RetryableError):
+        kind, retry_after = exc.kind, exc.retry_after_s
+    else:
+        store.append_event(run.id, owner, attempt, "error",
+                           f"internal error: {type(exc).__name__}: {exc}",
+                           {"traceback": summarise_traceback(exc)})
+    delay = backoff_delay(run.failures, base_s=settings.backoff_base_s,
+                          max_s=settings.backoff_max_s, retry_after_s=retry_after)
+    message = str(exc) if isinstance(exc, RetryableError) else f"{type(exc).__name__}: {exc}"
+    return store.schedule_retry(run.id, owner, attempt, delay_s=delay, error_class=kind,
+                                error=message)
+
+
+def unexpected_kind(exc: BaseException) -> str:
+    """A retry kind for an error nobody classified: disk full, network, or internal."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "disk_full"
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return "network"
+    return "internal"
+
+
+def summarise_traceback(exc: BaseException, lines: int = 12) -> str:
+    """The last frames of ``exc``'s traceback, bounded for the timeline."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return "\n".join(text.rstrip().splitlines()[-lines:])

@@ -1,0 +1,3 @@
+"""Workspaces on the volume: persistent checkouts, warm worktree slots, caches, git-crypt clones,
+frozen evidence, housekeeping.
+"""

@@ -1,0 +1,76 @@
+"""Frozen evidence: a run's tree kept as it was, with a manifest, outside housekeeping.
+
+``<volume>/frozen/<run-id>/worktree`` is the run's worktree (moved with
+``git worktree move`` and ``git worktree lock``ed, so ``prune`` and ``gc`` in
+the persistent checkout respect it; its admin dir renamed ``frozen-<dir>`` so the
+slot's name is free again) or its throwaway clone (renamed).
+``manifest.json`` beside it says what it is. Only an explicit
+``discard_evidence`` (after a human unfreezes the repo) deletes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipeline.core.errors import FatalError
+from pipeline.core.masking import mask_data
+from pipeline.git.mirror import checkout_repo
+from pipeline.git.repo import GitRepo
+from pipeline.git.run import GitRunner
+from pipeline.workspace.housekeeping import remove_tree
+
+MANIFEST = "manifest.json"
+TREE = "worktree"
+
+
+def new_evidence_dir(frozen_root: Path, run_id: int) -> Path:
+    """``frozen/<run-id>`` (or ``<run-id>-N`` if that run was frozen before), created."""
+    base = frozen_root / str(int(run_id))
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{int(run_id)}-{n}")
+    candidate.mkdir(parents=True)
+    return candidate
+
+
+def freeze_tree(tree: GitRepo, *, strategy: str, checkout: GitRepo, target: Path,
+                run_id: int) -> None:
+    """Move a run's tree to ``target`` so nothing will clean it up."""
+    if strategy == "clone":
+        tree.where.rename(target)
+        return
+    git = GitRunner(checkout)
+    git.ok("worktree", "move", str(tree.where), str(target))
+    admin = tree.git_dir.with_name(f"frozen-{target.parent.name}")
+    tree.git_dir.rename(admin)
+    GitRepo(admin, tree.common_dir, target, config_source=tree.config_source).reclaim()
+    git.ok("worktree", "lock", "--reason", f"frozen evidence of run {run_id}", str(target))
+
+
+def write_manifest(evidence: Path, fields: Mapping[str, object]) -> None:
+    """Write ``manifest.json`` with ``fields`` plus the freezing time, secrets masked."""
+    manifest = {**fields, "frozen_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "worktree": TREE}
+    text = json.dumps(mask_data(manifest), indent=2, default=str)
+    (evidence / MANIFEST).write_text(text + "\n", encoding="utf-8")
+
+
+def discard_evidence(frozen_root: Path, evidence: Path) -> None:
+    """Delete one frozen run's evidence, unregistering its worktree from the checkout."""
+    resolved = evidence.resolve()
+    if resolved.parent != frozen_root.resolve() or not (resolved / MANIFEST).is_file():
+        raise FatalError("evidence", f"{evidence} is not a frozen run's evidence directory "
+                         f"under {frozen_root}")
+    tree = resolved / TREE
+    manifest = json.loads((resolved / MANIFEST).read_text(encoding="utf-8"))
+    if manifest.get("strategy") != "clone":  # a worktree: unlock and unregister it first
+        checkout = Path(manifest.get("checkout")
+                        or Path(manifest["original_path"]).parent.parent / "checkout")
+        git = GitRunner(checkout_repo(checkout.parent))
+        git.run("worktree", "unlock", str(tree))
+        git.run("worktree", "remove", "--force", "--force", str(tree))
+    remove_tree(resolved)
