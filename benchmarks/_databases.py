@@ -13,7 +13,8 @@ DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 def _dsn(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://").replace(
-        "postgres://", "postgresql://")
+        "postgres://", "postgresql://"
+    )
 
 
 @contextlib.contextmanager

@@ -93,9 +93,22 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     populate(url, args.runs, args.repos)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.claim", "--replica", f"r{i}", "--database-url",
-             url, "--threads", str(args.threads), "--cap", str(args.cap)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.claim",
+                "--replica",
+                f"r{i}",
+                "--database-url",
+                url,
+                "--threads",
+                str(args.threads),
+                "--cap",
+                str(args.cap),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for i in range(args.replicas)
     ]
@@ -113,19 +126,29 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     double_claims, succeeded, per_replica = count_claims(url)
     print(f"  replicas: {[o.strip() for o in outputs]}", flush=True)
     return {
-        "runs": args.runs, "repos": args.repos, "replicas": args.replicas,
-        "threads_per_replica": args.threads, "cap": args.cap, "elapsed_s": round(elapsed, 3),
-        "claims_per_s": round(args.runs / elapsed, 1), "double_claims": double_claims,
-        "succeeded": succeeded, "claims_by_replica": per_replica,
-        "violations": len(monitor.seen.violations), "max_busy_seen": monitor.seen.max_busy,
+        "runs": args.runs,
+        "repos": args.repos,
+        "replicas": args.replicas,
+        "threads_per_replica": args.threads,
+        "cap": args.cap,
+        "elapsed_s": round(elapsed, 3),
+        "claims_per_s": round(args.runs / elapsed, 1),
+        "double_claims": double_claims,
+        "succeeded": succeeded,
+        "claims_by_replica": per_replica,
+        "violations": len(monitor.seen.violations),
+        "max_busy_seen": monitor.seen.max_busy,
     }
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks claim")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    parser.add_argument("--database-url", default=DEFAULT_POSTGRES_URL,
-                        help="PostgreSQL server to create a throwaway database on")
+    parser.add_argument(
+        "--database-url",
+        default=DEFAULT_POSTGRES_URL,
+        help="PostgreSQL server to create a throwaway database on",
+    )
     parser.add_argument("--runs", type=int, default=5000)
     parser.add_argument("--repos", type=int, default=200)
     parser.add_argument("--replicas", type=int, default=3)

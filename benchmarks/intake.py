@@ -72,8 +72,10 @@ def unchanged_cycles(world: IntakeWorld, fake: FakeGitHub, cycles: int) -> dict[
         report = world.intake.poll(TRACKER)
         durations.append(time.monotonic() - started)
         enqueued += report.enqueued
-        print(f"cycle {cycle + 1}/{cycles}: {report.unchanged} lists unchanged, "
-              f"{durations[-1]:.3f}s", flush=True)
+        print(
+            f"cycle {cycle + 1}/{cycles}: {report.unchanged} lists unchanged, {durations[-1]:.3f}s",
+            flush=True,
+        )
     statuses = [r.status for r in fake.requests[requests:]]
     return {
         "requests": len(statuses),
@@ -114,8 +116,9 @@ def webhook_pickup(world: IntakeWorld, fake: FakeGitHub, slug: str) -> tuple[flo
         payload = fake.labeled_webhook(slug, 1, READY, "alice")
         before = len(world.runs())
         started = time.monotonic()
-        response = send_webhook(f"{server.url}/webhooks/{TRACKER}", "issues", payload,
-                                os.environ[SECRET_ENV])
+        response = send_webhook(
+            f"{server.url}/webhooks/{TRACKER}", "issues", payload, os.environ[SECRET_ENV]
+        )
         answer_s = time.monotonic() - started
         if response.status_code != 202:
             raise RuntimeError(f"webhook answered {response.status_code}: {response.text}")
@@ -140,26 +143,43 @@ def database(url: str | None) -> Iterator[str]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     repos = slugs(args.repos)
     os.environ[SECRET_ENV] = secrets.token_hex(16)
-    with FakeGitHub(token=secrets.token_hex(8)) as fake, database(args.database_url) as url, \
-            tempfile.TemporaryDirectory(prefix="afk-bench-intake-") as tmp:
+    with (
+        FakeGitHub(token=secrets.token_hex(8)) as fake,
+        database(args.database_url) as url,
+        tempfile.TemporaryDirectory(prefix="afk-bench-intake-") as tmp,
+    ):
         seed(fake, repos)
         print(f"fake GitHub at {fake.url} with {len(repos)} repos", flush=True)
-        world = IntakeWorld.build(url, Path(tmp) / "volume", {TRACKER: fake},
-                                  [(TRACKER, s) for s in repos], webhook_secret_env=SECRET_ENV,
-                                  poll_interval_s=args.poll_interval_s, wall_clock=True)
+        world = IntakeWorld.build(
+            url,
+            Path(tmp) / "volume",
+            {TRACKER: fake},
+            [(TRACKER, s) for s in repos],
+            webhook_secret_env=SECRET_ENV,
+            poll_interval_s=args.poll_interval_s,
+            wall_clock=True,
+        )
         try:
             first = world.intake.poll(TRACKER)
-            print(f"first poll: {len(fake.requests)} requests, {fake.rate_used} rate-limit "
-                  f"points, {first.enqueued} queued", flush=True)
-            result: dict[str, Any] = {"first_poll_requests": len(fake.requests),
-                                      "first_poll_rate_points": fake.rate_used}
+            print(
+                f"first poll: {len(fake.requests)} requests, {fake.rate_used} rate-limit "
+                f"points, {first.enqueued} queued",
+                flush=True,
+            )
+            result: dict[str, Any] = {
+                "first_poll_requests": len(fake.requests),
+                "first_poll_rate_points": fake.rate_used,
+            }
             result.update(unchanged_cycles(world, fake, args.cycles))
             pickup_poll_s = poll_pickup(world, fake, repos[len(repos) // 2], args.poll_interval_s)
-            print(f"poll pickup: {pickup_poll_s:.3f}s at a {args.poll_interval_s}s interval",
-                  flush=True)
+            print(
+                f"poll pickup: {pickup_poll_s:.3f}s at a {args.poll_interval_s}s interval",
+                flush=True,
+            )
             answer_s, pickup_webhook_s = webhook_pickup(world, fake, repos[-1])
-            print(f"webhook pickup: {pickup_webhook_s:.3f}s (answered in {answer_s:.3f}s)",
-                  flush=True)
+            print(
+                f"webhook pickup: {pickup_webhook_s:.3f}s (answered in {answer_s:.3f}s)", flush=True
+            )
             runs = len(world.runs())
         finally:
             world.close()
@@ -184,8 +204,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--poll-interval-s", type=float, default=2.0)
     parser.add_argument("--database-url", help="a PostgreSQL server URL (default: SQLite)")
     args = parser.parse_args(argv)
-    summary = {"benchmark": "intake", "repos": args.repos, "cycles": args.cycles,
-               **run(args), "targets": {"rate_limit_points_unchanged": 0, "pickup_webhook_s": 1}}
+    summary = {
+        "benchmark": "intake",
+        "repos": args.repos,
+        "cycles": args.cycles,
+        **run(args),
+        "targets": {"rate_limit_points_unchanged": 0, "pickup_webhook_s": 1},
+    }
     ok = summary["rate_limit_points_unchanged"] == 0 and summary["pickup_webhook_s"] < 1
     if args.json:
         print(json.dumps(summary))

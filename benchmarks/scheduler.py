@@ -29,8 +29,9 @@ from pipeline.queue.scheduler import RunContext, Scheduler
 from pipeline.store import Run, Store
 from pipeline.testing.invariants import InvariantMonitor
 
-SETTINGS = SchedulerSettings(lease_s=60.0, heartbeat_s=10.0, sweep_interval_s=5.0,
-                             claim_interval_s=1.0, cancel_check_s=2.0)
+SETTINGS = SchedulerSettings(
+    lease_s=60.0, heartbeat_s=10.0, sweep_interval_s=5.0, claim_interval_s=1.0, cancel_check_s=2.0
+)
 
 
 def durations(repos: int, low_s: float = 0.2, high_s: float = 0.5) -> dict[str, float]:
@@ -71,8 +72,14 @@ def run_engine(url: str, runs: int, repos: int, cap: int) -> dict[str, Any]:
         if len(finished) == runs:
             all_done.set()
 
-    scheduler = Scheduler(store, pipeline, settings=SETTINGS, max_concurrency=cap,
-                          owner="bench", on_finished=on_finished)
+    scheduler = Scheduler(
+        store,
+        pipeline,
+        settings=SETTINGS,
+        max_concurrency=cap,
+        owner="bench",
+        on_finished=on_finished,
+    )
     with InvariantMonitor(url, cap, interval_s=0.02) as monitor:
         started = time.monotonic()
         scheduler.start()
@@ -82,11 +89,17 @@ def run_engine(url: str, runs: int, repos: int, cap: int) -> dict[str, Any]:
     store.close()
     ideal = ideal_makespan(per_repo, counts, cap)
     return {
-        "runs": runs, "repos": repos, "cap": cap, "completed": completed,
+        "runs": runs,
+        "repos": repos,
+        "cap": cap,
+        "completed": completed,
         "succeeded": sum(r.state == "succeeded" for r in finished),
-        "makespan_s": round(makespan, 3), "ideal_s": round(ideal, 3),
-        "efficiency": round(ideal / makespan, 4), "violations": len(monitor.seen.violations),
-        "max_busy_seen": monitor.seen.max_busy, "monitor_polls": monitor.seen.polls,
+        "makespan_s": round(makespan, 3),
+        "ideal_s": round(ideal, 3),
+        "efficiency": round(ideal / makespan, 4),
+        "violations": len(monitor.seen.violations),
+        "max_busy_seen": monitor.seen.max_busy,
+        "monitor_polls": monitor.seen.polls,
     }
 
 
@@ -102,8 +115,11 @@ def main(argv: list[str]) -> int:
     results: dict[str, Any] = {}
     engines = [engine_of(args.database_url)] if args.database_url else ["sqlite", "postgresql"]
     for engine in engines:
-        print(f"scheduler benchmark on {engine}: {args.runs} runs, {args.repos} repos, "
-              f"cap {args.cap}", flush=True)
+        print(
+            f"scheduler benchmark on {engine}: {args.runs} runs, {args.repos} repos, "
+            f"cap {args.cap}",
+            flush=True,
+        )
         if engine == "sqlite" and args.database_url:
             results[engine] = run_engine(args.database_url, args.runs, args.repos, args.cap)
         else:
@@ -113,6 +129,7 @@ def main(argv: list[str]) -> int:
         print(f"  {engine}: {results[engine]}", flush=True)
     results["efficiency_min"] = min(r["efficiency"] for r in results.values())
     results["violations_total"] = sum(
-        r["violations"] for k, r in results.items() if isinstance(r, dict))
+        r["violations"] for k, r in results.items() if isinstance(r, dict)
+    )
     print(json.dumps(results))
     return 0 if results["violations_total"] == 0 else 1

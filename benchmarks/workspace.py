@@ -42,10 +42,10 @@ MODULES_PER_DIR = 100
 def setup_command(python: str) -> str:
     """Create/refresh .venv only when requirements.lock changed (idempotent, like uv sync)."""
     return (
-        'h=$(sha256sum requirements.lock | cut -c1-64); '
+        "h=$(sha256sum requirements.lock | cut -c1-64); "
         '[ "$(cat .venv/.lock-hash 2>/dev/null)" = "$h" ] || { '
-        f'{shlex.quote(python)} -m venv .venv && '
-        '.venv/bin/pip install -q --disable-pip-version-check --no-index '
+        f"{shlex.quote(python)} -m venv .venv && "
+        ".venv/bin/pip install -q --disable-pip-version-check --no-index "
         '--find-links "$WHEELHOUSE" -r requirements.lock && echo "$h" > .venv/.lock-hash; }'
     )
 
@@ -54,9 +54,22 @@ def build_wheelhouse(target: Path) -> list[str]:
     """Download real wheels once; returns ``name==version`` pins for the lock file."""
     target.mkdir(parents=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-         "--only-binary=:all:", "-d", str(target), *PACKAGES],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+            "-d",
+            str(target),
+            *PACKAGES,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     if proc.returncode != 0:
         raise SystemExit(f"pip download failed (needs the package index once):\n{proc.stderr}")
@@ -118,8 +131,9 @@ def time_warm(
 ) -> tuple[list[float], list[float], float]:
     """Prepare run 1 (first ever), then time runs 2.. after each previous run's mess."""
     ws = Workspaces(volume, WorkspaceSettings(fetch_debounce_s=0.0))
-    repo = RepoSettings(name="bench", tracker="local", slug="bench/project", remote_url=url,
-                        setup_commands=(setup,))
+    repo = RepoSettings(
+        name="bench", tracker="local", slug="bench/project", remote_url=url, setup_commands=(setup,)
+    )
     first = ws.prepare(repo, run_id=1, issue_ref="1", base_env=env, events=RecordingSink())
     print(f"warm slot primed (first run ever): {first.prepare_s:.2f}s", flush=True)
     totals, setups = [], []
@@ -128,16 +142,18 @@ def time_warm(
         dirty(previous.path, run_id - 1)
         ws.release(previous, succeeded=True)
         started = time.monotonic()
-        previous = ws.prepare(repo, run_id=run_id, issue_ref=str(run_id), base_env=env,
-                              events=RecordingSink())
+        previous = ws.prepare(
+            repo, run_id=run_id, issue_ref=str(run_id), base_env=env, events=RecordingSink()
+        )
         elapsed = time.monotonic() - started
         assert git(previous.path, "status", "--porcelain") == ""
         assert not (previous.path / "build").exists()
         assert (previous.path / ".venv" / ".lock-hash").is_file()
         totals.append(elapsed)
         setups.append(previous.setup_s)
-        print(f"warm run {run_id}: {elapsed:.3f}s (setup check {previous.setup_s:.3f}s)",
-              flush=True)
+        print(
+            f"warm run {run_id}: {elapsed:.3f}s (setup check {previous.setup_s:.3f}s)", flush=True
+        )
     return totals, setups, first.prepare_s
 
 
@@ -158,8 +174,10 @@ def time_fresh_worktree(volume: Path, rounds: int) -> list[float]:
 def time_naive_reinstall(volume: Path, env: dict[str, str]) -> float:
     """An unguarded ``pip install -r`` in the warm slot: what a non-idempotent setup costs."""
     slot = next(volume.glob("repos/*/*/*/worktrees/slot-0"))
-    command = ('.venv/bin/pip install -q --disable-pip-version-check --no-index '
-               '--find-links "$WHEELHOUSE" -r requirements.lock')
+    command = (
+        ".venv/bin/pip install -q --disable-pip-version-check --no-index "
+        '--find-links "$WHEELHOUSE" -r requirements.lock'
+    )
     result = run_command(shell_argv(command), cwd=slot, env=env)
     print(f"unguarded pip install on a warm .venv: {result.duration_s:.2f}s", flush=True)
     return result.duration_s
@@ -182,8 +200,11 @@ def main(argv: list[str]) -> int:
         print(f"remote: {len(files)} files", flush=True)
         volume = root / "volume"
         volume.mkdir()
-        env = {**os.environ, "WHEELHOUSE": str(root / "wheelhouse"),
-               "PIP_CACHE_DIR": str(volume / "cache" / "pip")}
+        env = {
+            **os.environ,
+            "WHEELHOUSE": str(root / "wheelhouse"),
+            "PIP_CACHE_DIR": str(volume / "cache" / "pip"),
+        }
         setup = setup_command(sys.executable)
         cold = time_cold(url, root, setup, env, args.cold_rounds)
         warm, setups, first_s = time_warm(url, volume, setup, env, args.warm_rounds)
@@ -191,14 +212,19 @@ def main(argv: list[str]) -> int:
         naive = time_naive_reinstall(volume, env)
     cold_s, warm_s = statistics.median(cold), statistics.median(warm)
     summary = {
-        "benchmark": "workspace", "files": len(files), "packages": len(pins),
-        "cold_s": round(cold_s, 3), "warm_s": round(warm_s, 3),
-        "ratio": round(warm_s / cold_s, 4), "target_ratio": 0.05,
+        "benchmark": "workspace",
+        "files": len(files),
+        "packages": len(pins),
+        "cold_s": round(cold_s, 3),
+        "warm_s": round(warm_s, 3),
+        "ratio": round(warm_s / cold_s, 4),
+        "target_ratio": 0.05,
         "warm_setup_check_s": round(statistics.median(setups), 3),
         "first_run_s": round(first_s, 3),
         "fresh_worktree_add_s": round(statistics.median(fresh), 3),
         "unguarded_pip_install_warm_s": round(naive, 3),
-        "cold_rounds": [round(x, 3) for x in cold], "warm_rounds": [round(x, 3) for x in warm],
+        "cold_rounds": [round(x, 3) for x in cold],
+        "warm_rounds": [round(x, 3) for x in warm],
     }
     if not args.json:
         print(f"cold {cold_s:.2f}s, warm {warm_s:.3f}s, ratio {summary['ratio']}")

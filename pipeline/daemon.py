@@ -130,9 +130,17 @@ class Daemon:
         if settings.volume == default_data_dir() / "volume":
             settings.volume.mkdir(parents=True, exist_ok=True)  # embedded default: zero setup
         self.trackers = build_trackers(settings, self.store)
-        self.workspaces = Workspaces(settings.volume, settings.workspace, jailer=Jailer(
-            self.sandbox, host_env=dict(os.environ), homes_root=settings.volume / "homes",
-            pass_env=settings.sandbox.pass_env, network_for=self.repo_network))
+        self.workspaces = Workspaces(
+            settings.volume,
+            settings.workspace,
+            jailer=Jailer(
+                self.sandbox,
+                host_env=dict(os.environ),
+                homes_root=settings.volume / "homes",
+                pass_env=settings.sandbox.pass_env,
+                network_for=self.repo_network,
+            ),
+        )
         self.notifier = Notifier(settings.notify)
         self.http_enabled = http
         self.dashboard_url = f"http://{settings.http.listen_host}:{settings.http.listen_port}"
@@ -178,8 +186,10 @@ class Daemon:
         except SandboxUnavailable as exc:
             raise ConfigError(f"sandbox: {exc}") from exc
         if sandbox.mode == "none":
-            log.warning("sandbox: %s; any issue author can reach this host's secrets through "
-                        "the agent", sandbox.description)
+            log.warning(
+                "sandbox: %s; any issue author can reach this host's secrets through the agent",
+                sandbox.description,
+            )
         return sandbox
 
     def preset_for(self, repo: RepoSettings) -> AgentPreset:
@@ -244,8 +254,12 @@ class Daemon:
     def _start_http(self) -> None:
         from pipeline.http.app import create_app, serve
 
-        app = create_app(self.store, self.settings, webhook_handler=self.intake.handle_webhook,
-                         health_extra=self._health)
+        app = create_app(
+            self.store,
+            self.settings,
+            webhook_handler=self.intake.handle_webhook,
+            health_extra=self._health,
+        )
         metrics = app.state.metrics
         self.intake.on_poll_error = metrics.poll_error
         self.intake.on_webhook_rejected = metrics.webhook_rejected

@@ -99,8 +99,7 @@ class Agent(Protocol):
 
     def run(
         self, request: AgentRequest, *, events: EventSink, stop: StopToken | None
-    ) -> AgentResult:
-        ...
+    ) -> AgentResult: ...
 
 
 def result_data(result: AgentResult) -> dict[str, object]:
@@ -188,6 +187,4 @@ def _classify_api_error(name: str, result: AgentResult, detail: str) -> None:
     for needle, kind in _RETRYABLE_TEXT:
         if needle in lowered:
             raise RetryableError(kind, f"agent {name}: {detail}")
-    raise RetryableError(
-        "agent_error", f"agent {name} ended in error ({result.subtype}): {detail}"
-    )
+    raise RetryableError("agent_error", f"agent {name} ended in error ({result.subtype}): {detail}")

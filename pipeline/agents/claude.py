@@ -189,9 +189,7 @@ class ClaudeAgent:
         )
         events(
             "agent",
-            f"claude finished: {result.subtype}, {result.num_turns} turns, "
-            f"${result.cost_usd:.4f}",
+            f"claude finished: {result.subtype}, {result.num_turns} turns, ${result.cost_usd:.4f}",
             result_data(result),
         )
         return result
-

@@ -55,8 +55,11 @@ class OutputEvents:
     def close(self) -> None:
         """One event for the lines past the limit, if any."""
         if self.hidden:
-            self.events("agent", f"... {self.hidden} more output line(s) not shown",
-                        {"output_lines_hidden": self.hidden})
+            self.events(
+                "agent",
+                f"... {self.hidden} more output line(s) not shown",
+                {"output_lines_hidden": self.hidden},
+            )
 
 
 def command_argv(template: tuple[str, ...], prompt_file: Path, workdir: Path) -> list[str]:

@@ -39,11 +39,9 @@ class StreamParser(Protocol):
 
     done: threading.Event
 
-    def feed(self, line: str) -> None:
-        ...
+    def feed(self, line: str) -> None: ...
 
-    def result(self, command: CommandResult) -> AgentResult | None:
-        ...
+    def result(self, command: CommandResult) -> AgentResult | None: ...
 
 
 class JsonLines:
@@ -115,9 +113,15 @@ def run_agent_process(
     request.home.mkdir(parents=True, exist_ok=True)
     installed = (*install_roots(argv[0], agent_env_path(request)), *named_files(preset.command))
     jail = request.confinement.with_read_only(installed)
-    return jail.run(argv, cwd=request.workdir, env=agent_env(preset, request),
-                    network=agent_policy(preset, jail), events=events,
-                    idle_timeout_s=preset.idle_timeout_s, **options)
+    return jail.run(
+        argv,
+        cwd=request.workdir,
+        env=agent_env(preset, request),
+        network=agent_policy(preset, jail),
+        events=events,
+        idle_timeout_s=preset.idle_timeout_s,
+        **options,
+    )
 
 
 def agent_env_path(request: AgentRequest) -> str | None:
@@ -143,8 +147,11 @@ def model_hosts(preset: AgentPreset) -> tuple[str, ...]:
 
 def named_files(template: Sequence[str]) -> tuple[Path, ...]:
     """Files the operator named in the agent's command (a script, a config): shown read-only."""
-    return tuple(Path(part) for part in template
-                 if part.startswith("/") and "{" not in part and Path(part).is_file())
+    return tuple(
+        Path(part)
+        for part in template
+        if part.startswith("/") and "{" not in part and Path(part).is_file()
+    )
 
 
 def install_roots(command: str, path: str | None) -> tuple[Path, ...]:

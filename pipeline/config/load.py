@@ -27,20 +27,20 @@ from pipeline.core.errors import ConfigError
 ENV_VARS: dict[str, str] = {
     "PIPELINE_CONFIG": "configuration file to read when no path is given on the command line",
     "PIPELINE_DATA_DIR": "data directory for the default history database and volume "
-                         "(default $XDG_DATA_HOME/afk-pipeline or ~/.local/share/afk-pipeline)",
+    "(default $XDG_DATA_HOME/afk-pipeline or ~/.local/share/afk-pipeline)",
     "PIPELINE_DATABASE_URL": "history database: sqlite:///PATH or postgresql://USER@HOST/DB "
-                             "(overrides database_url)",
+    "(overrides database_url)",
     "PIPELINE_VOLUME": "directory for checkouts, caches and evidence (overrides volume)",
     "PIPELINE_LOG_LEVEL": "debug, info, warning or error (overrides log_level)",
     "PIPELINE_LOG_FORMAT": "text or json (overrides log_format)",
     "PIPELINE_MAX_CONCURRENCY": "runs executing at once on this host, >= 1 "
-                                "(overrides max_concurrency)",
+    "(overrides max_concurrency)",
     "PIPELINE_MAX_QUEUE_DEPTH": "queued runs accepted before new work is refused, >= 1 "
-                                "(overrides max_queue_depth)",
+    "(overrides max_queue_depth)",
     "PIPELINE_POLL_INTERVAL_S": "seconds between tracker polls, > 0 (overrides poll_interval_s)",
     "PIPELINE_HTTP_LISTEN": "host:port of the HTTP server (overrides [http] listen)",
     "PIPELINE_RUN_MIGRATIONS": "true or false: upgrade the database schema at start "
-                               "(overrides run_migrations)",
+    "(overrides run_migrations)",
 }
 DEFAULTS_SOURCE = "<built-in defaults>"
 _TRUE = ("1", "true", "yes", "on")
@@ -100,8 +100,7 @@ def _build(root: Table, env: Mapping[str, str], path: Path | None) -> Settings:
     data_dir = _data_dir(env)
     url = root.string("database_url")
     top: dict[str, Any] = {
-        "database_url": _database_url(root, url) if url else
-        f"sqlite:///{data_dir / 'history.db'}",
+        "database_url": _database_url(root, url) if url else f"sqlite:///{data_dir / 'history.db'}",
         "volume": root.path("volume") or data_dir / "volume",
         "log_level": root.choice("log_level", sections.LOG_LEVELS, "info") or "info",
         "log_format": root.choice("log_format", sections.LOG_FORMATS, "text") or "text",
@@ -120,8 +119,13 @@ def _build(root: Table, env: Mapping[str, str], path: Path | None) -> Settings:
     ctx = _repo_context(root, trackers, agents)
     repos = [repo(name, table, ctx) for name, table in root.table("repos").named()]
     root.finish()
-    return Settings(source=path, trackers=tuple(trackers.values()),
-                    agents=tuple(agents.values()), repos=tuple(repos), **top)
+    return Settings(
+        source=path,
+        trackers=tuple(trackers.values()),
+        agents=tuple(agents.values()),
+        repos=tuple(repos),
+        **top,
+    )
 
 
 def _repo_context(root: Table, trackers: dict[str, Any], agents: dict[str, Any]) -> RepoContext:
@@ -148,7 +152,7 @@ def check_database_url(value: str, base: Path) -> tuple[str | None, str | None]:
     """``(url, None)`` with a relative SQLite path made absolute, or ``(None, problem)``."""
     parts = urlsplit(value)
     if value.startswith("sqlite:///"):
-        rest = value[len("sqlite:///"):]
+        rest = value[len("sqlite:///") :]
         if not rest:
             return None, "names no database file after sqlite:///"
         if rest == ":memory:" or rest.startswith("/"):
@@ -162,8 +166,10 @@ def check_database_url(value: str, base: Path) -> tuple[str | None, str | None]:
 def _database_url(root: Table, value: str) -> str:
     checked, problem = check_database_url(value, root.base)
     if urlsplit(value).password:
-        problem = ("must not carry a password in the file; set PIPELINE_DATABASE_URL "
-                   "or use a ~/.pgpass file")
+        problem = (
+            "must not carry a password in the file; set PIPELINE_DATABASE_URL "
+            "or use a ~/.pgpass file"
+        )
     if problem is not None or checked is None:
         root.error("database_url", problem or "is invalid")
         return value
@@ -272,8 +278,7 @@ def check_command(path: Path | None, out: TextIO, err: TextIO) -> int:
     if settings is None:
         return 2
     source = settings.source if settings.source is not None else DEFAULTS_SOURCE
-    print(f"OK: {source}: {len(settings.trackers)} trackers, {len(settings.repos)} repos",
-          file=out)
+    print(f"OK: {source}: {len(settings.trackers)} trackers, {len(settings.repos)} repos", file=out)
     return 0
 
 

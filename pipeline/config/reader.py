@@ -102,19 +102,23 @@ class Table:
         """A required-with-default non-empty string."""
         return self.string(name, default) or default
 
-    def choice(self, name: str, choices: Sequence[str], default: str | None = None,
-               required: bool = False) -> str | None:
+    def choice(
+        self, name: str, choices: Sequence[str], default: str | None = None, required: bool = False
+    ) -> str | None:
         value = self.string(name, None, required)
         if value is None:
             return default
         if value not in choices:
-            self.error(name, f"must be one of {', '.join(choices)}; got {value!r}"
-                       + suggest(value, choices))
+            self.error(
+                name,
+                f"must be one of {', '.join(choices)}; got {value!r}" + suggest(value, choices),
+            )
             return default
         return value
 
-    def integer(self, name: str, default: int, minimum: int | None = None,
-                maximum: int | None = None) -> int:
+    def integer(
+        self, name: str, default: int, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
         value = self._get(name)
         if value is _MISSING:
             return default
@@ -126,8 +130,14 @@ class Table:
             return default
         return value
 
-    def number(self, name: str, default: float, minimum: float | None = 0.0,
-               strict: bool = True, maximum: float | None = None) -> float:
+    def number(
+        self,
+        name: str,
+        default: float,
+        minimum: float | None = 0.0,
+        strict: bool = True,
+        maximum: float | None = None,
+    ) -> float:
         """A float (integers accepted); ``strict`` makes the minimum exclusive."""
         value = self._get(name)
         if value is _MISSING:
@@ -237,8 +247,10 @@ class Table:
         if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
             self._bad(name, "an array of tables", value)
             return []
-        return [Table(v, f"{self.key(name)}[{i}]", self.problems, self.base)
-                for i, v in enumerate(value)]
+        return [
+            Table(v, f"{self.key(name)}[{i}]", self.problems, self.base)
+            for i, v in enumerate(value)
+        ]
 
     def named(self) -> list[tuple[str, Table]]:
         """Every entry of a ``[section.NAME]`` table, each a sub-table."""
@@ -248,9 +260,12 @@ class Table:
         """Report keys nobody asked for: inline secrets and unknown keys."""
         for name in self.data:
             if name in SECRET_KEYS:
-                self.error(name, "secrets must not be written in the file; put it in an "
-                           f"environment variable and set {name}_env, or in a file and "
-                           f"set {name}_file")
+                self.error(
+                    name,
+                    "secrets must not be written in the file; put it in an "
+                    f"environment variable and set {name}_env, or in a file and "
+                    f"set {name}_file",
+                )
             elif name not in self.known:
                 self.error(name, "unknown key" + suggest(name, sorted(self.known)))
 
@@ -269,8 +284,7 @@ def _range_text(minimum: float | None, maximum: float | None, strict: bool = Fal
     return (" " + " and ".join(parts)) if parts else ""
 
 
-def _in_range(value: float, minimum: float | None, maximum: float | None,
-              strict_min: bool) -> bool:
+def _in_range(value: float, minimum: float | None, maximum: float | None, strict_min: bool) -> bool:
     if minimum is not None and (value <= minimum if strict_min else value < minimum):
         return False
     return maximum is None or value <= maximum

@@ -27,8 +27,7 @@ def to_plain(value: Any, name: str = "") -> Any:
     if isinstance(value, Path):
         return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name), f.name)
-                for f in dataclasses.fields(value)}
+        return {f.name: to_plain(getattr(value, f.name), f.name) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):
         if name in _NAMED:
             return {item.name: _without_name(to_plain(item)) for item in value}

@@ -55,8 +55,11 @@ def web_base(api_url: str) -> str:
 
 def repo(name: str, table: Table, ctx: RepoContext) -> RepoSettings:
     if not _REPO_NAME.match(name):
-        table.problems.add(table.where, "a repository name may hold only letters, digits, "
-                           "'.', '_' and '-', starting with a letter or digit")
+        table.problems.add(
+            table.where,
+            "a repository name may hold only letters, digits, "
+            "'.', '_' and '-', starting with a letter or digit",
+        )
     tracker = _tracker(table, ctx)
     slug = table.string("slug", required=True) or ""
     if slug and not _SLUG.match(slug):
@@ -104,23 +107,30 @@ def _tracker(table: Table, ctx: RepoContext) -> TrackerSettings | None:
         return None
     found = ctx.trackers.get(name)
     if found is None:
-        table.error("tracker", f"names no defined tracker {name!r}; defined: "
-                    f"{', '.join(sorted(ctx.trackers))}")
+        table.error(
+            "tracker",
+            f"names no defined tracker {name!r}; defined: {', '.join(sorted(ctx.trackers))}",
+        )
     return found
 
 
 def _agent(table: Table, ctx: RepoContext) -> str:
     name = table.string("agent") or "claude"
     if name not in ctx.agents:
-        table.error("agent", f"names no defined agent preset {name!r}; defined: "
-                    f"{', '.join(sorted(ctx.agents))}")
+        table.error(
+            "agent",
+            f"names no defined agent preset {name!r}; defined: {', '.join(sorted(ctx.agents))}",
+        )
     return name
 
 
 def _remote_url(table: Table, tracker: TrackerSettings | None, slug: str) -> str:
     # A tracker with an invalid kind (already reported) is "" and needs nothing more.
-    needs = tracker is not None and tracker.kind != "" and (
-        tracker.kind == "local" or tracker.base_url is None)
+    needs = (
+        tracker is not None
+        and tracker.kind != ""
+        and (tracker.kind == "local" or tracker.base_url is None)
+    )
     value = table.string("remote_url", required=needs)
     if value is not None:
         return _check_remote(table, value)
@@ -141,8 +151,11 @@ def _check_remote(table: Table, value: str) -> str:
     if parts.scheme == "file":
         return value
     if parts.scheme and len(parts.scheme) > 1:
-        table.error("remote_url", f"unsupported scheme {parts.scheme!r}; use https, ssh, "
-                    "file, git@host:path or a local path")
+        table.error(
+            "remote_url",
+            f"unsupported scheme {parts.scheme!r}; use https, ssh, "
+            "file, git@host:path or a local path",
+        )
         return value
     return str(table.resolve(value))
 
@@ -154,8 +167,9 @@ def _overrides(table: Table, preset: AgentPreset | None) -> tuple[tuple[str, obj
     type checks, path resolution and messages as an ``[agents.NAME]`` table.
     """
     if "kind" in table.data:
-        table.error("kind", "cannot be changed per repository; define another preset "
-                    "and name it in `agent`")
+        table.error(
+            "kind", "cannot be changed per repository; define another preset and name it in `agent`"
+        )
     kind = preset.kind if preset is not None else "claude"
     merged: dict[str, object] = {**table.data, "kind": kind}
     if kind == "command" and "command" not in table.data:
@@ -187,7 +201,8 @@ def push(table: Table) -> PushSettings:
         ssh_key_file=table.path("ssh_key_file"),
         max_race_retries=table.integer("max_race_retries", defaults.max_race_retries, 0),
         conflict_agent_attempts=table.integer(
-            "conflict_agent_attempts", defaults.conflict_agent_attempts, 0),
+            "conflict_agent_attempts", defaults.conflict_agent_attempts, 0
+        ),
     )
     table.finish()
     return result

@@ -29,14 +29,26 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 SANDBOX_MODES = ("bwrap", "none")
 NETWORK_MODES = ("allowlist", "open")
-_HOST = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:\d{1,5})?$"
-                   r"|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+_HOST = re.compile(
+    r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:\d{1,5})?$"
+    r"|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$"
+)
 GITHUB_API = "https://api.github.com"
 COMMAND_PLACEHOLDERS = frozenset({"prompt_file", "workdir"})
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|PASSWD)", re.IGNORECASE)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 # Integer fields of SchedulerSettings that may be zero; the others must be >= 1.
 _SCHEDULER_ZERO_OK = frozenset({"max_recoveries"})
 
@@ -51,8 +63,9 @@ def builtin_agents() -> dict[str, AgentPreset]:
     return {
         "claude": AgentPreset(name="claude", kind="claude", command=("claude",)),
         # `codex exec` reads the key for OpenAI's own API from CODEX_API_KEY.
-        "codex": AgentPreset(name="codex", kind="codex", command=("codex",),
-                             api_key_var="CODEX_API_KEY"),
+        "codex": AgentPreset(
+            name="codex", kind="codex", command=("codex",), api_key_var="CODEX_API_KEY"
+        ),
     }
 
 
@@ -65,8 +78,9 @@ def check_url(table: Table, name: str, value: str, schemes: tuple[str, ...]) -> 
     return True
 
 
-def url(table: Table, name: str, required: bool = False,
-        schemes: tuple[str, ...] = ("https", "http")) -> str | None:
+def url(
+    table: Table, name: str, required: bool = False, schemes: tuple[str, ...] = ("https", "http")
+) -> str | None:
     value = table.string(name, required=required)
     if value is None or not check_url(table, name, value, schemes):
         return None
@@ -96,12 +110,16 @@ def workspace(table: Table) -> WorkspaceSettings:
     low = table.number("low_watermark", defaults.low_watermark, maximum=1.0)
     high = table.number("high_watermark", defaults.high_watermark, maximum=1.0)
     if not low < high:
-        table.error("low_watermark", f"must be less than high_watermark ({high:g}); "
-                    "need 0 < low_watermark < high_watermark <= 1")
+        table.error(
+            "low_watermark",
+            f"must be less than high_watermark ({high:g}); "
+            "need 0 < low_watermark < high_watermark <= 1",
+        )
     result = WorkspaceSettings(
         fetch_debounce_s=table.number("fetch_debounce_s", defaults.fetch_debounce_s, strict=False),
         housekeeping_interval_s=table.number(
-            "housekeeping_interval_s", defaults.housekeeping_interval_s),
+            "housekeeping_interval_s", defaults.housekeeping_interval_s
+        ),
         high_watermark=high,
         low_watermark=low,
         capacity_bytes=byte_size(table, "capacity"),
@@ -130,8 +148,11 @@ def byte_size(table: Table, name: str) -> int | None:
     raw = table.data[name]
     size = parse_size(raw)
     if size is None:
-        table.error(name, "must be a positive byte count or a size like '10GiB' or '500MB', "
-                    f"got {describe_value(raw)}")
+        table.error(
+            name,
+            "must be a positive byte count or a size like '10GiB' or '500MB', "
+            f"got {describe_value(raw)}",
+        )
     return size
 
 
@@ -155,7 +176,9 @@ def http(table: Table) -> HttpSettings:
         else:
             host, port = parsed
     result = HttpSettings(
-        listen_host=host, listen_port=port, api_token=table.secret("api_token"),
+        listen_host=host,
+        listen_port=port,
+        api_token=table.secret("api_token"),
         max_webhook_body_bytes=byte_size(table, "max_webhook_body_bytes")
         or defaults.max_webhook_body_bytes,
     )
@@ -177,14 +200,14 @@ def tracker(name: str, table: Table) -> TrackerSettings:
         webhook_secret=table.secret("webhook_secret"),
         trusted_actors=table.strings("trusted_actors"),
         trust_write_permission=table.boolean(
-            "trust_write_permission", defaults.trust_write_permission),
+            "trust_write_permission", defaults.trust_write_permission
+        ),
         ready_label=table.text("ready_label", defaults.ready_label),
         working_label=table.text("working_label", defaults.working_label),
         blocked_label=table.text("blocked_label", defaults.blocked_label),
         poll_interval_s=table.optional_number("poll_interval_s"),
-        untrusted_text=table.choice(
-            "untrusted_text", UNTRUSTED_TEXT_MODES, defaults.untrusted_text
-        ) or defaults.untrusted_text,
+        untrusted_text=table.choice("untrusted_text", UNTRUSTED_TEXT_MODES, defaults.untrusted_text)
+        or defaults.untrusted_text,
     )
     table.finish()
     return result
@@ -232,8 +255,10 @@ def price(table: Table, kind: str, name: str) -> float | None:
     if value < 0:
         return None
     if kind != "codex":
-        table.error(name, f'only for kind = "codex" (a {kind} agent\'s cost is not computed '
-                    "from token prices)")
+        table.error(
+            name,
+            f'only for kind = "codex" (a {kind} agent\'s cost is not computed from token prices)',
+        )
     return value
 
 
@@ -241,8 +266,10 @@ def check_placeholders(table: Table, name: str, command: tuple[str, ...]) -> Non
     for word in command:
         for placeholder in re.findall(r"\{([^{}]*)\}", word):
             if placeholder not in COMMAND_PLACEHOLDERS:
-                table.error(name, f"unknown placeholder {{{placeholder}}}; "
-                            "allowed: {prompt_file}, {workdir}")
+                table.error(
+                    name,
+                    f"unknown placeholder {{{placeholder}}}; allowed: {{prompt_file}}, {{workdir}}",
+                )
 
 
 def env_name(table: Table, name: str, default: str) -> str:
@@ -315,8 +342,11 @@ def pass_env(table: Table, name: str) -> tuple[str, ...]:
         if not ENV_NAME.match(value):
             table.error(name, f"{value!r} is not an environment variable name")
         elif _SECRET_NAME.search(value):
-            table.error(name, f"{value!r} looks like a secret; an agent gets only its own "
-                        "key (api_key_env/api_key_file)")
+            table.error(
+                name,
+                f"{value!r} looks like a secret; an agent gets only its own "
+                "key (api_key_env/api_key_file)",
+            )
     return values
 
 

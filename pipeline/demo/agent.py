@@ -95,8 +95,9 @@ def run_tests(workdir: Path, say: Say) -> bool:
     argv = [sys.executable, *TEST_ARGS]
     say("running " + " ".join(["python", *TEST_ARGS]))
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     for line in excerpt((done.stdout + done.stderr).strip().splitlines()):
         print(f"    | {line}", flush=True)
     return done.returncode == 0
@@ -104,15 +105,18 @@ def run_tests(workdir: Path, say: Say) -> bool:
 
 def excerpt(lines: list[str]) -> list[str]:
     """The first failure (its header and last lines) and the summary, as an agent quotes them."""
-    summary_at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("Ran ")),
-                      len(lines))
+    summary_at = next(
+        (i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("Ran ")), len(lines)
+    )
     summary = [line for line in lines[summary_at:] if line.strip()]
-    first = next((i for i, line in enumerate(lines[:summary_at])
-                  if line.startswith(("FAIL:", "ERROR:"))), None)
+    first = next(
+        (i for i, line in enumerate(lines[:summary_at]) if line.startswith(("FAIL:", "ERROR:"))),
+        None,
+    )
     if first is None:
         return summary or lines[-BODY_LINES:]
     body: list[str] = []
-    for line in lines[first + 2:summary_at]:
+    for line in lines[first + 2 : summary_at]:
         if line.startswith(("=====", "-----")):
             break
         if line.strip():
@@ -121,16 +125,18 @@ def excerpt(lines: list[str]) -> list[str]:
 
 
 def _git(workdir: Path, *args: str, input_text: str | None = None) -> str:
-    done = subprocess.run(["git", *args], cwd=workdir, input=input_text, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        ["git", *args], cwd=workdir, input=input_text, capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise Blocked(f"git {args[0]} failed: {done.stderr.strip()[-300:]}")
     return done.stdout.strip()
 
 
 def _identity(workdir: Path) -> tuple[str, ...]:
-    configured = subprocess.run(["git", "config", "user.email"], cwd=workdir,
-                                capture_output=True, text=True, check=False).stdout.strip()
+    configured = subprocess.run(
+        ["git", "config", "user.email"], cwd=workdir, capture_output=True, text=True, check=False
+    ).stdout.strip()
     has_env = "GIT_COMMITTER_EMAIL" in os.environ or "EMAIL" in os.environ
     return () if configured or has_env else IDENTITY
 
@@ -146,8 +152,16 @@ def commit_message(change: Change, brief: Brief) -> str:
 def commit(workdir: Path, change: Change, brief: Brief) -> str:
     """Commit exactly the files the change touched; returns the new SHA."""
     _git(workdir, "add", "--", *change.paths)
-    _git(workdir, *_identity(workdir), "commit", "-q", "--no-verify", "-F", "-",
-         input_text=commit_message(change, brief))
+    _git(
+        workdir,
+        *_identity(workdir),
+        "commit",
+        "-q",
+        "--no-verify",
+        "-F",
+        "-",
+        input_text=commit_message(change, brief),
+    )
     return _git(workdir, "rev-parse", "HEAD")
 
 
@@ -158,8 +172,10 @@ def work(change: Change, brief: Brief, workdir: Path, say: Say) -> str:
     test_file.parent.mkdir(parents=True, exist_ok=True)
     test_file.write_text(change.test_text, encoding="utf-8")
     if run_tests(workdir, say):
-        raise Blocked(f"the new test {change.test_path} passes before any change; "
-                      "the issue may be resolved already")
+        raise Blocked(
+            f"the new test {change.test_path} passes before any change; "
+            "the issue may be resolved already"
+        )
     say("red, as expected: the test captures the issue")
     for edit in change.edits:
         say(f"editing {edit.path}: {edit.why}")

@@ -81,8 +81,9 @@ def demo_settings(config: Path, database_url: str | None) -> tuple[Settings, str
     settings.volume.mkdir(parents=True, exist_ok=True)
     http = replace(settings.http, listen_port=_free_port())
     sandbox, unconfined = demo_sandbox(settings.sandbox)
-    settings = replace(settings, database_url=database_url or default_database_url(),
-                       http=http, sandbox=sandbox)
+    settings = replace(
+        settings, database_url=database_url or default_database_url(), http=http, sandbox=sandbox
+    )
     return settings, unconfined
 
 
@@ -116,8 +117,9 @@ class Progress:
                 message = event.message
                 if event.kind == "queued":
                     message = self._describe(event.run_id)
-                self.out.write(f"[{elapsed:5.1f}s] run {event.run_id:<3} {event.kind:<9}"
-                               f"{message[:110]}\n")
+                self.out.write(
+                    f"[{elapsed:5.1f}s] run {event.run_id:<3} {event.kind:<9}{message[:110]}\n"
+                )
                 self.out.flush()
 
     def _describe(self, run_id: int) -> str:
@@ -129,8 +131,15 @@ class Progress:
         return f"{run.repo_name} #{run.issue_number}: {run.issue_title}"
 
 
-def run_demo(*, keep: bool, as_json: bool, out: TextIO, err: TextIO, workdir: Path | None,
-             database_url: str | None = None) -> int:
+def run_demo(
+    *,
+    keep: bool,
+    as_json: bool,
+    out: TextIO,
+    err: TextIO,
+    workdir: Path | None,
+    database_url: str | None = None,
+) -> int:
     from pipeline.demo.setup import build_world
 
     configure("error")
@@ -148,8 +157,10 @@ def run_demo(*, keep: bool, as_json: bool, out: TextIO, err: TextIO, workdir: Pa
         if unconfined is not None:
             say.write(f"  (this host cannot sandbox: {unconfined})\n")
         issue_ids = _file_issues(daemon.store, world.issues, world)
-        say.write(f"filed {len(issue_ids)} ready issues on the local tracker; "
-                  f"history in {redact_url(settings.database_url)}\n")
+        say.write(
+            f"filed {len(issue_ids)} ready issues on the local tracker; "
+            f"history in {redact_url(settings.database_url)}\n"
+        )
         progress = Progress(daemon.store, say, started, quiet=False)
         first_run = max((r.id for r in daemon.store.list_runs(RunFilter(limit=1))), default=0)
         daemon.start()
@@ -171,8 +182,9 @@ def _file_issues(store: Store, issues: list[dict[str, str]], world: object) -> l
         for stale in store.list_local_issues(repo=name):
             store.close_local_issue(stale.id)
     return [
-        store.add_local_issue(names[i["repo"]], i["title"], i["body"], author="demo",
-                              labels=(READY,)).id
+        store.add_local_issue(
+            names[i["repo"]], i["title"], i["body"], author="demo", labels=(READY,)
+        ).id
         for i in issues
     ]
 
@@ -182,8 +194,9 @@ def _demo_runs(store: Store, issue_ids: list[int], since_run: int) -> list[Run]:
     return sorted((r for r in runs if r.id > since_run), key=lambda r: r.id)
 
 
-def _wait(daemon: Daemon, issue_ids: list[int], progress: Progress, started: float,
-          first_run: int) -> DemoOutcome:
+def _wait(
+    daemon: Daemon, issue_ids: list[int], progress: Progress, started: float, first_run: int
+) -> DemoOutcome:
     store = daemon.store
     deadline = started + DEMO_TIMEOUT_S
     timed_out = True
@@ -192,8 +205,9 @@ def _wait(daemon: Daemon, issue_ids: list[int], progress: Progress, started: flo
         runs = _demo_runs(store, issue_ids, first_run)
         progress.runs = {r.id for r in runs}
         progress.poll()
-        closed = sum(1 for i in issue_ids if (li := store.get_local_issue(i)) and
-                     li.state == "closed")
+        closed = sum(
+            1 for i in issue_ids if (li := store.get_local_issue(i)) and li.state == "closed"
+        )
         settled = runs and all(r.terminal for r in runs)
         frozen = store.stats().frozen_repos
         if settled and (closed == len(issue_ids) or frozen):
@@ -202,9 +216,14 @@ def _wait(daemon: Daemon, issue_ids: list[int], progress: Progress, started: flo
         time.sleep(0.3)
     progress.poll()
     closed = sum(1 for i in issue_ids if (li := store.get_local_issue(i)) and li.state == "closed")
-    return DemoOutcome(runs=_demo_runs(store, issue_ids, first_run), issues_closed=closed,
-                       issues_total=len(issue_ids), frozen=store.stats().frozen_repos,
-                       wall_s=time.monotonic() - started, timed_out=timed_out)
+    return DemoOutcome(
+        runs=_demo_runs(store, issue_ids, first_run),
+        issues_closed=closed,
+        issues_total=len(issue_ids),
+        frozen=store.stats().frozen_repos,
+        wall_s=time.monotonic() - started,
+        timed_out=timed_out,
+    )
 
 
 def _report(outcome: DemoOutcome, settings: Settings, out: TextIO, as_json: bool) -> None:

@@ -39,22 +39,22 @@ ISSUES: tuple[dict[str, str], ...] = (
         "repo": "demo/webapp",
         "title": "Add a /version endpoint",
         "body": "Operators want to ask the service which build it runs without reading "
-                "the health check. Add `GET /version` answering "
-                '`{"version": <deployed commit>, "release": <service.RELEASE>}`.\n\n'
-                "demo-task: add-version\n",
+        "the health check. Add `GET /version` answering "
+        '`{"version": <deployed commit>, "release": <service.RELEASE>}`.\n\n'
+        "demo-task: add-version\n",
     },
     {
         "repo": "demo/greeter",
         "title": "Add a --shout option to the greeter command",
         "body": "`python -m greeter --shout Ada` should print `HELLO, ADA!`. Without the "
-                "option the output stays as it is.\n\ndemo-task: add-shout\n",
+        "option the output stays as it is.\n\ndemo-task: add-shout\n",
     },
     {
         "repo": "demo/greeter",
         "title": "Add farewell() to the greeter library",
         "body": "We greet people but never say goodbye. Add `greeter.farewell(name)` "
-                "returning `Goodbye, <name>!`, treating a blank name like `greet` does.\n\n"
-                "demo-task: add-farewell\n",
+        "returning `Goodbye, <name>!`, treating a blank name like `greet` does.\n\n"
+        "demo-task: add-farewell\n",
     },
 )
 
@@ -138,8 +138,13 @@ def build_world(root: Path) -> DemoWorld:
         target.stop()
         raise
     return DemoWorld(
-        root=root, config_path=config_path, repos=repos, issues=[dict(i) for i in ISSUES],
-        target=target, http_url=f"http://127.0.0.1:{port}", api_token_path=token_path,
+        root=root,
+        config_path=config_path,
+        repos=repos,
+        issues=[dict(i) for i in ISSUES],
+        target=target,
+        http_url=f"http://127.0.0.1:{port}",
+        api_token_path=token_path,
         test_command=test_command,
     )
 
@@ -153,8 +158,9 @@ def _array(values: tuple[str, ...]) -> str:
     return "[" + ", ".join(_q(v) for v in values) + "]"
 
 
-def render_config(repos: tuple[DemoRepo, ...], target: DeployTarget, port: int,
-                  test_command: str) -> str:
+def render_config(
+    repos: tuple[DemoRepo, ...], target: DeployTarget, port: int, test_command: str
+) -> str:
     """The daemon's TOML: SQLite history, fast loops, the local tracker and the demo agent."""
     # -P: the checkout (the agent's cwd) must not shadow modules the agent imports.
     agent_argv = (sys.executable, "-P", "-m", "pipeline.demo.agent", "{prompt_file}", "{workdir}")
@@ -207,7 +213,9 @@ run_timeout_s = 300
 """
     if repo.remote_url != target.remote_url:
         return table
-    return table + f"""
+    return (
+        table
+        + f"""
 [repos.{repo.name}.deploy]
 initial_delay_s = 0.5
 interval_s = 0.5
@@ -222,3 +230,4 @@ expect_status = 200
 json_field = "version"
 timeout_s = 2
 """
+    )

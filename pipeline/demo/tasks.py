@@ -91,29 +91,44 @@ class ShoutTest(unittest.TestCase):
         self.assertEqual(out.getvalue(), "HELLO, ADA!\\n")
 '''
 
-ADD_SHOUT = Task("add-shout", Change(
-    subject="Add a --shout option to the greeter command",
-    body="greet() takes shout=False; `python -m greeter --shout Ada` prints HELLO, ADA!.",
-    test_path="tests/test_shout.py",
-    test_text=SHOUT_TEST,
-    edits=(
-        Edit("greeter/core.py", "def greet(name: str) -> str:",
-             "def greet(name: str, shout: bool = False) -> str:",
-             "greet() takes shout=False"),
-        Edit("greeter/core.py", '    return f"Hello, {name}!"\n',
-             '    greeting = f"Hello, {name}!"\n'
-             "    return greeting.upper() if shout else greeting\n",
-             "shouting upper-cases the greeting"),
-        Edit("greeter/cli.py",
-             '    args = parser.parse_args(argv)\n',
-             '    parser.add_argument("--shout", action="store_true", help="greet in capitals")\n'
-             '    args = parser.parse_args(argv)\n',
-             "the --shout option"),
-        Edit("greeter/cli.py", "    print(greet(args.name))\n",
-             "    print(greet(args.name, shout=args.shout))\n",
-             "the command passes --shout on"),
+ADD_SHOUT = Task(
+    "add-shout",
+    Change(
+        subject="Add a --shout option to the greeter command",
+        body="greet() takes shout=False; `python -m greeter --shout Ada` prints HELLO, ADA!.",
+        test_path="tests/test_shout.py",
+        test_text=SHOUT_TEST,
+        edits=(
+            Edit(
+                "greeter/core.py",
+                "def greet(name: str) -> str:",
+                "def greet(name: str, shout: bool = False) -> str:",
+                "greet() takes shout=False",
+            ),
+            Edit(
+                "greeter/core.py",
+                '    return f"Hello, {name}!"\n',
+                '    greeting = f"Hello, {name}!"\n'
+                "    return greeting.upper() if shout else greeting\n",
+                "shouting upper-cases the greeting",
+            ),
+            Edit(
+                "greeter/cli.py",
+                "    args = parser.parse_args(argv)\n",
+                '    parser.add_argument("--shout", action="store_true",'
+                ' help="greet in capitals")\n'
+                "    args = parser.parse_args(argv)\n",
+                "the --shout option",
+            ),
+            Edit(
+                "greeter/cli.py",
+                "    print(greet(args.name))\n",
+                "    print(greet(args.name, shout=args.shout))\n",
+                "the command passes --shout on",
+            ),
+        ),
     ),
-))
+)
 
 FAREWELL_TEST = '''\
 """farewell(): the counterpart of greet()."""
@@ -139,19 +154,30 @@ def farewell(name: str) -> str:
     return f"Goodbye, {name}!"
 '''
 
-ADD_FAREWELL = Task("add-farewell", Change(
-    subject="Add farewell() to the greeter library",
-    body="farewell(name) returns 'Goodbye, <name>!' and treats a blank name like greet().",
-    test_path="tests/test_farewell.py",
-    test_text=FAREWELL_TEST,
-    edits=(
-        Edit("greeter/core.py", "", FAREWELL_CODE, "farewell() next to greet()"),
-        Edit("greeter/__init__.py", "from greeter.core import greet\n",
-             "from greeter.core import farewell, greet\n", "export farewell"),
-        Edit("greeter/__init__.py", '__all__ = ["greet"]', '__all__ = ["farewell", "greet"]',
-             "list farewell in __all__"),
+ADD_FAREWELL = Task(
+    "add-farewell",
+    Change(
+        subject="Add farewell() to the greeter library",
+        body="farewell(name) returns 'Goodbye, <name>!' and treats a blank name like greet().",
+        test_path="tests/test_farewell.py",
+        test_text=FAREWELL_TEST,
+        edits=(
+            Edit("greeter/core.py", "", FAREWELL_CODE, "farewell() next to greet()"),
+            Edit(
+                "greeter/__init__.py",
+                "from greeter.core import greet\n",
+                "from greeter.core import farewell, greet\n",
+                "export farewell",
+            ),
+            Edit(
+                "greeter/__init__.py",
+                '__all__ = ["greet"]',
+                '__all__ = ["farewell", "greet"]',
+                "list farewell in __all__",
+            ),
+        ),
     ),
-))
+)
 
 VERSION_TEST = '''\
 """GET /version: the deployed commit and the release number."""
@@ -171,11 +197,11 @@ class VersionTest(unittest.TestCase):
         self.assertEqual((status, body), (200, {"version": "abc1234", "release": RELEASE}))
 '''
 
-VERSION_CODE = '''
+VERSION_CODE = """
 
 def version() -> Response:
     return 200, {"version": deployed_commit(), "release": RELEASE}
-'''
+"""
 
 HEALTH_WITH_VERSION = '    return 200, {"status": "ok", "version": deployed_commit()}\n'
 HEALTH_WITHOUT_VERSION = '    return 200, {"status": "ok"}\n'
@@ -186,23 +212,29 @@ ADD_VERSION = Task(
     Change(
         subject="Add a /version endpoint",
         body="GET /version reports the deployed commit and the release; /health now "
-             "only says the service is up.",
+        "only says the service is up.",
         test_path="tests/test_version.py",
         test_text=VERSION_TEST,
         edits=(
-            Edit("service/routes.py", HEALTH_WITH_VERSION,
-                 HEALTH_WITHOUT_VERSION + VERSION_CODE,
-                 "/version reports the build; /health keeps to liveness"),
-            Edit("service/routes.py", ROUTE_TABLE,
-                 '{"/": index, "/health": health, "/version": version}',
-                 "route /version"),
+            Edit(
+                "service/routes.py",
+                HEALTH_WITH_VERSION,
+                HEALTH_WITHOUT_VERSION + VERSION_CODE,
+                "/version reports the build; /health keeps to liveness",
+            ),
+            Edit(
+                "service/routes.py",
+                ROUTE_TABLE,
+                '{"/": index, "/health": health, "/version": version}',
+                "route /version",
+            ),
         ),
     ),
     heal=Change(
         subject="Put the deployed version back into /health",
         body="The deploy probe reads `version` from /health; the /version change had "
-             "moved it out, so the deploy was judged broken. A test now holds that "
-             "contract.",
+        "moved it out, so the deploy was judged broken. A test now holds that "
+        "contract.",
         test_path="tests/test_health_contract.py",
         test_text='''\
 """/health reports the deployed commit: the deploy's probe checks it."""
@@ -221,8 +253,12 @@ class HealthContractTest(unittest.TestCase):
         self.assertEqual((status, body.get("version")), (200, "abc1234"))
 ''',
         edits=(
-            Edit("service/routes.py", HEALTH_WITHOUT_VERSION, HEALTH_WITH_VERSION,
-                 "/health reports the deployed commit again"),
+            Edit(
+                "service/routes.py",
+                HEALTH_WITHOUT_VERSION,
+                HEALTH_WITH_VERSION,
+                "/health reports the deployed commit again",
+            ),
         ),
     ),
 )

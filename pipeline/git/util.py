@@ -15,9 +15,7 @@ from pathlib import Path
 from pipeline.core.errors import FatalError, RetryableError
 
 DISK_FULL_MARKERS = ("No space left on device", "Disk quota exceeded")
-_URL_PASSWORD = re.compile(
-    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/@:\s]*):[^/@\s]*@"
-)
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/@:\s]*):[^/@\s]*@")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_COMPONENT = 80
 

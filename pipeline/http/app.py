@@ -55,8 +55,13 @@ def health(request: Request) -> Response:
     """GET /health: 200 while the database answers, else 503 (for probes)."""
     ctx = context(request)
     body: dict[str, Any] = {
-        "status": "ok", "database": "ok", "busy": False, "active": 0, "queued": 0,
-        "capacity": ctx.settings.max_concurrency, "frozen_repos": [],
+        "status": "ok",
+        "database": "ok",
+        "busy": False,
+        "active": 0,
+        "queued": 0,
+        "capacity": ctx.settings.max_concurrency,
+        "frozen_repos": [],
     }
     try:
         reachable = ctx.store.ping()
@@ -207,8 +212,13 @@ def create_app(
         middleware=[Middleware(MaskingMiddleware)],
     )
     app.state.ctx = ApiContext(
-        store=store, settings=settings, metrics=metrics, webhook_handler=webhook_handler,
-        health_extra=health_extra, sse_poll_s=sse_poll_s, sse_keepalive_s=sse_keepalive_s,
+        store=store,
+        settings=settings,
+        metrics=metrics,
+        webhook_handler=webhook_handler,
+        health_extra=health_extra,
+        sse_poll_s=sse_poll_s,
+        sse_keepalive_s=sse_keepalive_s,
     )
     app.state.metrics = metrics
     app.state.openapi = openapi_description()
@@ -241,8 +251,9 @@ class ServerHandle:
             self.thread.join(timeout_s)
 
 
-def serve(app: Starlette, host: str = "127.0.0.1", port: int = 0,
-          *, startup_timeout_s: float = 10.0) -> ServerHandle:
+def serve(
+    app: Starlette, host: str = "127.0.0.1", port: int = 0, *, startup_timeout_s: float = 10.0
+) -> ServerHandle:
     """Run ``app`` on ``host:port`` (0 picks a free port) in a thread; returns once it listens."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
@@ -257,8 +268,13 @@ def serve(app: Starlette, host: str = "127.0.0.1", port: int = 0,
     bound_port = int(sock.getsockname()[1])
     config = uvicorn.Config(
         # log_config=None: uvicorn's loggers propagate to the daemon's logging setup.
-        app, log_config=None, log_level="warning", access_log=False, lifespan="off",
-        timeout_graceful_shutdown=5, timeout_keep_alive=5,
+        app,
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=5,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(

@@ -24,9 +24,7 @@ from pipeline.http.metrics import Metrics
 from pipeline.store import Repo, Run, RunEvent, Store
 
 WebhookResult = tuple[int, Mapping[str, Any]]
-WebhookHandler = Callable[
-    [str, Mapping[str, str], bytes], WebhookResult | Awaitable[WebhookResult]
-]
+WebhookHandler = Callable[[str, Mapping[str, str], bytes], WebhookResult | Awaitable[WebhookResult]]
 HealthExtra = Callable[[], Mapping[str, Any]]
 
 # Ids are 32-bit on PostgreSQL; anything larger cannot exist and must not reach SQL.

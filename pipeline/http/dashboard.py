@@ -96,7 +96,11 @@ def make_env() -> Environment:
         loader=PackageLoader("pipeline.http", "templates"), autoescape=True, auto_reload=False
     )
     env.filters.update(
-        ts=fmt_ts, clock=fmt_clock, dur=fmt_duration, money=fmt_money, shown_data=shown_data,
+        ts=fmt_ts,
+        clock=fmt_clock,
+        dur=fmt_duration,
+        money=fmt_money,
+        shown_data=shown_data,
         web_url=web_url,
     )
     return env

@@ -34,11 +34,17 @@ from pipeline.http.common import INTEGER, MAX_ID, ApiContext, BadInput, context,
 from pipeline.store import RunEvent
 
 EVENT_MAPPING: tuple[tuple[str, str], ...] = (
-    ("run.queued", "kind 'queued' (a run was enqueued, or a retry queued), or kind 'state' "
-                   "with state 'queued' (the sweeper put it back in the queue)"),
+    (
+        "run.queued",
+        "kind 'queued' (a run was enqueued, or a retry queued), or kind 'state' "
+        "with state 'queued' (the sweeper put it back in the queue)",
+    ),
     ("run.started", "kind 'claimed' (a worker claimed it), or kind 'state' with 'preparing'"),
-    ("run.progress", "every other event: states implementing, testing, publishing, watching, "
-                     "retry_wait; agent tool calls, test results, CI and deploy observations"),
+    (
+        "run.progress",
+        "every other event: states implementing, testing, publishing, watching, "
+        "retry_wait; agent tool calls, test results, CI and deploy observations",
+    ),
     ("run.succeeded", "kind 'state' with state 'succeeded'"),
     ("run.failed", "kind 'state' with state 'failed'"),
     ("run.cancelled", "kind 'state' with state 'cancelled'"),

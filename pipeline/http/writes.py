@@ -66,7 +66,10 @@ def _enqueue(ctx: ApiContext, repo: str, issue: int | None, priority: int) -> Re
         issue_id = found.id
     try:
         result = store.enqueue(
-            repo, issue_id=issue_id, priority=priority, requested_by=ACTOR,
+            repo,
+            issue_id=issue_id,
+            priority=priority,
+            requested_by=ACTOR,
             max_queue_depth=ctx.settings.max_queue_depth,
         )
     except UnknownRepo as exc:

@@ -76,8 +76,13 @@ def parse_urls(text: str | None) -> list[str]:
 class Notifier:
     """Sends notifications to every configured apprise URL, in the background."""
 
-    def __init__(self, settings: NotifySettings, *, background: bool = True,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        settings: NotifySettings,
+        *,
+        background: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.settings = settings
         self.background = background
         self.sleep = sleep
@@ -97,8 +102,7 @@ class Notifier:
             _record(events, f"notification URLs unreadable: {type(exc).__name__}", {})
             return
         if not urls:
-            _record(events, f"{kind} not sent: no notification channels configured",
-                    {"kind": kind})
+            _record(events, f"{kind} not sent: no notification channels configured", {"kind": kind})
             return
         title, body = mask(title), mask(body)
 
@@ -119,14 +123,18 @@ class Notifier:
             thread.join(max(0.0, deadline - time.monotonic()))
         return not any(thread.is_alive() for thread in self._threads)
 
-    def _send_all(self, urls: Sequence[str], title: str, body: str, kind: str,
-                  events: EventSink) -> None:
+    def _send_all(
+        self, urls: Sequence[str], title: str, body: str, kind: str, events: EventSink
+    ) -> None:
         for url in urls:
             try:
                 self._send_one(url, title, body, kind, events)
             except Exception as exc:  # a notifier must never take the daemon down
-                _record(events, f"{kind} to {describe_channel(url)} crashed: "
-                        f"{type(exc).__name__}", {"kind": kind, "ok": False})
+                _record(
+                    events,
+                    f"{kind} to {describe_channel(url)} crashed: {type(exc).__name__}",
+                    {"kind": kind, "ok": False},
+                )
 
     def _send_one(self, url: str, title: str, body: str, kind: str, events: EventSink) -> None:
         channel = describe_channel(url)
@@ -135,13 +143,19 @@ class Notifier:
         for attempt in range(1, attempts + 1):
             ok, problem = _deliver(url, title, body, kind)
             if ok:
-                _record(events, f"{kind} sent to {channel}",
-                        {"kind": kind, "channel": channel, "ok": True, "attempts": attempt})
+                _record(
+                    events,
+                    f"{kind} sent to {channel}",
+                    {"kind": kind, "channel": channel, "ok": True, "attempts": attempt},
+                )
                 return
             if attempt < attempts:
                 self.sleep(self.settings.retry_delay_s)
-        _record(events, f"{kind} to {channel} failed after {attempts} attempts: {problem}",
-                {"kind": kind, "channel": channel, "ok": False, "attempts": attempts})
+        _record(
+            events,
+            f"{kind} to {channel} failed after {attempts} attempts: {problem}",
+            {"kind": kind, "channel": channel, "ok": False, "attempts": attempts},
+        )
 
 
 def _deliver(url: str, title: str, body: str, kind: str) -> tuple[bool, str]:
@@ -164,10 +178,17 @@ def _record(events: EventSink, message: str, data: Mapping[str, object]) -> None
         pass
 
 
-def escalation_message(*, repo: str, run_id: int, reason: str, what_happened: str,
-                       kept: Mapping[str, str] | Sequence[tuple[str, str]],
-                       frozen: bool, issue_url: str | None = None,
-                       sha: str | None = None) -> tuple[str, str]:
+def escalation_message(
+    *,
+    repo: str,
+    run_id: int,
+    reason: str,
+    what_happened: str,
+    kept: Mapping[str, str] | Sequence[tuple[str, str]],
+    frozen: bool,
+    issue_url: str | None = None,
+    sha: str | None = None,
+) -> tuple[str, str]:
     """Title and body of an escalation: what happened, what was kept where, how to resume.
 
     ``kept`` maps a label (``worktree``, ``branch``, ``evidence``, ``logs``) to
@@ -177,16 +198,21 @@ def escalation_message(*, repo: str, run_id: int, reason: str, what_happened: st
     state = "frozen" if frozen else "escalated"
     title = f"[afk-pipeline] {repo}: run {run_id} {state} ({reason})"
     items = list(kept.items()) if isinstance(kept, Mapping) else list(kept)
-    lines = [f"Repo {repo}, run {run_id}" + (f", commit {sha}" if sha else "") + ".",
-             "", "What happened:", f"  {what_happened.strip()}"]
+    lines = [
+        f"Repo {repo}, run {run_id}" + (f", commit {sha}" if sha else "") + ".",
+        "",
+        "What happened:",
+        f"  {what_happened.strip()}",
+    ]
     if issue_url:
         lines += ["", f"Issue: {issue_url}"]
     lines += ["", "What was kept (nothing was reverted or deleted):"]
     lines += [f"  - {label}: {where}" for label, where in items] or ["  - nothing to keep"]
     lines += ["", "To resume, after fixing the cause:"]
     if frozen:
-        lines.append(f"  pipeline repos unfreeze {shlex.quote(repo)} "
-                     '--note "what you found and fixed"')
+        lines.append(
+            f'  pipeline repos unfreeze {shlex.quote(repo)} --note "what you found and fixed"'
+        )
         lines.append("  (the repo's queue stays stopped until then)")
     else:
         lines.append(f"  pipeline runs retry {run_id}")

@@ -53,8 +53,9 @@ class Periodic:
             timezone=UTC,
         )
 
-    def add(self, name: str, func: Callable[[], object], interval_s: float, *,
-            run_now: bool = False) -> None:
+    def add(
+        self, name: str, func: Callable[[], object], interval_s: float, *, run_now: bool = False
+    ) -> None:
         """Run ``func`` every ``interval_s``; ``run_now`` also runs it right after start."""
         if interval_s <= 0:
             raise ValueError(f"periodic job {name!r}: interval_s must be > 0, got {interval_s}")
@@ -65,8 +66,14 @@ class Periodic:
         if run_now:
             options["next_run_time"] = datetime.now(UTC)
         self._scheduler.add_job(
-            self._guarded(job), "interval", seconds=interval_s, id=name, name=name,
-            replace_existing=True, misfire_grace_time=misfire_grace_s(interval_s), **options,
+            self._guarded(job),
+            "interval",
+            seconds=interval_s,
+            id=name,
+            name=name,
+            replace_existing=True,
+            misfire_grace_time=misfire_grace_s(interval_s),
+            **options,
         )
 
     def start(self) -> None:

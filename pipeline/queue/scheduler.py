@@ -87,8 +87,7 @@ class Scheduler:
 
     def start(self) -> None:
         """Start claiming, the monitor and the periodic sweep."""
-        self._periodic.add("sweep", self.sweep_once, self.settings.sweep_interval_s,
-                           run_now=True)
+        self._periodic.add("sweep", self.sweep_once, self.settings.sweep_interval_s, run_now=True)
         self._periodic.start()
         for name, target in (("claim", self._claim_loop), ("monitor", self._monitor_loop)):
             thread = threading.Thread(target=target, name=f"{name}-{self.owner}", daemon=True)
@@ -186,7 +185,9 @@ class Scheduler:
     def _claim(self) -> Run | None:
         excluded = tuple(self.excluded_repos()) if self.excluded_repos is not None else ()
         run: Run | None = self.store.claim_next(
-            self.owner, max_concurrency=self.max_concurrency, lease_s=self.settings.lease_s,
+            self.owner,
+            max_concurrency=self.max_concurrency,
+            lease_s=self.settings.lease_s,
             exclude_repo_ids=excluded,
         )
         return run
@@ -195,10 +196,12 @@ class Scheduler:
         now = self.clock()
         ctx = RunContext(run, self.owner, self.store, StopToken(), self.settings.kill_grace_s)
         deadline = now + run.timeout_s if run.timeout_s is not None else None
-        worker = Worker(run=run, ctx=ctx, started=now, deadline=deadline, last_renewed=now,
-                        last_beat=now)
-        thread = threading.Thread(target=self._execute, args=(worker,),
-                                  name=f"run-{run.id}", daemon=True)
+        worker = Worker(
+            run=run, ctx=ctx, started=now, deadline=deadline, last_renewed=now, last_beat=now
+        )
+        thread = threading.Thread(
+            target=self._execute, args=(worker,), name=f"run-{run.id}", daemon=True
+        )
         worker.thread = thread
         with self._lock:
             self._workers[(run.id, run.attempt)] = worker
@@ -228,8 +231,11 @@ class Scheduler:
         try:
             run = write_outcome(self.store, worker, self.settings, result, error)
         except Exception as exc:
-            log.warning("run %s: outcome not written (%s); the lease will expire",
-                        worker.run.id, summarise_traceback(exc, 3))
+            log.warning(
+                "run %s: outcome not written (%s); the lease will expire",
+                worker.run.id,
+                summarise_traceback(exc, 3),
+            )
             return
         if run is not None and run.terminal and self.on_finished is not None:
             try:
@@ -262,14 +268,20 @@ class Scheduler:
         now = self.clock()
         if worker.deadline is not None and now >= worker.deadline and not worker.stop.stopped:
             worker.request_stop("timeout", now)
-            self._note(worker, "timeout", f"execution timeout of {worker.run.timeout_s} s "
-                       "reached; stopping the run")
+            self._note(
+                worker,
+                "timeout",
+                f"execution timeout of {worker.run.timeout_s} s reached; stopping the run",
+            )
         if now - worker.last_beat >= self._beat_s and not worker.settled:
             self._beat(worker, now)
         stuck_after = self.settings.kill_grace_s + STUCK_GRACE_S
         if worker.stop_at is not None and now - worker.stop_at > stuck_after:
-            log.warning("run %s: pipeline ignored its stop for %.0f s; abandoning its thread",
-                        worker.run.id, now - worker.stop_at)
+            log.warning(
+                "run %s: pipeline ignored its stop for %.0f s; abandoning its thread",
+                worker.run.id,
+                now - worker.stop_at,
+            )
             self._settle(worker, None, stop_error(worker.stop.reason))
             self._forget(worker)
 
@@ -277,14 +289,19 @@ class Scheduler:
         worker.last_beat = now
         run = worker.run
         try:
-            beat = self.store.heartbeat(run.id, self.owner, worker.ctx.attempt,
-                                        self.settings.lease_s)
+            beat = self.store.heartbeat(
+                run.id, self.owner, worker.ctx.attempt, self.settings.lease_s
+            )
         except Exception as exc:
             # Give up one beat before the lease lapses, so a sweeper elsewhere finds the
             # agent already stopping rather than still at work.
             if now - worker.last_renewed > self.settings.lease_s - self._beat_s:
-                log.warning("run %s: lease not renewed for %.0f s (%s); stopping it",
-                            run.id, now - worker.last_renewed, type(exc).__name__)
+                log.warning(
+                    "run %s: lease not renewed for %.0f s (%s); stopping it",
+                    run.id,
+                    now - worker.last_renewed,
+                    type(exc).__name__,
+                )
                 worker.request_stop("lease_lost", now)
             return
         if not beat.alive:
@@ -300,7 +317,8 @@ class Scheduler:
     def _note(worker: Worker, kind: str, message: str) -> None:
         """A timeline note from the monitor; a lost lease here is noticed by the heartbeat."""
         try:
-            worker.ctx.store.append_event(worker.run.id, worker.ctx.owner, worker.ctx.attempt,
-                                          kind, message)
+            worker.ctx.store.append_event(
+                worker.run.id, worker.ctx.owner, worker.ctx.attempt, kind, message
+            )
         except Exception as exc:
             log.info("run %s: note not written: %s", worker.run.id, type(exc).__name__)

@@ -45,24 +45,51 @@ class ShuttingDown(PipelineError):
 class RunStore(Protocol):
     """The store verbs a worker uses (``pipeline.store.Store`` provides them)."""
 
-    def append_event(self, run_id: int, owner: str, attempt: int, kind: str, message: str,
-                     data: Mapping[str, object] | None = None) -> None: ...
+    def append_event(
+        self,
+        run_id: int,
+        owner: str,
+        attempt: int,
+        kind: str,
+        message: str,
+        data: Mapping[str, object] | None = None,
+    ) -> None: ...
 
-    def transition(self, run_id: int, owner: str, attempt: int, to_state: str,
-                   message: str | None = None, **fields: object) -> Run: ...
+    def transition(
+        self,
+        run_id: int,
+        owner: str,
+        attempt: int,
+        to_state: str,
+        message: str | None = None,
+        **fields: object,
+    ) -> Run: ...
 
     def update_run(self, run_id: int, owner: str, attempt: int, **fields: object) -> None: ...
 
-    def finish(self, run_id: int, owner: str, attempt: int, state: str, *,
-               error_class: str | None = None, error: str | None = None,
-               summary: str | None = None) -> Run: ...
+    def finish(
+        self,
+        run_id: int,
+        owner: str,
+        attempt: int,
+        state: str,
+        *,
+        error_class: str | None = None,
+        error: str | None = None,
+        summary: str | None = None,
+    ) -> Run: ...
 
-    def schedule_retry(self, run_id: int, owner: str, attempt: int, *, delay_s: float,
-                       error_class: str, error: str) -> Run: ...
+    def schedule_retry(
+        self, run_id: int, owner: str, attempt: int, *, delay_s: float, error_class: str, error: str
+    ) -> Run: ...
 
 
 def backoff_delay(
-    failures: int, *, base_s: float, max_s: float, retry_after_s: float | None = None,
+    failures: int,
+    *,
+    base_s: float,
+    max_s: float,
+    retry_after_s: float | None = None,
     rng: random.Random | None = None,
 ) -> float:
     """Capped exponential backoff with full jitter; a server's Retry-After wins when longer.
@@ -90,8 +117,9 @@ def stop_error(reason: str | None) -> PipelineError:
 class RunContext:
     """What the run pipeline gets: the run, a stop token and fenced writes."""
 
-    def __init__(self, run: Run, owner: str, store: RunStore, stop: StopToken,
-                 kill_grace_s: float) -> None:
+    def __init__(
+        self, run: Run, owner: str, store: RunStore, stop: StopToken, kill_grace_s: float
+    ) -> None:
         self.run = run
         self.owner = owner
         self.attempt = run.attempt
@@ -101,18 +129,22 @@ class RunContext:
 
     def events(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
         """Append to the run's timeline (an ``EventSink``); LeaseLost stops the run."""
-        self._fenced(lambda: self.store.append_event(self.run.id, self.owner, self.attempt,
-                                                     kind, message, data))
+        self._fenced(
+            lambda: self.store.append_event(
+                self.run.id, self.owner, self.attempt, kind, message, data
+            )
+        )
 
     def set_state(self, state: str, message: str | None = None, **fields: object) -> None:
         def write() -> None:
-            self.run = self.store.transition(self.run.id, self.owner, self.attempt, state,
-                                             message, **fields)
+            self.run = self.store.transition(
+                self.run.id, self.owner, self.attempt, state, message, **fields
+            )
+
         self._fenced(write)
 
     def update(self, **fields: object) -> None:
-        self._fenced(lambda: self.store.update_run(self.run.id, self.owner, self.attempt,
-                                                   **fields))
+        self._fenced(lambda: self.store.update_run(self.run.id, self.owner, self.attempt, **fields))
 
     def check(self) -> None:
         """Raise the stop's error (CancelRequested, LeaseLost, timeout) if the run must stop."""
@@ -161,8 +193,11 @@ class Worker:
 
 
 def write_outcome(
-    store: RunStore, worker: Worker, settings: SchedulerSettings,
-    result: str | None, exc: BaseException | None,
+    store: RunStore,
+    worker: Worker,
+    settings: SchedulerSettings,
+    result: str | None,
+    exc: BaseException | None,
 ) -> Run | None:
     """Write what the run's end means; None when nothing may be written (lease lost)."""
     run, owner, attempt = worker.run, worker.ctx.owner, worker.ctx.attempt
@@ -174,8 +209,14 @@ def write_outcome(
     if exc is None and result in TERMINAL:
         return store.finish(run.id, owner, attempt, str(result))
     if reason == "cancelled" or isinstance(exc, CancelRequested):
-        return store.finish(run.id, owner, attempt, "cancelled", error_class="cancelled",
-                            error="cancelled while running")
+        return store.finish(
+            run.id,
+            owner,
+            attempt,
+            "cancelled",
+            error_class="cancelled",
+            error="cancelled while running",
+        )
     if reason == "timeout":
         exc = stop_error("timeout")
     elif reason is not None or isinstance(exc, ShuttingDown):
@@ -185,27 +226,38 @@ def write_outcome(
     return _write_error(store, worker, settings, exc)
 
 
-def _write_error(store: RunStore, worker: Worker, settings: SchedulerSettings,
-                 exc: BaseException) -> Run:
+def _write_error(
+    store: RunStore, worker: Worker, settings: SchedulerSettings, exc: BaseException
+) -> Run:
     run, owner, attempt = worker.run, worker.ctx.owner, worker.ctx.attempt
     if isinstance(exc, FatalError):
-        return store.finish(run.id, owner, attempt, "failed", error_class=exc.kind,
-                            error=str(exc))
+        return store.finish(run.id, owner, attempt, "failed", error_class=exc.kind, error=str(exc))
     if isinstance(exc, EscalationError):
-        return store.finish(run.id, owner, attempt, "escalated", error_class=exc.reason,
-                            error=str(exc))
+        return store.finish(
+            run.id, owner, attempt, "escalated", error_class=exc.reason, error=str(exc)
+        )
     kind, retry_after = unexpected_kind(exc), None
     if isinstance(exc, RetryableError):
         kind, retry_after = exc.kind, exc.retry_after_s
     else:
-        store.append_event(run.id, owner, attempt, "error",
-                           f"internal error: {type(exc).__name__}: {exc}",
-                           {"traceback": summarise_traceback(exc)})
-    delay = backoff_delay(run.failures, base_s=settings.backoff_base_s,
-                          max_s=settings.backoff_max_s, retry_after_s=retry_after)
+        store.append_event(
+            run.id,
+            owner,
+            attempt,
+            "error",
+            f"internal error: {type(exc).__name__}: {exc}",
+            {"traceback": summarise_traceback(exc)},
+        )
+    delay = backoff_delay(
+        run.failures,
+        base_s=settings.backoff_base_s,
+        max_s=settings.backoff_max_s,
+        retry_after_s=retry_after,
+    )
     message = str(exc) if isinstance(exc, RetryableError) else f"{type(exc).__name__}: {exc}"
-    return store.schedule_retry(run.id, owner, attempt, delay_s=delay, error_class=kind,
-                                error=message)
+    return store.schedule_retry(
+        run.id, owner, attempt, delay_s=delay, error_class=kind, error=message
+    )
 
 
 def unexpected_kind(exc: BaseException) -> str:

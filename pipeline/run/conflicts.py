@@ -84,8 +84,10 @@ class ConflictResolver:
         """The test gate, unless it was green on this HEAD right after the resolution."""
         head = Git(self.tree, stop=self.stop).head()
         if head == self.green_head:
-            self.events("test", f"tests already green on {head[:12]} after the conflict "
-                        "resolution; not run again")
+            self.events(
+                "test",
+                f"tests already green on {head[:12]} after the conflict resolution; not run again",
+            )
             return True
         return self.test_gate()
 
@@ -94,9 +96,14 @@ def conflict_prompt(description: str, resolver: ConflictResolver) -> str:
     """What the agent is asked to do (the issue again when it has no session)."""
     default = resolver.repo.default_branch
     issue = resolver.issue
-    context = "" if resolver.resume_session else (
-        f"# The issue: {issue.title} ({issue.ref})\n\n{issue.body.strip() or '(no description)'}"
-        "\n\n"
+    context = (
+        ""
+        if resolver.resume_session
+        else (
+            f"# The issue: {issue.title} ({issue.ref})\n\n"
+            f"{issue.body.strip() or '(no description)'}"
+            "\n\n"
+        )
     )
     return (
         f"{context}Your change for issue {issue.ref} is ready, but origin/{default} moved "
@@ -125,31 +132,39 @@ def resolve_conflict_with_agent(description: str, resolver: ConflictResolver) ->
     ``CancelRequested`` when stopped, with the branch put back first.
     """
     git = Git(resolver.tree, stop=resolver.stop)
-    target = git.run("rev-parse", "--verify",
-                     f"refs/remotes/origin/{resolver.repo.default_branch}^{{commit}}").strip()
+    target = git.run(
+        "rev-parse", "--verify", f"refs/remotes/origin/{resolver.repo.default_branch}^{{commit}}"
+    ).strip()
     original = git.head()
     untracked = git.untracked()  # test artefacts and such: never the agent's to commit
     budget = _remaining_budget(resolver)
     if budget is not None and budget <= 0:
-        resolver.events("agent", "the run's budget is spent; the conflict is not handed "
-                        "to the agent")
+        resolver.events(
+            "agent", "the run's budget is spent; the conflict is not handed to the agent"
+        )
         return False
     try:
         result = _invoke(resolver, git, conflict_prompt(description, resolver), budget)
-        problem = (f"the agent is blocked: {result.blocked_reason}" if result.blocked_reason
-                   else _verify(resolver, git, target, untracked))
+        problem = (
+            f"the agent is blocked: {result.blocked_reason}"
+            if result.blocked_reason
+            else _verify(resolver, git, target, untracked)
+        )
     except BaseException:
         _restore(resolver, git, original)
         raise
     if problem is not None:
-        resolver.events("agent", f"the conflict is not resolved: {problem}",
-                        {"problem": problem})
+        resolver.events("agent", f"the conflict is not resolved: {problem}", {"problem": problem})
         _restore(resolver, git, original)
         return False
     resolver.green_head = git.head()
-    resolver.events("agent", f"the agent resolved the conflict: {resolver.branch} is "
-                    f"{resolver.green_head[:12]} on origin/{resolver.repo.default_branch} "
-                    f"at {target[:12]}, tests green", {"head": resolver.green_head})
+    resolver.events(
+        "agent",
+        f"the agent resolved the conflict: {resolver.branch} is "
+        f"{resolver.green_head[:12]} on origin/{resolver.repo.default_branch} "
+        f"at {target[:12]}, tests green",
+        {"head": resolver.green_head},
+    )
     return True
 
 
@@ -159,9 +174,7 @@ def _remaining_budget(resolver: ConflictResolver) -> float | None:
     return resolver.repo.max_budget_usd - resolver.spent_usd
 
 
-def _invoke(
-    resolver: ConflictResolver, git: Git, prompt: str, budget: float | None
-) -> AgentResult:
+def _invoke(resolver: ConflictResolver, git: Git, prompt: str, budget: float | None) -> AgentResult:
     if resolver.stop is not None and resolver.stop.stopped:
         raise CancelRequested(f"stopped before the agent ran: {resolver.stop.reason}")
     env = {**resolver.env, "GIT_EDITOR": "true"}
@@ -169,11 +182,22 @@ def _invoke(
     has_env = "GIT_COMMITTER_EMAIL" in env or "EMAIL" in env
     if not has_env and Git(git.tree, home=resolver.home).identity():
         env.update(_IDENTITY_ENV)
-    resolver.events("agent", "rebase conflict handed to the agent",
-                    {"resumed": resolver.resume_session is not None})
+    resolver.events(
+        "agent",
+        "rebase conflict handed to the agent",
+        {"resumed": resolver.resume_session is not None},
+    )
     extra = {key: env[key] for key in ("GIT_EDITOR", *dict(_IDENTITY_ENV)) if key in env}
-    request = AgentRequest(prompt, resolver.workdir, env, resolver.home,
-                           resolver.resume_session, budget, jail=resolver.jail, extra_env=extra)
+    request = AgentRequest(
+        prompt,
+        resolver.workdir,
+        env,
+        resolver.home,
+        resolver.resume_session,
+        budget,
+        jail=resolver.jail,
+        extra_env=extra,
+    )
     result = resolver.agent.run(request, events=resolver.events, stop=resolver.stop)
     resolver.spent_usd += result.cost_usd
     if resolver.on_agent_result is not None:
@@ -182,9 +206,7 @@ def _invoke(
     return result
 
 
-def _verify(
-    resolver: ConflictResolver, git: Git, target: str, untracked: set[str]
-) -> str | None:
+def _verify(resolver: ConflictResolver, git: Git, target: str, untracked: set[str]) -> str | None:
     """What is wrong with the branch the agent left, or None when it is resolved."""
     busy = [name for name in _IN_PROGRESS if _git_path(git, name).exists()]
     if busy:
@@ -227,5 +249,8 @@ def _restore(resolver: ConflictResolver, git: Git, original: str) -> None:
     excludes = [arg for directory in resolver.repo.keep_dirs for arg in ("-e", directory)]
     git.run("clean", "-fdq", *excludes, check=False)
     if left and left != original:
-        resolver.events("agent", f"{resolver.branch} put back at {original[:12]}; the "
-                        f"agent's attempt was {left[:12]}", {"attempt": left})
+        resolver.events(
+            "agent",
+            f"{resolver.branch} put back at {original[:12]}; the agent's attempt was {left[:12]}",
+            {"attempt": left},
+        )

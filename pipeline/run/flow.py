@@ -146,18 +146,33 @@ class RunFlow:
         return result.pushed_sha
 
     def _conflict_resolver(
-        self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace, issue: IssueInfo,
-        outcome: ImplementOutcome, tally: _AgentTally,
+        self,
+        ctx: RunContext,
+        repo: RepoSettings,
+        ws: PreparedWorkspace,
+        issue: IssueInfo,
+        outcome: ImplementOutcome,
+        tally: _AgentTally,
     ) -> ConflictResolver:
         """The agent publish hands a rebase conflict to (its session resumed), and the gate."""
         jail = self._jail(ws)
         return ConflictResolver(
-            run_id=ctx.run.id, issue=issue, repo=repo, agent=self.deps.agent_factory(repo),
-            tree=ws.git, workdir=ws.workdir, branch=ws.branch, env=ws.env,
-            home=self._home(ws), events=ctx.events, stop=ctx.stop,
+            run_id=ctx.run.id,
+            issue=issue,
+            repo=repo,
+            agent=self.deps.agent_factory(repo),
+            tree=ws.git,
+            workdir=ws.workdir,
+            branch=ws.branch,
+            env=ws.env,
+            home=self._home(ws),
+            events=ctx.events,
+            stop=ctx.stop,
             test_gate=lambda: run_test_gate(repo, ws.workdir, jail, ctx.events, ctx.stop).ok,
-            resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,
-            on_agent_result=tally, jail=jail,
+            resume_session=outcome.agent.session_id,
+            spent_usd=outcome.cost_usd,
+            on_agent_result=tally,
+            jail=jail,
         )
 
     def _pull_request_opener(
@@ -266,10 +281,12 @@ class RunFlow:
     @staticmethod
     def _jail(ws: PreparedWorkspace) -> Jail:
         if ws.jail is None:
-            raise FatalError("sandbox", f"the workspace of {ws.repo} was prepared without a "
-                             "sandbox; the daemon never runs agents unconfined by accident")
+            raise FatalError(
+                "sandbox",
+                f"the workspace of {ws.repo} was prepared without a "
+                "sandbox; the daemon never runs agents unconfined by accident",
+            )
         return ws.jail
-
 
 
 class _AgentTally:

@@ -79,8 +79,12 @@ def run_test_gate(
     events(
         "test",
         f"tests {verdict} in {result.duration_s:.1f}s",
-        {"returncode": result.returncode, "duration_s": round(result.duration_s, 3),
-         "timed_out": result.timed_out, "ok": result.ok},
+        {
+            "returncode": result.returncode,
+            "duration_s": round(result.duration_s, 3),
+            "timed_out": result.timed_out,
+            "ok": result.ok,
+        },
     )
     return result
 
@@ -131,7 +135,12 @@ class _Run:
         if self.stop is not None and self.stop.stopped:
             raise CancelRequested(f"stopped before the agent ran: {self.stop.reason}")
         request = AgentRequest(
-            prompt, self.workdir, self.env, self.home, resume, self._remaining_budget(),
+            prompt,
+            self.workdir,
+            self.env,
+            self.home,
+            resume,
+            self._remaining_budget(),
             jail=self.jail,
         )
         untracked_before = self.git.untracked()
@@ -215,10 +224,28 @@ def implement(
     """
     git = Git(tree, stop=stop)
     jail = jail or Jail.unconfined(workdir, env, home)
-    run = _Run(run_id, issue, repo, agent, workdir, env, home, events, stop, git, git.head(),
-               on_agent_result, jail, on_phase)
+    run = _Run(
+        run_id,
+        issue,
+        repo,
+        agent,
+        workdir,
+        env,
+        home,
+        events,
+        stop,
+        git,
+        git.head(),
+        on_agent_result,
+        jail,
+        on_phase,
+    )
     run.first_prompt = build_prompt(
-        issue, run_id=run_id, repo=repo, repo_root=repo_root, workdir=workdir,
+        issue,
+        run_id=run_id,
+        repo=repo,
+        repo_root=repo_root,
+        workdir=workdir,
         extra_prompt=extra_prompt,
     )
     result = run.invoke(run.first_prompt, None)

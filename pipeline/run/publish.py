@@ -53,12 +53,24 @@ class _PushRace(Exception):
 class _Publisher:
     """One publish attempt; holds the state the steps share."""
 
-    def __init__(self, *, run_id: int, repo: RepoSettings, tree: GitRepo, mirror: Mirror,
-                 branch: str, base_sha: str, events: EventSink, stop: StopToken | None,
-                 retest: Callable[[], bool], resolve_conflict: Callable[[str], bool] | None,
-                 record_pushed: Callable[[str], None],
-                 open_pr: Callable[[str, str], str | None] | None,
-                 remote_branch: str | None, title: str | None) -> None:
+    def __init__(
+        self,
+        *,
+        run_id: int,
+        repo: RepoSettings,
+        tree: GitRepo,
+        mirror: Mirror,
+        branch: str,
+        base_sha: str,
+        events: EventSink,
+        stop: StopToken | None,
+        retest: Callable[[], bool],
+        resolve_conflict: Callable[[str], bool] | None,
+        record_pushed: Callable[[str], None],
+        open_pr: Callable[[str, str], str | None] | None,
+        remote_branch: str | None,
+        title: str | None,
+    ) -> None:
         self.run_id, self.repo, self.tree, self.branch = run_id, repo, tree, branch
         self.mirror = mirror
         self.root = tree.where
@@ -82,8 +94,7 @@ class _Publisher:
     def git_ok(self, *args: str) -> str:
         result = self.git(*args)
         if not result.ok:
-            raise FatalError("git", f"git {' '.join(args)} failed in {self.root}: "
-                             f"{result.tail()}")
+            raise FatalError("git", f"git {' '.join(args)} failed in {self.root}: {result.tail()}")
         return result.stdout.strip()
 
     def rev(self, ref: str) -> str:
@@ -99,12 +110,14 @@ class _Publisher:
 
     def fetch(self) -> str:
         """Fetch the default branch into the mirror, then into the tree's ``origin/<default>``."""
-        self.mirror.fetch(self.stop, f"+refs/heads/{self.default}:refs/heads/{self.default}",
-                          prune=False)
+        self.mirror.fetch(
+            self.stop, f"+refs/heads/{self.default}:refs/heads/{self.default}", prune=False
+        )
         target = self.mirror.sha(f"refs/heads/{self.default}")
         if target is None:
-            raise FatalError("git", f"repo {self.repo.name}: the remote has no branch "
-                             f"{self.default!r}")
+            raise FatalError(
+                "git", f"repo {self.repo.name}: the remote has no branch {self.default!r}"
+            )
         tracking = f"refs/remotes/origin/{self.default}"
         self.mirror.feed(self.tree, self.stop, f"+refs/heads/{self.default}:{tracking}")
         self.git_ok("update-ref", tracking, target)
@@ -115,8 +128,12 @@ class _Publisher:
         found = self.mirror.find_pushed(f"refs/heads/{branch}", self.run_id)
         if found is not None:
             self.record_pushed(found)
-            self.event(f"run {self.run_id} is already on {branch} as {found[:12]}; "
-                       "recorded it, nothing pushed", sha=found, ref=f"origin/{branch}")
+            self.event(
+                f"run {self.run_id} is already on {branch} as {found[:12]}; "
+                "recorded it, nothing pushed",
+                sha=found,
+                ref=f"origin/{branch}",
+            )
         return found
 
     def prepare_branch(self) -> None:
@@ -124,15 +141,22 @@ class _Publisher:
         if current != self.branch:
             self.git_ok("checkout", "--quiet", self.branch)
         if self.rev("HEAD") == self.rev(self.base):
-            raise FatalError("nothing_to_publish", f"run {self.run_id}: branch {self.branch} "
-                             f"has no commits on top of {self.base[:12]}")
+            raise FatalError(
+                "nothing_to_publish",
+                f"run {self.run_id}: branch {self.branch} "
+                f"has no commits on top of {self.base[:12]}",
+            )
         self.head = self.rev("HEAD")
-        log = self.git_ok("log", f"--format=%(trailers:key={TRAILER},valueonly)",
-                          f"{self.base}..HEAD")
+        log = self.git_ok(
+            "log", f"--format=%(trailers:key={TRAILER},valueonly)", f"{self.base}..HEAD"
+        )
         if str(self.run_id) not in log.split():
-            raise FatalError("missing_trailer", f"run {self.run_id}: no commit in "
-                             f"{self.base[:12]}..{self.branch} carries the trailer "
-                             f"'{TRAILER}: {self.run_id}'; without it a crash could push twice")
+            raise FatalError(
+                "missing_trailer",
+                f"run {self.run_id}: no commit in "
+                f"{self.base[:12]}..{self.branch} carries the trailer "
+                f"'{TRAILER}: {self.run_id}'; without it a crash could push twice",
+            )
 
     def integrate(self) -> None:
         """Bring the branch on top of ``origin/<default>``; re-test if the base moved.
@@ -145,8 +169,11 @@ class _Publisher:
         if not self.is_ancestor(target, "HEAD"):
             self.rebase_onto(target)
         self.head = self.rev("HEAD")
-        self.event(f"rebased onto origin/{self.default} at {target[:12]}",
-                   old_base=self.base, new_base=target)
+        self.event(
+            f"rebased onto origin/{self.default} at {target[:12]}",
+            old_base=self.base,
+            new_base=target,
+        )
         self.base, self.rebased = target, True
         self.run_retest()
 
@@ -163,8 +190,11 @@ class _Publisher:
                 raise EscalationError("conflict", description + self.human_steps())
             attempts += 1
             resolved = self.resolve_conflict(description)
-            self.event(f"conflict handed to the agent (attempt {attempts}/{allowed}): "
-                       f"{'resolved' if resolved else 'not resolved'}", resolved=resolved)
+            self.event(
+                f"conflict handed to the agent (attempt {attempts}/{allowed}): "
+                f"{'resolved' if resolved else 'not resolved'}",
+                resolved=resolved,
+            )
             if resolved and self.is_ancestor(target, "HEAD"):
                 return
             self.git("rebase", "--abort")  # a rebase the agent left half done, if any
@@ -181,31 +211,38 @@ class _Publisher:
         self.git("rebase", "--abort")
         if files:
             return files
-        raise EscalationError("rebase_failed", f"run {self.run_id}: rebasing {self.branch} "
-                              f"onto {target[:12]} failed: {result.tail()}"
-                              + self.human_steps())
+        raise EscalationError(
+            "rebase_failed",
+            f"run {self.run_id}: rebasing {self.branch} "
+            f"onto {target[:12]} failed: {result.tail()}" + self.human_steps(),
+        )
 
     def conflict_text(self, target: str, files: list[str]) -> str:
-        return (f"Rebasing run {self.run_id}'s commits ({self.branch}) onto "
-                f"origin/{self.default} at {target[:12]} conflicts in: {', '.join(files)}. "
-                f"origin/{self.default} is already fetched; make the run's commits apply on "
-                f"top of it (git rebase origin/{self.default}) and resolve the conflicts.")
+        return (
+            f"Rebasing run {self.run_id}'s commits ({self.branch}) onto "
+            f"origin/{self.default} at {target[:12]} conflicts in: {', '.join(files)}. "
+            f"origin/{self.default} is already fetched; make the run's commits apply on "
+            f"top of it (git rebase origin/{self.default}) and resolve the conflicts."
+        )
 
     def human_steps(self) -> str:
-        return (f"\nNothing was pushed. The run's commits are kept on branch {self.branch} "
-                f"in {self.root}. To finish by hand: cd {self.root} && git fetch && "
-                f"git rebase origin/{self.default}, resolve, run the tests and push; "
-                f"or fix the remote and run `pipeline runs retry {self.run_id}`.")
+        return (
+            f"\nNothing was pushed. The run's commits are kept on branch {self.branch} "
+            f"in {self.root}. To finish by hand: cd {self.root} && git fetch && "
+            f"git rebase origin/{self.default}, resolve, run the tests and push; "
+            f"or fix the remote and run `pipeline runs retry {self.run_id}`."
+        )
 
     def run_retest(self) -> None:
         self.retested = True
         green = self.retest()
         self.event(f"tests after rebase: {'green' if green else 'red'}", green=green)
         if not green:
-            raise EscalationError("tests_red_after_rebase",
-                                  f"run {self.run_id}: the tests fail once the commits are "
-                                  f"rebased onto origin/{self.default} at {self.base[:12]}."
-                                  + self.human_steps())
+            raise EscalationError(
+                "tests_red_after_rebase",
+                f"run {self.run_id}: the tests fail once the commits are "
+                f"rebased onto origin/{self.default} at {self.base[:12]}." + self.human_steps(),
+            )
 
     def push(self, branch: str, lease: str | None = None) -> str:
         """Push the run's SHA from the mirror to ``branch``; ``_PushRace`` if the remote moved."""
@@ -224,20 +261,24 @@ class _Publisher:
         if re.search(r"\[rejected\].*(fetch first|non-fast-forward|stale info)", text):
             raise _PushRace(tail)
         if "[remote rejected]" in text:
-            raise EscalationError("push_rejected", f"the remote refused the push of run "
-                                  f"{self.run_id}: {tail}" + self.human_steps())
-        raise RetryableError("git_push", f"repo {self.repo.name}: {result.operation} "
-                             f"failed: {tail}")
+            raise EscalationError(
+                "push_rejected",
+                f"the remote refused the push of run {self.run_id}: {tail}" + self.human_steps(),
+            )
+        raise RetryableError(
+            "git_push", f"repo {self.repo.name}: {result.operation} failed: {tail}"
+        )
 
     def pushed(self, sha: str, ref: str) -> None:
         self.record_pushed(sha)
-        self.event(f"pushed {sha[:12]} to {ref}", sha=sha, ref=ref,
-                   race_retries=self.race_retries)
+        self.event(f"pushed {sha[:12]} to {ref}", sha=sha, ref=ref, race_retries=self.race_retries)
 
-    def result(self, sha: str, branch: str, *, found: bool, pr_url: str | None = None
-               ) -> PublishResult:
-        return PublishResult(sha, branch, found, self.rebased, self.retested,
-                             self.race_retries, pr_url)
+    def result(
+        self, sha: str, branch: str, *, found: bool, pr_url: str | None = None
+    ) -> PublishResult:
+        return PublishResult(
+            sha, branch, found, self.rebased, self.retested, self.race_retries, pr_url
+        )
 
     # -- modes ----------------------------------------------------------------------------
 
@@ -253,20 +294,27 @@ class _Publisher:
             try:
                 sha = self.push(self.default)
             except _PushRace as race:
-                self.event(f"push raced with another push (attempt {attempt + 1})",
-                           detail=str(race)[-500:])
+                self.event(
+                    f"push raced with another push (attempt {attempt + 1})", detail=str(race)[-500:]
+                )
                 continue
             self.pushed(sha, self.default)
             self.git("update-ref", f"refs/remotes/origin/{self.default}", sha)
             return self.result(sha, self.default, found=False)
-        raise RetryableError("push_race", f"run {self.run_id}: the push to {self.default} "
-                             f"lost the race {self.race_retries + 1} times; will retry later")
+        raise RetryableError(
+            "push_race",
+            f"run {self.run_id}: the push to {self.default} "
+            f"lost the race {self.race_retries + 1} times; will retry later",
+        )
 
     def to_run_branch(self) -> PublishResult:
         remote = self.remote_branch
         if remote == self.default:
-            raise FatalError("push_mode", f"push mode 'branch' would push to the default "
-                             f"branch {self.default}; the run branch must differ")
+            raise FatalError(
+                "push_mode",
+                f"push mode 'branch' would push to the default "
+                f"branch {self.default}; the run branch must differ",
+            )
         for _attempt in range(self.push_settings.max_race_retries + 1):
             lease = self.remote_branch_sha(remote)
             try:
@@ -282,8 +330,7 @@ class _Publisher:
         """The remote branch's SHA, fetched into the mirror; "" when it is absent."""
         sha = self.mirror.ls_remote(f"refs/heads/{remote}", self.stop)
         if sha:
-            self.mirror.fetch(self.stop, f"+refs/heads/{remote}:refs/heads/{remote}",
-                              prune=False)
+            self.mirror.fetch(self.stop, f"+refs/heads/{remote}:refs/heads/{remote}", prune=False)
         return sha
 
     def pr(self, remote: str) -> str | None:
@@ -302,8 +349,9 @@ class _Publisher:
         if self.push_settings.mode == "branch" and self.remote_branch_sha(self.remote_branch):
             found = self.already_pushed(self.remote_branch)
             if found is not None:
-                return self.result(found, self.remote_branch, found=True,
-                                   pr_url=self.pr(self.remote_branch))
+                return self.result(
+                    found, self.remote_branch, found=True, pr_url=self.pr(self.remote_branch)
+                )
         self.prepare_branch()
         self.integrate()
         if self.push_settings.mode == "branch":
@@ -311,13 +359,24 @@ class _Publisher:
         return self.to_default_branch()
 
 
-def publish(*, run_id: int, repo: RepoSettings, tree: GitRepo, mirror: Path, branch: str,
-            base_sha: str, events: EventSink, stop: StopToken | None,
-            retest: Callable[[], bool], resolve_conflict: Callable[[str], bool] | None,
-            record_pushed: Callable[[str], None],
-            open_pr: Callable[[str, str], str | None] | None = None,
-            remote_branch: str | None = None, title: str | None = None,
-            limits: GitLimits = DEFAULT_LIMITS) -> PublishResult:
+def publish(
+    *,
+    run_id: int,
+    repo: RepoSettings,
+    tree: GitRepo,
+    mirror: Path,
+    branch: str,
+    base_sha: str,
+    events: EventSink,
+    stop: StopToken | None,
+    retest: Callable[[], bool],
+    resolve_conflict: Callable[[str], bool] | None,
+    record_pushed: Callable[[str], None],
+    open_pr: Callable[[str, str], str | None] | None = None,
+    remote_branch: str | None = None,
+    title: str | None = None,
+    limits: GitLimits = DEFAULT_LIMITS,
+) -> PublishResult:
     """Publish run ``run_id``'s commits on ``branch`` of ``tree`` (built on ``base_sha``).
 
     ``mirror`` is the repo's daemon-owned mirror (``PreparedWorkspace.mirror``).
@@ -327,8 +386,18 @@ def publish(*, run_id: int, repo: RepoSettings, tree: GitRepo, mirror: Path, bra
     ``branch``); ``title`` the pull request title (default: the head subject).
     """
     return _Publisher(
-        run_id=run_id, repo=repo, tree=tree, mirror=Mirror(mirror, repo, limits), branch=branch,
-        base_sha=base_sha, events=events, stop=stop, retest=retest,
-        resolve_conflict=resolve_conflict, record_pushed=record_pushed, open_pr=open_pr,
-        remote_branch=remote_branch, title=title,
+        run_id=run_id,
+        repo=repo,
+        tree=tree,
+        mirror=Mirror(mirror, repo, limits),
+        branch=branch,
+        base_sha=base_sha,
+        events=events,
+        stop=stop,
+        retest=retest,
+        resolve_conflict=resolve_conflict,
+        record_pushed=record_pushed,
+        open_pr=open_pr,
+        remote_branch=remote_branch,
+        title=title,
     ).run()

@@ -256,8 +256,12 @@ def tree_layout(tree: Path, *, writable: Sequence[Path], network: NetworkPolicy)
     protected = [common / name for name in ("config", "hooks", "info", "objects/info")]
     if extra:
         protected += [extra[1] / "commondir", extra[1] / "gitdir", dotgit]
-    return Layout(workdir=tree, writable=(tree, *extra, *writable), protected=tuple(protected),
-                  network=network)
+    return Layout(
+        workdir=tree,
+        writable=(tree, *extra, *writable),
+        protected=tuple(protected),
+        network=network,
+    )
 
 
 def _admin_dir(tree: Path, dotgit: Path) -> Path:

@@ -46,8 +46,9 @@ class SweepReport:
 
     @property
     def changed(self) -> int:
-        return sum(map(len, (self.recovered, self.failed, self.cancelled, self.timed_out,
-                             self.requeued)))
+        return sum(
+            map(len, (self.recovered, self.failed, self.cancelled, self.timed_out, self.requeued))
+        )
 
 
 # Built once: aliasing a table copies its column collection, which is slow per call.
@@ -82,9 +83,14 @@ def _busy_count() -> Any:
 
 def _claim_values(owner: str, now: datetime, lease_s: float) -> dict[str, Any]:
     return {
-        "state": "preparing", "owner": owner, "attempt": RunRow.attempt + 1,
-        "lease_until": now + timedelta(seconds=lease_s), "started_at": now,
-        "finished_at": None, "deadline_at": None, "updated_at": now,
+        "state": "preparing",
+        "owner": owner,
+        "attempt": RunRow.attempt + 1,
+        "lease_until": now + timedelta(seconds=lease_s),
+        "started_at": now,
+        "finished_at": None,
+        "deadline_at": None,
+        "updated_at": now,
     }
 
 
@@ -92,22 +98,35 @@ class ClaimMixin(StoreBase):
     """``claim_next`` and ``sweep``."""
 
     def claim_next(
-        self, owner: str, *, max_concurrency: int, lease_s: float,
+        self,
+        owner: str,
+        *,
+        max_concurrency: int,
+        lease_s: float,
         exclude_repo_ids: Collection[int] = (),
     ) -> Run | None:
         """Take the next claimable run for ``owner``, or None when nothing may start now."""
         try:
             with self._write() as conn:
                 now = db_now(conn)
-                claim = self._claim_postgres if conn.dialect.name == "postgresql" else (
-                    self._claim_sqlite)
+                claim = (
+                    self._claim_postgres
+                    if conn.dialect.name == "postgresql"
+                    else (self._claim_sqlite)
+                )
                 taken = claim(conn, owner, now, max_concurrency, lease_s, exclude_repo_ids)
                 if taken is None:
                     return None
                 run_id, attempt = taken
-                self._append_event(conn, run_id, attempt, "claimed",
-                                   f"claimed by {owner} (attempt {attempt})",
-                                   {"owner": owner, "attempt": attempt}, now)
+                self._append_event(
+                    conn,
+                    run_id,
+                    attempt,
+                    "claimed",
+                    f"claimed by {owner} (attempt {attempt})",
+                    {"owner": owner, "attempt": attempt},
+                    now,
+                )
         except IntegrityError:
             return None  # uq_runs_busy_repo: another claimer took this repo first
         # Read after commit: on PostgreSQL the claim lock is held until then, so keep it short.
@@ -116,7 +135,11 @@ class ClaimMixin(StoreBase):
 
     @staticmethod
     def _claim_sqlite(
-        conn: Connection, owner: str, now: datetime, cap: int, lease_s: float,
+        conn: Connection,
+        owner: str,
+        now: datetime,
+        cap: int,
+        lease_s: float,
         exclude: Collection[int],
     ) -> tuple[int, int] | None:
         pick = _candidates(now, exclude).where(_busy_count().scalar_subquery() < cap)
@@ -130,27 +153,35 @@ class ClaimMixin(StoreBase):
             return None
         run_id, attempt, timeout_s = claimed
         if timeout_s is not None:  # execution time only: the deadline starts at the claim
-            conn.execute(update(RunRow).where(RunRow.id == run_id)
-                         .values(deadline_at=now + timedelta(seconds=float(timeout_s))))
+            conn.execute(
+                update(RunRow)
+                .where(RunRow.id == run_id)
+                .values(deadline_at=now + timedelta(seconds=float(timeout_s)))
+            )
         return int(run_id), int(attempt)
 
     @staticmethod
     def _claim_postgres(
-        conn: Connection, owner: str, now: datetime, cap: int, lease_s: float,
+        conn: Connection,
+        owner: str,
+        now: datetime,
+        cap: int,
+        lease_s: float,
         exclude: Collection[int],
     ) -> tuple[int, int] | None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CLAIM_LOCK_KEY})
         run_id = conn.execute(
-            _candidates(now, exclude).where(_busy_count().scalar_subquery() < cap)
+            _candidates(now, exclude)
+            .where(_busy_count().scalar_subquery() < cap)
             .with_for_update(skip_locked=True, of=RunRow)
         ).scalar_one_or_none()
         if run_id is None:
             return None
         # Execution time only: the deadline starts at the claim (NULL timeout, NULL deadline).
-        deadline = literal(now, DateTime()) + func.make_interval(0, 0, 0, 0, 0, 0,
-                                                                 RunRow.timeout_s)
+        deadline = literal(now, DateTime()) + func.make_interval(0, 0, 0, 0, 0, 0, RunRow.timeout_s)
         attempt = conn.execute(
-            update(RunRow).where(RunRow.id == run_id)
+            update(RunRow)
+            .where(RunRow.id == run_id)
             .values(**{**_claim_values(owner, now, lease_s), "deadline_at": deadline})
             .returning(RunRow.attempt)
         ).scalar_one()
@@ -162,8 +193,14 @@ class ClaimMixin(StoreBase):
         with self._write() as conn:
             now = db_now(conn)
             expired = conn.execute(
-                select(RunRow.id, RunRow.owner, RunRow.attempt, RunRow.cancel_requested,
-                       RunRow.deadline_at, RunRow.recoveries)
+                select(
+                    RunRow.id,
+                    RunRow.owner,
+                    RunRow.attempt,
+                    RunRow.cancel_requested,
+                    RunRow.deadline_at,
+                    RunRow.recoveries,
+                )
                 .where(RunRow.state.in_(BUSY_STATES), RunRow.lease_until < now)
                 .order_by(RunRow.id)
             ).all()
@@ -178,34 +215,64 @@ class ClaimMixin(StoreBase):
         run_id, owner, attempt, cancel, deadline, recoveries = row
         ended = {"owner": None, "lease_until": None, "finished_at": now, "updated_at": now}
         if cancel:
-            values = {**ended, "state": "cancelled", "error_class": "cancelled",
-                      "error": f"cancelled; its worker {owner} stopped renewing the lease"}
+            values = {
+                **ended,
+                "state": "cancelled",
+                "error_class": "cancelled",
+                "error": f"cancelled; its worker {owner} stopped renewing the lease",
+            }
             bucket = report.cancelled
         elif deadline is not None and deadline <= now:
-            values = {**ended, "state": "failed", "error_class": "timeout",
-                      "error": f"timed out; its worker {owner} stopped renewing the lease"}
+            values = {
+                **ended,
+                "state": "failed",
+                "error_class": "timeout",
+                "error": f"timed out; its worker {owner} stopped renewing the lease",
+            }
             bucket = report.timed_out
         elif recoveries >= max_recoveries:
-            values = {**ended, "state": "failed", "error_class": "lease_expired",
-                      "error": f"worker {owner} lost the run {recoveries + 1} times "
-                               f"(max_recoveries={max_recoveries})"}
+            values = {
+                **ended,
+                "state": "failed",
+                "error_class": "lease_expired",
+                "error": f"worker {owner} lost the run {recoveries + 1} times "
+                f"(max_recoveries={max_recoveries})",
+            }
             bucket = report.failed
         else:
-            values = {"state": "retry_wait", "owner": None, "lease_until": None,
-                      "deadline_at": None, "run_after": now, "recoveries": recoveries + 1,
-                      "updated_at": now}
+            values = {
+                "state": "retry_wait",
+                "owner": None,
+                "lease_until": None,
+                "deadline_at": None,
+                "run_after": now,
+                "recoveries": recoveries + 1,
+                "updated_at": now,
+            }
             bucket = report.recovered
         changed = conn.execute(
             update(RunRow)
-            .where(RunRow.id == run_id, RunRow.owner == owner, RunRow.attempt == attempt,
-                   RunRow.state.in_(BUSY_STATES), RunRow.lease_until < now)
+            .where(
+                RunRow.id == run_id,
+                RunRow.owner == owner,
+                RunRow.attempt == attempt,
+                RunRow.state.in_(BUSY_STATES),
+                RunRow.lease_until < now,
+            )
             .values(**values)
         ).rowcount
         if changed == 1:
             bucket.append(int(run_id))
             message = f"lease of {owner} expired: {values['state']}"
-            self._append_event(conn, run_id, attempt, "state", message,
-                               {"state": values["state"], "owner": owner, "sweep": True}, now)
+            self._append_event(
+                conn,
+                run_id,
+                attempt,
+                "state",
+                message,
+                {"state": values["state"], "owner": owner, "sweep": True},
+                now,
+            )
 
     def _requeue(self, conn: Connection, now: datetime, report: SweepReport) -> None:
         rows = conn.execute(
@@ -216,21 +283,30 @@ class ClaimMixin(StoreBase):
         ).all()
         for run_id, attempt in sorted(rows):
             report.requeued.append(int(run_id))
-            self._append_event(conn, run_id, attempt, "state", "back in the queue",
-                               {"state": "queued", "sweep": True}, now)
+            self._append_event(
+                conn,
+                run_id,
+                attempt,
+                "state",
+                "back in the queue",
+                {"state": "queued", "sweep": True},
+                now,
+            )
 
     def busy_by_repo(self) -> dict[int, int]:
         """Busy runs per repo id, read in one snapshot (invariant monitors, metrics)."""
         with self._read() as conn:
             rows = conn.execute(
                 select(RunRow.repo_id, func.count(RunRow.id))
-                .where(RunRow.state.in_(BUSY_STATES)).group_by(RunRow.repo_id)
+                .where(RunRow.state.in_(BUSY_STATES))
+                .group_by(RunRow.repo_id)
             )
             return {int(repo_id): int(count) for repo_id, count in rows}
 
     def claimed_by(self, owner: str) -> list[int]:
         """Ids of busy runs held by ``owner`` (diagnostics and tests)."""
         with self._read() as conn:
-            rows = conn.execute(select(RunRow.id).where(RunRow.owner == owner,
-                                                        RunRow.state.in_(BUSY_STATES)))
+            rows = conn.execute(
+                select(RunRow.id).where(RunRow.owner == owner, RunRow.state.in_(BUSY_STATES))
+            )
             return [int(r[0]) for r in rows]

@@ -29,8 +29,18 @@ FIX_FORWARD_PRIORITY = 1_000_000
 QUEUE_FULL_RETRY_AFTER_S = 30.0
 UPDATABLE_FIELDS = frozenset(
     {
-        "base_sha", "head_sha", "pushed_sha", "branch", "worktree", "agent_session",
-        "tokens_in", "tokens_out", "cost_usd", "num_turns", "setup_s", "summary",
+        "base_sha",
+        "head_sha",
+        "pushed_sha",
+        "branch",
+        "worktree",
+        "agent_session",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "num_turns",
+        "setup_s",
+        "summary",
     }
 )
 RETRYABLE_TERMINAL = ("failed", "escalated", "cancelled")
@@ -124,8 +134,13 @@ class RunsMixin(StoreBase):
         if kind == "fix_forward":
             priority = max(priority, FIX_FORWARD_PRIORITY)
         values = {
-            "issue_id": issue_id, "kind": kind, "priority": priority, "parent_id": parent_id,
-            "max_attempts": max_attempts, "timeout_s": timeout_s, "requested_by": requested_by,
+            "issue_id": issue_id,
+            "kind": kind,
+            "priority": priority,
+            "parent_id": parent_id,
+            "max_attempts": max_attempts,
+            "timeout_s": timeout_s,
+            "requested_by": requested_by,
         }
         try:
             with self._write() as conn:
@@ -149,15 +164,25 @@ class RunsMixin(StoreBase):
             return EnqueueResult(existing, created=False)
 
     def _insert_run(
-        self, conn: Connection, repo_id: int, values: Mapping[str, object],
-        run_after_s: float, message: str,
+        self,
+        conn: Connection,
+        repo_id: int,
+        values: Mapping[str, object],
+        run_after_s: float,
+        message: str,
     ) -> int:
         now = db_now(conn)
         run_id = conn.execute(
             insert(RunRow)
             .values(
-                repo_id=repo_id, state="queued", attempt=0, failures=0, recoveries=0,
-                run_after=now + timedelta(seconds=run_after_s), created_at=now, updated_at=now,
+                repo_id=repo_id,
+                state="queued",
+                attempt=0,
+                failures=0,
+                recoveries=0,
+                run_after=now + timedelta(seconds=run_after_s),
+                created_at=now,
+                updated_at=now,
                 **values,
             )
             .returning(RunRow.id)
@@ -195,8 +220,13 @@ class RunsMixin(StoreBase):
         return Heartbeat(alive=True, cancel_requested=bool(flag))
 
     def transition(
-        self, run_id: int, owner: str, attempt: int, to_state: str,
-        message: str | None = None, **fields: object,
+        self,
+        run_id: int,
+        owner: str,
+        attempt: int,
+        to_state: str,
+        message: str | None = None,
+        **fields: object,
     ) -> Run:
         """Move a run we hold to another busy state (fenced); terminal states use ``finish``."""
         if to_state not in BUSY_STATES:
@@ -204,10 +234,12 @@ class RunsMixin(StoreBase):
         _check_fields(fields)
         with self._write() as conn:
             now = db_now(conn)
-            self._fenced_update(conn, run_id, owner, attempt,
-                                {"state": to_state, "updated_at": now, **fields})
-            self._append_event(conn, run_id, attempt, "state", message or to_state,
-                               {"state": to_state}, now)
+            self._fenced_update(
+                conn, run_id, owner, attempt, {"state": to_state, "updated_at": now, **fields}
+            )
+            self._append_event(
+                conn, run_id, attempt, "state", message or to_state, {"state": to_state}, now
+            )
             return read_run(conn, run_id)
 
     def update_run(self, run_id: int, owner: str, attempt: int, **fields: object) -> None:
@@ -218,7 +250,12 @@ class RunsMixin(StoreBase):
             self._fenced_update(conn, run_id, owner, attempt, values)
 
     def append_event(
-        self, run_id: int, owner: str, attempt: int, kind: str, message: str,
+        self,
+        run_id: int,
+        owner: str,
+        attempt: int,
+        kind: str,
+        message: str,
         data: Mapping[str, object] | None = None,
     ) -> None:
         """Append to the timeline of a run we hold; ``LeaseLost`` when it is not ours."""
@@ -238,8 +275,15 @@ class RunsMixin(StoreBase):
             raise LeaseLost(f"run {run_id} attempt {attempt} is no longer held by {owner}")
 
     def finish(
-        self, run_id: int, owner: str, attempt: int, state: str, *,
-        error_class: str | None = None, error: str | None = None, summary: str | None = None,
+        self,
+        run_id: int,
+        owner: str,
+        attempt: int,
+        state: str,
+        *,
+        error_class: str | None = None,
+        error: str | None = None,
+        summary: str | None = None,
     ) -> Run:
         """End a run we hold in a terminal state; clears owner and lease."""
         if state not in TERMINAL_STATES:
@@ -251,14 +295,26 @@ class RunsMixin(StoreBase):
             now = db_now(conn)
             self._fenced_update(conn, run_id, owner, attempt, {**self._ended(state, now), **values})
             message = state if error is None else f"{state}: {error}"
-            self._append_event(conn, run_id, attempt, "state", message,
-                               {"state": state, "error_class": error_class}, now)
+            self._append_event(
+                conn,
+                run_id,
+                attempt,
+                "state",
+                message,
+                {"state": state, "error_class": error_class},
+                now,
+            )
             return read_run(conn, run_id)
 
     @staticmethod
     def _ended(state: str, now: datetime) -> dict[str, object]:
-        return {"state": state, "owner": None, "lease_until": None, "finished_at": now,
-                "updated_at": now}
+        return {
+            "state": state,
+            "owner": None,
+            "lease_until": None,
+            "finished_at": now,
+            "updated_at": now,
+        }
 
     def schedule_retry(
         self, run_id: int, owner: str, attempt: int, *, delay_s: float, error_class: str, error: str
@@ -272,19 +328,38 @@ class RunsMixin(StoreBase):
             if row is None:
                 raise LeaseLost(f"run {run_id} attempt {attempt} is no longer held by {owner}")
             failures = int(row[0]) + 1
-            values: dict[str, object] = {"failures": failures, "error_class": error_class,
-                                         "error": error}
+            values: dict[str, object] = {
+                "failures": failures,
+                "error_class": error_class,
+                "error": error,
+            }
             if failures >= int(row[1]):
                 values.update(self._ended("failed", now))
                 message = f"failed after {failures} attempts: {error}"
             else:
-                values.update(state="retry_wait", owner=None, lease_until=None, updated_at=now,
-                              run_after=now + timedelta(seconds=delay_s), deadline_at=None)
+                values.update(
+                    state="retry_wait",
+                    owner=None,
+                    lease_until=None,
+                    updated_at=now,
+                    run_after=now + timedelta(seconds=delay_s),
+                    deadline_at=None,
+                )
                 message = f"retry in {delay_s:.1f} s ({failures}/{row[1]} failed): {error}"
             self._fenced_update(conn, run_id, owner, attempt, values)
-            self._append_event(conn, run_id, attempt, "state", message,
-                               {"state": values["state"], "error_class": error_class,
-                                "delay_s": round(delay_s, 3)}, now)
+            self._append_event(
+                conn,
+                run_id,
+                attempt,
+                "state",
+                message,
+                {
+                    "state": values["state"],
+                    "error_class": error_class,
+                    "delay_s": round(delay_s, 3),
+                },
+                now,
+            )
             return read_run(conn, run_id)
 
     def cancel_run(self, run_id: int, by: str) -> Run:
@@ -296,16 +371,39 @@ class RunsMixin(StoreBase):
             run = read_run(conn, run_id)
             now = db_now(conn)
             if run.state in WAITING_STATES:
-                conn.execute(update(RunRow).where(RunRow.id == run_id)
-                             .values(**self._ended("cancelled", now), error_class="cancelled",
-                                     error=f"cancelled by {by}"))
-                self._append_event(conn, run_id, run.attempt, "state", f"cancelled by {by}",
-                                   {"state": "cancelled", "by": by}, now)
+                conn.execute(
+                    update(RunRow)
+                    .where(RunRow.id == run_id)
+                    .values(
+                        **self._ended("cancelled", now),
+                        error_class="cancelled",
+                        error=f"cancelled by {by}",
+                    )
+                )
+                self._append_event(
+                    conn,
+                    run_id,
+                    run.attempt,
+                    "state",
+                    f"cancelled by {by}",
+                    {"state": "cancelled", "by": by},
+                    now,
+                )
             elif run.state in BUSY_STATES and not run.cancel_requested:
-                conn.execute(update(RunRow).where(RunRow.id == run_id)
-                             .values(cancel_requested=True, updated_at=now))
-                self._append_event(conn, run_id, run.attempt, "cancel",
-                                   f"cancel requested by {by}", {"by": by}, now)
+                conn.execute(
+                    update(RunRow)
+                    .where(RunRow.id == run_id)
+                    .values(cancel_requested=True, updated_at=now)
+                )
+                self._append_event(
+                    conn,
+                    run_id,
+                    run.attempt,
+                    "cancel",
+                    f"cancel requested by {by}",
+                    {"by": by},
+                    now,
+                )
             return read_run(conn, run_id)
 
     def retry_run(self, run_id: int, by: str) -> EnqueueResult:
@@ -322,14 +420,25 @@ class RunsMixin(StoreBase):
                 if existing is not None:
                     return EnqueueResult(existing, created=False)
                 values = {
-                    "issue_id": old.issue_id, "kind": old.kind, "priority": old.priority,
-                    "parent_id": old.parent_id, "max_attempts": old.max_attempts,
-                    "timeout_s": old.timeout_s, "requested_by": by,
+                    "issue_id": old.issue_id,
+                    "kind": old.kind,
+                    "priority": old.priority,
+                    "parent_id": old.parent_id,
+                    "max_attempts": old.max_attempts,
+                    "timeout_s": old.timeout_s,
+                    "requested_by": by,
                 }
-                new_id = self._insert_run(conn, old.repo_id, values, 0.0,
-                                          f"queued by {by}: retry of run {run_id}")
-                self._append_event(conn, run_id, old.attempt, "retry",
-                                   f"retried by {by} as run {new_id}", {"new_run": new_id})
+                new_id = self._insert_run(
+                    conn, old.repo_id, values, 0.0, f"queued by {by}: retry of run {run_id}"
+                )
+                self._append_event(
+                    conn,
+                    run_id,
+                    old.attempt,
+                    "retry",
+                    f"retried by {by} as run {new_id}",
+                    {"new_run": new_id},
+                )
                 return EnqueueResult(read_run(conn, new_id), created=True)
         except IntegrityError:
             with self._read() as conn:
@@ -353,7 +462,8 @@ class RunsMixin(StoreBase):
         """Agent cost of the repo's runs updated at or after ``since`` (daily budgets)."""
         with self._read() as conn:
             total = conn.execute(
-                select(func.coalesce(func.sum(RunRow.cost_usd), 0.0))
-                .where(RunRow.repo_id == repo_id, RunRow.updated_at >= since)
+                select(func.coalesce(func.sum(RunRow.cost_usd), 0.0)).where(
+                    RunRow.repo_id == repo_id, RunRow.updated_at >= since
+                )
             ).scalar_one()
             return float(total)

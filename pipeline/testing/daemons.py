@@ -31,8 +31,9 @@ class DaemonProcess:
             if f"ready {self.owner}" in self.log():
                 return
             if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon {self.owner} exited {self.proc.returncode}:\n"
-                                   + self.log()[-3000:])
+                raise RuntimeError(
+                    f"daemon {self.owner} exited {self.proc.returncode}:\n" + self.log()[-3000:]
+                )
             time.sleep(0.05)
         raise TimeoutError(f"daemon {self.owner} not ready in {timeout_s} s:\n{self.log()[-3000:]}")
 
@@ -53,18 +54,35 @@ class DaemonProcess:
 
 
 def start_daemon(
-    database_url: str, owner: str, log_dir: Path, *, lease_s: float, agent_s: float = 0.0,
-    extra: list[str] | None = None, wait: bool = True,
+    database_url: str,
+    owner: str,
+    log_dir: Path,
+    *,
+    lease_s: float,
+    agent_s: float = 0.0,
+    extra: list[str] | None = None,
+    wait: bool = True,
 ) -> DaemonProcess:
     """Start a dummy daemon; its stdout and stderr go to ``log_dir/<owner>.log``."""
     log_path = log_dir / f"{owner}.log"
     argv = [
-        sys.executable, "-m", "pipeline.testing.dummy_daemon", "--database-url", database_url,
-        "--owner", owner, "--lease-s", str(lease_s), "--agent-s", str(agent_s), *(extra or []),
+        sys.executable,
+        "-m",
+        "pipeline.testing.dummy_daemon",
+        "--database-url",
+        database_url,
+        "--owner",
+        owner,
+        "--lease-s",
+        str(lease_s),
+        "--agent-s",
+        str(agent_s),
+        *(extra or []),
     ]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     daemon = DaemonProcess(owner, proc, log_path)
     if wait:
         daemon.wait_ready()

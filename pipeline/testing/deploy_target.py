@@ -62,9 +62,9 @@ class Handler(BaseHTTPRequestHandler):
 HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
 '''
 
-DEMO_LIB = '''def status():
+DEMO_LIB = """def status():
     return "ok"
-'''
+"""
 
 DEMO_FILES: dict[str, str] = {"app.py": DEMO_APP, "lib.py": DEMO_LIB}
 
@@ -147,8 +147,9 @@ def free_port() -> int:
 
 def _git(cwd: Path, *args: str) -> str:
     identity = ["-c", "user.name=deploy target", "-c", "user.email=deploy@target.invalid"]
-    done = subprocess.run(["git", *identity, *args], cwd=cwd, check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["git", *identity, *args], cwd=cwd, check=True, capture_output=True, text=True
+    )
     return done.stdout.strip()
 
 
@@ -189,25 +190,28 @@ class DeployTarget:
 
     def probe(self, timeout_s: float = 5.0) -> ProbeSettings:
         """An http probe of the health endpoint that wants the pushed SHA as ``version``."""
-        return ProbeSettings(kind="http", url=self.health_url, json_field="version",
-                             timeout_s=timeout_s)
+        return ProbeSettings(
+            kind="http", url=self.health_url, json_field="version", timeout_s=timeout_s
+        )
 
     @classmethod
-    def create(cls, tmp: Path, files: Mapping[str, str] | None = None,
-               branch: str = "main") -> DeployTarget:
+    def create(
+        cls, tmp: Path, files: Mapping[str, str] | None = None, branch: str = "main"
+    ) -> DeployTarget:
         """Make the remote and hook, push ``files`` (default: the demo app) as the first commit."""
         tmp.mkdir(parents=True, exist_ok=True)
         port = free_port()
         deploy_dir = tmp / "deploy"
         deploy_dir.mkdir(exist_ok=True)
         config = tmp / "target.json"
-        config.write_text(json.dumps({"port": port, "deploy_dir": str(deploy_dir),
-                                      "branch": branch}), encoding="utf-8")
+        config.write_text(
+            json.dumps({"port": port, "deploy_dir": str(deploy_dir), "branch": branch}),
+            encoding="utf-8",
+        )
         remote = tmp / "remote.git"
         _git(tmp, "init", "-q", "--bare", f"--initial-branch={branch}", str(remote))
         hook = remote / "hooks" / "post-receive"
-        hook.write_text(_HOOK.format(python=sys.executable, config=str(config)),
-                        encoding="utf-8")
+        hook.write_text(_HOOK.format(python=sys.executable, config=str(config)), encoding="utf-8")
         hook.chmod(0o755)
         sha = cls._seed(tmp / "seed", remote, DEMO_FILES if files is None else files, branch)
         return cls(root=tmp, port=port, initial_sha=sha, branch=branch)

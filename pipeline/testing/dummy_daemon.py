@@ -58,9 +58,12 @@ def dummy_pipeline(agent_s: float, tick_events: bool = False) -> RunPipeline:
                 log.warning("run %s: write rejected, lease lost; stopping the agent", ctx.run.id)
 
         result = run_command(
-            ["/bin/sh", "-c", AGENT_SCRIPT, "agent", str(ticks)], cwd=Path.cwd(),
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, stop=ctx.stop,
-            on_line=on_line, kill_grace_s=ctx.kill_grace_s,
+            ["/bin/sh", "-c", AGENT_SCRIPT, "agent", str(ticks)],
+            cwd=Path.cwd(),
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            stop=ctx.stop,
+            on_line=on_line,
+            kill_grace_s=ctx.kill_grace_s,
         )
         ctx.check()
         if result.returncode != 0:
@@ -90,17 +93,25 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def settings_from(args: argparse.Namespace) -> SchedulerSettings:
     heartbeat_s = args.heartbeat_s if args.heartbeat_s is not None else args.lease_s / 4
     return SchedulerSettings(
-        lease_s=args.lease_s, heartbeat_s=heartbeat_s, sweep_interval_s=args.sweep_interval_s,
-        claim_interval_s=args.claim_interval_s, kill_grace_s=args.kill_grace_s,
-        cancel_check_s=min(heartbeat_s, 1.0), max_recoveries=args.max_recoveries,
-        backoff_base_s=0.1, backoff_max_s=0.5,
+        lease_s=args.lease_s,
+        heartbeat_s=heartbeat_s,
+        sweep_interval_s=args.sweep_interval_s,
+        claim_interval_s=args.claim_interval_s,
+        kill_grace_s=args.kill_grace_s,
+        cancel_check_s=min(heartbeat_s, 1.0),
+        max_recoveries=args.max_recoveries,
+        backoff_base_s=0.1,
+        backoff_max_s=0.5,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s {args.owner} %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format=f"%(asctime)s {args.owner} %(levelname)s %(message)s",
+    )
     store = Store(args.database_url)
     store.upgrade()
     stopping = threading.Event()
@@ -110,9 +121,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    scheduler = Scheduler(store, dummy_pipeline(args.agent_s, args.tick_events),
-                          settings=settings_from(args), max_concurrency=args.max_concurrency,
-                          owner=args.owner)
+    scheduler = Scheduler(
+        store,
+        dummy_pipeline(args.agent_s, args.tick_events),
+        settings=settings_from(args),
+        max_concurrency=args.max_concurrency,
+        owner=args.owner,
+    )
     scheduler.start()
     print(f"ready {args.owner} pid {os.getpid()}", flush=True)
     while not stopping.wait(0.2):

@@ -55,15 +55,21 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "GIT_PROJECT_ROOT": str(self.server.root), "GIT_HTTP_EXPORT_ALL": "1",
-            "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
+            "GIT_PROJECT_ROOT": str(self.server.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": self.command,
             "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-            "CONTENT_LENGTH": str(len(body)), "REMOTE_USER": user, "REMOTE_ADDR": "127.0.0.1",
+            "CONTENT_LENGTH": str(len(body)),
+            "REMOTE_USER": user,
+            "REMOTE_ADDR": "127.0.0.1",
             "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
             "GIT_CONFIG_NOSYSTEM": "1",
         }
-        done = subprocess.run(["git", "http-backend"], input=body, env=env,
-                              capture_output=True, check=False)
+        done = subprocess.run(
+            ["git", "http-backend"], input=body, env=env, capture_output=True, check=False
+        )
         head, _, payload = done.stdout.partition(b"\r\n\r\n")
         status, headers = 200, []
         for line in head.decode("latin-1").split("\r\n"):
@@ -138,8 +144,12 @@ class GitHttpServer:
     def __enter__(self) -> GitHttpServer:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.close()
 
 
@@ -183,6 +193,10 @@ class SilentServer:
     def __enter__(self) -> SilentServer:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.close()

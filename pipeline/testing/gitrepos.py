@@ -8,16 +8,23 @@ from collections.abc import Mapping
 from pathlib import Path
 
 _IDENTITY = (
-    "-c", "user.name=afk test", "-c", "user.email=afk@test.invalid",
-    "-c", "commit.gpgsign=false",
+    "-c",
+    "user.name=afk test",
+    "-c",
+    "user.email=afk@test.invalid",
+    "-c",
+    "commit.gpgsign=false",
 )
 
 
 def git(cwd: Path, *args: str, input_data: bytes | None = None) -> str:
     """Run git in ``cwd`` with a fixed identity; return stdout, raise on failure."""
     proc = subprocess.run(
-        ["git", *_IDENTITY, *args], cwd=cwd, input=input_data or b"",
-        capture_output=True, check=False,
+        ["git", *_IDENTITY, *args],
+        cwd=cwd,
+        input=input_data or b"",
+        capture_output=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(
@@ -42,8 +49,11 @@ def make_remote(
 ) -> str:
     """A bare repository under ``tmp`` whose ``branch`` holds ``files``; returns its URL."""
     bare = tmp / f"{name}.git"
-    subprocess.run(["git", "init", "--bare", "--quiet", f"--initial-branch={branch}", str(bare)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "init", "--bare", "--quiet", f"--initial-branch={branch}", str(bare)],
+        check=True,
+        capture_output=True,
+    )
     with tempfile.TemporaryDirectory(dir=tmp) as work:
         root = Path(work)
         git(root, "init", "--quiet", f"--initial-branch={branch}")
@@ -60,8 +70,11 @@ def commit_to_remote(
     """Commit ``files`` on top of ``branch`` of the remote at ``url``; returns the new SHA."""
     with tempfile.TemporaryDirectory() as work:
         root = Path(work) / "clone"
-        subprocess.run(["git", "clone", "--quiet", "--branch", branch, url, str(root)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "clone", "--quiet", "--branch", branch, url, str(root)],
+            check=True,
+            capture_output=True,
+        )
         write_files(root, files)
         git(root, "add", "-A")
         git(root, "commit", "--quiet", "-m", message)

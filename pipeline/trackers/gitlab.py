@@ -158,8 +158,9 @@ class GitLabTracker:
 
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         path = f"{_project(slug)}/issues/{number}/notes"
-        return [parse_note(note, path) for note in self._notes(slug, number)
-                if not note.get("system")]
+        return [
+            parse_note(note, path) for note in self._notes(slug, number) if not note.get("system")
+        ]
 
     def _notes(self, slug: str, number: int) -> list[dict[str, Any]]:
         """Every note, system notes included, oldest first."""
@@ -198,8 +199,12 @@ class GitLabTracker:
         query = {"state": "opened", "source_branch": head, "target_branch": base}
         for raw in self.http.collect(path, query, next_page) or []:
             return text(as_dict(raw, path), "web_url", path)
-        payload = {"source_branch": head, "target_branch": base, "title": title,
-                   "description": body}
+        payload = {
+            "source_branch": head,
+            "target_branch": base,
+            "title": title,
+            "description": body,
+        }
         page = self.http.mutate("POST", path, payload)
         return text(as_dict(page.data, page.url), "web_url", page.url)
 

@@ -38,9 +38,7 @@ __all__ = [
 
 # GitHub check-run conclusions (octokit openapi ``check-run.conclusion``).
 _GH_OK = frozenset({"success", "neutral", "skipped"})
-_GH_FAILED = frozenset(
-    {"failure", "timed_out", "cancelled", "action_required", "startup_failure"}
-)
+_GH_FAILED = frozenset({"failure", "timed_out", "cancelled", "action_required", "startup_failure"})
 # Woodpecker ``StatusValue`` (server/model/const.go).
 _WP_OK = frozenset({"success", "skipped"})
 _WP_FAILED = frozenset({"failure", "error", "killed", "declined", "canceled"})
@@ -126,8 +124,11 @@ def judge_github(check_runs: Mapping[str, Any], combined: Mapping[str, Any]) -> 
     return _sum(failed, pending, details, hint)
 
 
-def judge_woodpecker(pipelines: Iterable[Mapping[str, Any]], sha: str,
-                     link: Callable[[Mapping[str, Any]], str] = lambda p: "") -> CiState:
+def judge_woodpecker(
+    pipelines: Iterable[Mapping[str, Any]],
+    sha: str,
+    link: Callable[[Mapping[str, Any]], str] = lambda p: "",
+) -> CiState:
     """The newest Woodpecker pipeline (highest ``number``) whose ``commit`` is ``sha``."""
     mine = [p for p in pipelines if p.get("commit") == sha]
     if not mine:
@@ -151,9 +152,17 @@ class WoodpeckerCiSource:
     the ``commit`` field here.
     """
 
-    def __init__(self, base_url: str, token: SecretRef | str | None, repo_id: str, *,
-                 pages: int = 2, per_page: int = 50, timeout_s: float = 15.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: SecretRef | str | None,
+        repo_id: str,
+        *,
+        pages: int = 2,
+        per_page: int = 50,
+        timeout_s: float = 15.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token, self.repo_id = token, repo_id
         self.pages, self.per_page, self.timeout_s = pages, per_page, timeout_s
@@ -173,8 +182,11 @@ class WoodpeckerCiSource:
         except httpx.HTTPError as exc:
             raise RetryableError("ci_network", f"woodpecker {self.base_url}{path}: {exc}") from exc
         if response.status_code in (401, 403, 404):
-            raise FatalError("ci_config", f"woodpecker {self.base_url}{path} answered "
-                             f"{response.status_code}; check ci.base_url, ci.repo_id, ci.token")
+            raise FatalError(
+                "ci_config",
+                f"woodpecker {self.base_url}{path} answered "
+                f"{response.status_code}; check ci.base_url, ci.repo_id, ci.token",
+            )
         if response.status_code >= 400:
             raise RetryableError("ci_http", f"woodpecker {path} answered {response.status_code}")
         data = response.json()
@@ -186,8 +198,12 @@ class WoodpeckerCiSource:
         return f"{self.base_url}/repos/{self.repo_id}/pipeline/{pipeline.get('number')}"
 
     def state(self, sha: str) -> CiState:
-        with httpx.Client(base_url=self.base_url, headers=self._headers(),
-                          timeout=self.timeout_s, transport=self.transport) as client:
+        with httpx.Client(
+            base_url=self.base_url,
+            headers=self._headers(),
+            timeout=self.timeout_s,
+            transport=self.transport,
+        ) as client:
             for page in range(1, self.pages + 1):
                 pipelines = self._page(client, page)
                 verdict = judge_woodpecker(pipelines, sha, self.link)
@@ -223,9 +239,16 @@ class CiOutcome:
         return self.state in ("none_appeared", "timeout")
 
 
-def watch_ci(source: CiSource, sha: str, ci: CiSettings, events: EventSink,
-             stop: StopToken | None, *, clock: Callable[[], float] = time.monotonic,
-             sleep: Callable[[float], object] | None = None) -> CiOutcome:
+def watch_ci(
+    source: CiSource,
+    sha: str,
+    ci: CiSettings,
+    events: EventSink,
+    stop: StopToken | None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] | None = None,
+) -> CiOutcome:
     """Poll ``source`` for ``sha`` until a verdict or a timeout.
 
     Transient source errors are recorded and polled through; configuration
@@ -244,20 +267,32 @@ def watch_ci(source: CiSource, sha: str, ci: CiSettings, events: EventSink,
             current = CiState("pending" if seen_any else "none")
         if current.state != last:
             last = current.state
-            events("ci", f"CI for {sha[:12]}: {current.state}",
-                   {"state": current.state, "details": list(current.details)[:20],
-                    "log_hint": current.log_hint})
+            events(
+                "ci",
+                f"CI for {sha[:12]}: {current.state}",
+                {
+                    "state": current.state,
+                    "details": list(current.details)[:20],
+                    "log_hint": current.log_hint,
+                },
+            )
         if current.state in ("success", "failure"):
             return CiOutcome(current.state, "\n".join(current.details), current.log_hint)
         seen_any = seen_any or current.state == "pending"
         elapsed = clock() - started
         if not seen_any and elapsed >= ci.appear_timeout_s:
-            return _give_up(events, "none_appeared",
-                            f"no CI appeared for {sha[:12]} within {ci.appear_timeout_s:.0f}s")
+            return _give_up(
+                events,
+                "none_appeared",
+                f"no CI appeared for {sha[:12]} within {ci.appear_timeout_s:.0f}s",
+            )
         if elapsed >= ci.timeout_s:
-            return _give_up(events, "timeout",
-                            f"CI for {sha[:12]} still pending after {ci.timeout_s:.0f}s:\n"
-                            + "\n".join(current.details))
+            return _give_up(
+                events,
+                "timeout",
+                f"CI for {sha[:12]} still pending after {ci.timeout_s:.0f}s:\n"
+                + "\n".join(current.details),
+            )
         pause(ci.poll_interval_s)
     return CiOutcome("stopped", f"stopped: {stop.reason if stop else ''}")
 

@@ -91,8 +91,9 @@ def _judge_http(probe: ProbeSettings, sha: str, response: httpx.Response) -> Pro
         except (ValueError, KeyError):
             return ProbeResult("failed", f"{line} (no JSON field {probe.json_field})")
         if not version_matches(reported, sha):
-            return ProbeResult("not_rolled_out",
-                               f"{line} ({probe.json_field}={reported!s:.60}, want {sha[:12]})")
+            return ProbeResult(
+                "not_rolled_out", f"{line} ({probe.json_field}={reported!s:.60}, want {sha[:12]})"
+            )
     return ProbeResult("ok", line)
 
 
@@ -108,17 +109,28 @@ def http_probe(probe: ProbeSettings, sha: str) -> ProbeResult:
     return _judge_http(probe, sha, response)
 
 
-def command_probe(probe: ProbeSettings, sha: str, *, cwd: Path | None = None,
-                  env: Mapping[str, str] | None = None,
-                  stop: StopToken | None = None) -> ProbeResult:
+def command_probe(
+    probe: ProbeSettings,
+    sha: str,
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stop: StopToken | None = None,
+) -> ProbeResult:
     """Run the probe's argv; exit 0 is healthy. The SHA is in ``$AFK_PUSHED_SHA``."""
     if not probe.command:
         return ProbeResult("failed", "command probe has no command")
     run_env = probe_env(os.environ if env is None else env)
     run_env[SHA_VAR] = sha
     try:
-        result = run_command(list(probe.command), cwd=cwd or Path.cwd(), env=run_env,
-                             timeout_s=probe.timeout_s, stop=stop, tail_lines=30)
+        result = run_command(
+            list(probe.command),
+            cwd=cwd or Path.cwd(),
+            env=run_env,
+            timeout_s=probe.timeout_s,
+            stop=stop,
+            tail_lines=30,
+        )
     except OSError as exc:
         return ProbeResult("failed", f"{probe.command[0]}: {exc}")
     verdict = "timed out" if result.timed_out else f"exit {result.returncode}"
@@ -135,8 +147,9 @@ def probe_env(env: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if mask(value) == value}
 
 
-def default_probe_runner(*, cwd: Path | None = None, env: Mapping[str, str] | None = None,
-                         stop: StopToken | None = None) -> ProbeRunner:
+def default_probe_runner(
+    *, cwd: Path | None = None, env: Mapping[str, str] | None = None, stop: StopToken | None = None
+) -> ProbeRunner:
     def run(probe: ProbeSettings, sha: str) -> ProbeResult:
         if probe.kind == "http":
             return http_probe(probe, sha)
@@ -147,8 +160,9 @@ def default_probe_runner(*, cwd: Path | None = None, env: Mapping[str, str] | No
     return run
 
 
-def measure(probes: tuple[ProbeSettings, ...], sha: str, runner: ProbeRunner
-            ) -> tuple[ProbeStatus, str]:
+def measure(
+    probes: tuple[ProbeSettings, ...], sha: str, runner: ProbeRunner
+) -> tuple[ProbeStatus, str]:
     """One measurement over every probe: failed beats not rolled out beats ok."""
     results = [runner(probe, sha) for probe in probes]
     output = _bounded("\n".join(result.output for result in results), 2 * OUTPUT_LIMIT)
@@ -161,9 +175,16 @@ def measure(probes: tuple[ProbeSettings, ...], sha: str, runner: ProbeRunner
 
 
 class _Analysis:
-    def __init__(self, deploy: DeploySettings, sha: str, events: EventSink,
-                 stop: StopToken | None, clock: Callable[[], float],
-                 sleep: Callable[[float], None], runner: ProbeRunner) -> None:
+    def __init__(
+        self,
+        deploy: DeploySettings,
+        sha: str,
+        events: EventSink,
+        stop: StopToken | None,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        runner: ProbeRunner,
+    ) -> None:
         self.deploy, self.sha, self.events, self.stop = deploy, sha, events, stop
         self.clock, self.sleep, self.runner = clock, sleep, runner
         self.started = clock()
@@ -182,9 +203,16 @@ class _Analysis:
         if status != "not_rolled_out":
             self.taken += 1
             self.failures += status == "failed"
-        self.events("deploy", f"measurement {attempt}: {status}", {
-            "status": status, "measurement": self.taken, "failures": self.failures,
-            "output": output})
+        self.events(
+            "deploy",
+            f"measurement {attempt}: {status}",
+            {
+                "status": status,
+                "measurement": self.taken,
+                "failures": self.failures,
+                "output": output,
+            },
+        )
 
     def outcome(self, verdict: Verdict, why: str) -> DeployOutcome:
         evidence = f"{why}\nlast probe output:\n{self.last_output}".strip()
@@ -202,25 +230,37 @@ class _Analysis:
             attempt += 1
             self.observe(attempt)
             if self.failures > deploy.failure_limit:
-                return self.outcome("broken", f"{self.failures} of {self.taken} measurements "
-                                    f"failed (failure_limit {deploy.failure_limit})")
+                return self.outcome(
+                    "broken",
+                    f"{self.failures} of {self.taken} measurements "
+                    f"failed (failure_limit {deploy.failure_limit})",
+                )
             if self.taken >= deploy.count:
-                return self.outcome("healthy", f"{self.taken} measurements, "
-                                    f"{self.failures} failed")
+                return self.outcome("healthy", f"{self.taken} measurements, {self.failures} failed")
             if self.past_deadline():
                 break
             self.sleep(deploy.interval_s)
         why = "stopped" if self.stopped() else "progress deadline passed"
-        return self.outcome("inconclusive", f"{why} after {self.taken} of {deploy.count} "
-                            f"measurements ({self.failures} failed, "
-                            f"{attempt - self.taken} not rolled out yet)")
+        return self.outcome(
+            "inconclusive",
+            f"{why} after {self.taken} of {deploy.count} "
+            f"measurements ({self.failures} failed, "
+            f"{attempt - self.taken} not rolled out yet)",
+        )
 
 
-def watch_deploy(deploy: DeploySettings, sha: str, events: EventSink, stop: StopToken | None,
-                 *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], object] | None = None,
-                 probe_runner: ProbeRunner | None = None, cwd: Path | None = None,
-                 env: Mapping[str, str] | None = None) -> DeployOutcome:
+def watch_deploy(
+    deploy: DeploySettings,
+    sha: str,
+    events: EventSink,
+    stop: StopToken | None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] | None = None,
+    probe_runner: ProbeRunner | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> DeployOutcome:
     """Watch the deploy of ``sha`` with the repo's probes; never raises for a bad deploy."""
     pause: Callable[[float], object] = sleep or (stop.wait if stop is not None else time.sleep)
     runner = probe_runner or default_probe_runner(cwd=cwd, env=env, stop=stop)

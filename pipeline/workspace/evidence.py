@@ -37,8 +37,9 @@ def new_evidence_dir(frozen_root: Path, run_id: int) -> Path:
     return candidate
 
 
-def freeze_tree(tree: GitRepo, *, strategy: str, checkout: GitRepo, target: Path,
-                run_id: int) -> None:
+def freeze_tree(
+    tree: GitRepo, *, strategy: str, checkout: GitRepo, target: Path, run_id: int
+) -> None:
     """Move a run's tree to ``target`` so nothing will clean it up."""
     if strategy == "clone":
         tree.where.rename(target)
@@ -53,8 +54,11 @@ def freeze_tree(tree: GitRepo, *, strategy: str, checkout: GitRepo, target: Path
 
 def write_manifest(evidence: Path, fields: Mapping[str, object]) -> None:
     """Write ``manifest.json`` with ``fields`` plus the freezing time, secrets masked."""
-    manifest = {**fields, "frozen_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "worktree": TREE}
+    manifest = {
+        **fields,
+        "frozen_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "worktree": TREE,
+    }
     text = json.dumps(mask_data(manifest), indent=2, default=str)
     (evidence / MANIFEST).write_text(text + "\n", encoding="utf-8")
 
@@ -63,13 +67,15 @@ def discard_evidence(frozen_root: Path, evidence: Path) -> None:
     """Delete one frozen run's evidence, unregistering its worktree from the checkout."""
     resolved = evidence.resolve()
     if resolved.parent != frozen_root.resolve() or not (resolved / MANIFEST).is_file():
-        raise FatalError("evidence", f"{evidence} is not a frozen run's evidence directory "
-                         f"under {frozen_root}")
+        raise FatalError(
+            "evidence", f"{evidence} is not a frozen run's evidence directory under {frozen_root}"
+        )
     tree = resolved / TREE
     manifest = json.loads((resolved / MANIFEST).read_text(encoding="utf-8"))
     if manifest.get("strategy") != "clone":  # a worktree: unlock and unregister it first
-        checkout = Path(manifest.get("checkout")
-                        or Path(manifest["original_path"]).parent.parent / "checkout")
+        checkout = Path(
+            manifest.get("checkout") or Path(manifest["original_path"]).parent.parent / "checkout"
+        )
         git = GitRunner(checkout_repo(checkout.parent))
         git.run("worktree", "unlock", str(tree))
         git.run("worktree", "remove", "--force", "--force", str(tree))

@@ -39,8 +39,11 @@ def git_crypt_key_path(repo: RepoSettings) -> Path | None:
     if ref.env is not None:
         value = os.environ.get(ref.env)
         if not value:
-            raise FatalError("config", f"repos.{repo.name}.git_crypt_key: environment "
-                             f"variable {ref.env} (the key file's path) is not set")
+            raise FatalError(
+                "config",
+                f"repos.{repo.name}.git_crypt_key: environment "
+                f"variable {ref.env} (the key file's path) is not set",
+            )
         return Path(value)
     return None
 
@@ -59,7 +62,8 @@ def prepare_clone(
     config = repo_dir / CLONE_CONFIG
     shutil.copyfile(checkout.config_source, config)
     GitRunner(None, stop, mirror.limits, cwd=path.parent).ok(
-        "clone", "--local", "--no-checkout", "--quiet", str(checkout.common_dir), str(path))
+        "clone", "--local", "--no-checkout", "--quiet", str(checkout.common_dir), str(path)
+    )
     clone = GitRepo.plain(path, config_source=config)
     try:
         git = GitRunner(clone, stop, mirror.limits)
@@ -92,11 +96,15 @@ def unlock_git_crypt(git: GitRunner, repo: RepoSettings) -> None:
     if key is None:
         return
     if not key.is_file():
-        raise FatalError("config", f"repos.{repo.name}.git_crypt_key: key file {key} "
-                         "does not exist")
+        raise FatalError(
+            "config", f"repos.{repo.name}.git_crypt_key: key file {key} does not exist"
+        )
     if shutil.which("git-crypt") is None:
-        raise FatalError("git_crypt", f"repo {repo.name} needs git-crypt, which is not "
-                         "installed (Debian/Ubuntu: apt-get install git-crypt)")
+        raise FatalError(
+            "git_crypt",
+            f"repo {repo.name} needs git-crypt, which is not "
+            "installed (Debian/Ubuntu: apt-get install git-crypt)",
+        )
     result = git.tool("git-crypt", "unlock", str(key))
     if not result.ok:
         raise FatalError("git_crypt", git.failure(result))

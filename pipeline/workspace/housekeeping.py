@@ -215,8 +215,9 @@ def _remove_empty_dirs(root: Path) -> None:
 def check_volume(volume: Path) -> Path:
     """The volume, resolved, after checking it exists and is writable."""
     if not volume.exists():
-        raise ConfigError(f"volume {volume}: does not exist; create it or set `volume` "
-                          "to an existing directory")
+        raise ConfigError(
+            f"volume {volume}: does not exist; create it or set `volume` to an existing directory"
+        )
     if not volume.is_dir():
         raise ConfigError(f"volume {volume}: is not a directory")
     probe = volume / f".write-test-{os.getpid()}"
@@ -229,7 +230,11 @@ def check_volume(volume: Path) -> Path:
 
 
 def tidy_repo(
-    repo_dir: Path, active: set[Path], report: HousekeepingReport, *, keep_prefix: str,
+    repo_dir: Path,
+    active: set[Path],
+    report: HousekeepingReport,
+    *,
+    keep_prefix: str,
     gits: Sequence[GitRunner],
 ) -> None:
     """Drop orphaned run trees and crashed clones, prune worktrees, ``gc --auto``.

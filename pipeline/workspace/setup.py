@@ -39,8 +39,10 @@ def copy_files(repo: RepoSettings, tree: GitRepo) -> None:
     for item in repo.copy_files:
         target = relative_inside(root, item.target, what=f"repos.{repo.name}.copy_files")
         if not item.source.is_file():
-            raise FatalError("config", f"repos.{repo.name}.copy_files: source "
-                             f"{item.source} is missing or not a file")
+            raise FatalError(
+                "config",
+                f"repos.{repo.name}.copy_files: source {item.source} is missing or not a file",
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(item.source, target)
         pattern = "/" + Path(item.target).as_posix().lstrip("./")
@@ -51,20 +53,29 @@ def copy_files(repo: RepoSettings, tree: GitRepo) -> None:
 
 
 def run_setup(
-    repo: RepoSettings, workdir: Path, jail: Jail,
-    events: EventSink, stop: StopToken | None,
+    repo: RepoSettings,
+    workdir: Path,
+    jail: Jail,
+    events: EventSink,
+    stop: StopToken | None,
 ) -> float:
     """Run every setup command in ``workdir``, confined; return their total duration in seconds."""
     total = 0.0
     for command in repo.setup_commands:
         raise_if_stopped(stop)
-        result = jail.run(shell_argv(command), cwd=workdir, env=jail.environment(),
-                          events=events, stop=stop)
+        result = jail.run(
+            shell_argv(command), cwd=workdir, env=jail.environment(), events=events, stop=stop
+        )
         total += result.duration_s
-        events("setup", f"setup `{command}` exited {result.returncode} "
-               f"in {result.duration_s:.1f}s",
-               {"command": command, "returncode": result.returncode,
-                "duration_s": round(result.duration_s, 3)})
+        events(
+            "setup",
+            f"setup `{command}` exited {result.returncode} in {result.duration_s:.1f}s",
+            {
+                "command": command,
+                "returncode": result.returncode,
+                "duration_s": round(result.duration_s, 3),
+            },
+        )
         if result.stopped:
             raise_if_stopped(stop)
         if result.ok:

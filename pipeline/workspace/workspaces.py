@@ -195,8 +195,11 @@ class Workspaces:
         """A clean, warm worktree for one run on ``afk/<issue>-<run>``, set up."""
         started = time.monotonic()
         if repo.workspace not in STRATEGIES:
-            raise FatalError("config", f"repos.{repo.name}.workspace {repo.workspace!r}: "
-                             f"must be one of {', '.join(STRATEGIES)}")
+            raise FatalError(
+                "config",
+                f"repos.{repo.name}.workspace {repo.workspace!r}: "
+                f"must be one of {', '.join(STRATEGIES)}",
+            )
         branch = branch_name(issue_ref, run_id)
         try:
             tree, base_sha = self._checkout_run_tree(repo, branch, stop)
@@ -216,18 +219,38 @@ class Workspaces:
                 raise self.disk_full(f"no space left on device: {exc}", events) from exc
             raise
         ws = PreparedWorkspace(
-            repo=repo.name, path=path, workdir=workdir, branch=branch, base_sha=base_sha,
-            env=env, setup_s=setup_s, strategy=repo.workspace, git=tree,
-            mirror=self.mirror(repo).path, keep_dirs=repo.keep_dirs,
-            prepare_s=time.monotonic() - started, jail=jail,
+            repo=repo.name,
+            path=path,
+            workdir=workdir,
+            branch=branch,
+            base_sha=base_sha,
+            env=env,
+            setup_s=setup_s,
+            strategy=repo.workspace,
+            git=tree,
+            mirror=self.mirror(repo).path,
+            keep_dirs=repo.keep_dirs,
+            prepare_s=time.monotonic() - started,
+            jail=jail,
         )
-        events("setup", f"workspace ready on {branch} at {base_sha[:12]}",
-               {"strategy": ws.strategy, "base_sha": base_sha, "setup_s": round(setup_s, 3),
-                "prepare_s": round(ws.prepare_s, 3), "path": str(path)})
+        events(
+            "setup",
+            f"workspace ready on {branch} at {base_sha[:12]}",
+            {
+                "strategy": ws.strategy,
+                "base_sha": base_sha,
+                "setup_s": round(setup_s, 3),
+                "prepare_s": round(ws.prepare_s, 3),
+                "path": str(path),
+            },
+        )
         return ws
 
     def _jail(
-        self, repo: RepoSettings, tree: Path, cache_env: Mapping[str, str],
+        self,
+        repo: RepoSettings,
+        tree: Path,
+        cache_env: Mapping[str, str],
         base_env: Mapping[str, str],
     ) -> Jail:
         """The run's sandbox (unconfined when no jailer was given: tools and tests)."""
@@ -241,8 +264,11 @@ class Workspaces:
     def _workdir(repo: RepoSettings, path: Path, base_sha: str) -> Path:
         workdir = relative_inside(path, repo.workdir, what=f"repos.{repo.name}.workdir")
         if not workdir.is_dir():
-            raise FatalError("config", f"repos.{repo.name}.workdir {repo.workdir!r} "
-                             f"does not exist at {base_sha[:12]} of {repo.slug}")
+            raise FatalError(
+                "config",
+                f"repos.{repo.name}.workdir {repo.workdir!r} "
+                f"does not exist at {base_sha[:12]} of {repo.slug}",
+            )
         return workdir
 
     def _abandon(self, repo: RepoSettings, path: Path) -> None:
@@ -265,21 +291,33 @@ class Workspaces:
             mirror = self.mirror(repo)
             base_sha = mirror.sha(f"refs/heads/{repo.default_branch}")
             if base_sha is None:
-                raise FatalError("git", f"repo {repo.name}: the remote has no branch "
-                                 f"{repo.default_branch!r} (repos.{repo.name}.default_branch)")
+                raise FatalError(
+                    "git",
+                    f"repo {repo.name}: the remote has no branch "
+                    f"{repo.default_branch!r} (repos.{repo.name}.default_branch)",
+                )
             worktrees = repo_dir / "worktrees"
             worktrees.mkdir(exist_ok=True)
             # An agent orphaned by a killed daemon must not edit the next run's tree.
             stragglers = kill_stragglers(worktrees)
             if stragglers:
-                log.warning("%s: killed %d leftover process(es) of an earlier run: %s",
-                            repo.name, len(stragglers), stragglers)
+                log.warning(
+                    "%s: killed %d leftover process(es) of an earlier run: %s",
+                    repo.name,
+                    len(stragglers),
+                    stragglers,
+                )
             if repo.workspace == "clone":
                 tree = prepare_clone(mirror, worktrees / "clone", branch, base_sha, stop)
             else:
                 slot = self._free_slot(worktrees)
-                tree = reset_slot(checkout, slot, repo, (branch, base_sha),
-                                  GitRunner(checkout, stop, self.git_limits))
+                tree = reset_slot(
+                    checkout,
+                    slot,
+                    repo,
+                    (branch, base_sha),
+                    GitRunner(checkout, stop, self.git_limits),
+                )
             try:
                 copy_files(repo, tree)
             except BaseException:
@@ -301,8 +339,10 @@ class Workspaces:
         the caller): the message says where, and what eviction freed.
         """
         report = self.evict()
-        message = (f"{detail} (volume {self.volume}); evicted {len(report.evicted)} cache "
-                   f"entries ({report.evicted_bytes} bytes); the run will be retried")
+        message = (
+            f"{detail} (volume {self.volume}); evicted {len(report.evicted)} cache "
+            f"entries ({report.evicted_bytes} bytes); the run will be retried"
+        )
         events("setup", "disk full: " + message, {"evicted_bytes": report.evicted_bytes})
         return DiskFull(message)
 
@@ -326,7 +366,8 @@ class Workspaces:
             GitRunner(ws.git, None, self.git_limits).ok("checkout", "--quiet", "--detach")
             if succeeded:
                 GitRunner(checkout_repo(repo_dir), None, self.git_limits).ok(
-                    "branch", "-D", "--quiet", ws.branch)
+                    "branch", "-D", "--quiet", ws.branch
+                )
 
     def keep_evidence(
         self,
@@ -345,14 +386,28 @@ class Workspaces:
             self._busy.discard(ws.path)
             if head_sha is None:
                 head_sha = GitRunner(ws.git).ok("rev-parse", "HEAD").strip()
-            freeze_tree(ws.git, strategy=ws.strategy, checkout=checkout_repo(repo_dir),
-                        target=evidence / TREE, run_id=run_id)
-        write_manifest(evidence, {
-            "run_id": run_id, "repo": repo, "reason": reason, "strategy": ws.strategy,
-            "branch": ws.branch, "base_sha": ws.base_sha, "head_sha": head_sha,
-            "original_path": str(ws.path), "checkout": str(repo_dir / "checkout"),
-            "extra": dict(extra or {}),
-        })
+            freeze_tree(
+                ws.git,
+                strategy=ws.strategy,
+                checkout=checkout_repo(repo_dir),
+                target=evidence / TREE,
+                run_id=run_id,
+            )
+        write_manifest(
+            evidence,
+            {
+                "run_id": run_id,
+                "repo": repo,
+                "reason": reason,
+                "strategy": ws.strategy,
+                "branch": ws.branch,
+                "base_sha": ws.base_sha,
+                "head_sha": head_sha,
+                "original_path": str(ws.path),
+                "checkout": str(repo_dir / "checkout"),
+                "extra": dict(extra or {}),
+            },
+        )
         return evidence
 
     def discard_evidence(self, evidence: Path) -> None:
@@ -386,9 +441,12 @@ class Workspaces:
         capacity = volume_capacity(self.volume, self.settings.capacity_bytes)
         usage = volume_usage(self.volume, self.settings.capacity_bytes)
         evicted, freed = evict_caches(
-            self.cache_root, usage=usage, capacity=capacity,
+            self.cache_root,
+            usage=usage,
+            capacity=capacity,
             high_watermark=self.settings.high_watermark,
-            low_watermark=self.settings.low_watermark, protected=protected,
+            low_watermark=self.settings.low_watermark,
+            protected=protected,
         )
         report.capacity, report.usage_before = capacity, usage
         report.evicted.extend(evicted)

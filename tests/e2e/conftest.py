@@ -83,8 +83,8 @@ def local_config(
     env_table = "".join(f'{k} = "{v}"\n' for k, v in (agent_env or {}).items())
     config = tmp_path / "pipeline.toml"
     config.write_text(f"""
-database_url = "sqlite:///{tmp_path / 'history.db'}"
-volume = "{tmp_path / 'volume'}"
+database_url = "sqlite:///{tmp_path / "history.db"}"
+volume = "{tmp_path / "volume"}"
 poll_interval_s = 0.5
 [scheduler]
 lease_s = 10

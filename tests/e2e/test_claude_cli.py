@@ -155,8 +155,10 @@ def test_failing_test_then_fix_gives_one_trailered_commit(
     assert result.tool_calls == 5
     tools = [message for _, message, _ in sink.of_kind("tool")]
     assert tools[:4] == [
-        "Write test_calc.py", "Bash python3 -m unittest discover -q; true",
-        "Read calc.py", "Edit calc.py",
+        "Write test_calc.py",
+        "Bash python3 -m unittest discover -q; true",
+        "Read calc.py",
+        "Edit calc.py",
     ]
     assert ISSUE.title in json.dumps(api.main_requests[0]["messages"])
     seen_env = env_dump.read_text()
@@ -180,7 +182,8 @@ def test_red_gate_resumes_the_session_with_the_failure(
     outcome = _run(project, _preset(claude_bin, api), RecordingSink())
     assert outcome.fix_iterations == 1 and len(project.commits()) == 1
     resumed = [
-        json.dumps(body["messages"]) for body in api.main_requests
+        json.dumps(body["messages"])
+        for body in api.main_requests
         if "The test suite is red" in json.dumps(body["messages"])
     ]
     assert resumed, "the fix request never reached the model"
@@ -279,7 +282,8 @@ def test_cli_lingering_after_its_result_is_killed_and_the_run_succeeds(
     ]
     started = time.monotonic()
     outcome = _run(
-        project, _preset(claude_bin, api, command=(str(wrapper),), exit_grace_s=1.0),
+        project,
+        _preset(claude_bin, api, command=(str(wrapper),), exit_grace_s=1.0),
         RecordingSink(),
     )
     assert outcome.agent.lingered and len(project.commits()) == 1

@@ -71,8 +71,9 @@ def test_conflict_during_the_run_is_resolved_by_the_agent(
     cli("db", "upgrade")
     cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
     log = tmp_path / "daemon.log"
-    colleague = threading.Thread(target=_colleague, args=(tmp_path / "volume" / "homes" / "calc",
-                                                         remote), daemon=True)
+    colleague = threading.Thread(
+        target=_colleague, args=(tmp_path / "volume" / "homes" / "calc", remote), daemon=True
+    )
     colleague.start()
     daemon = cli.daemon(log)
     try:
@@ -89,6 +90,10 @@ def test_conflict_during_the_run_is_resolved_by_the_agent(
     assert sorted(files) == ["app/calc.py", "test_mul.py"]
     assert git(Path(remote), "log", "-1", "--format=%s", "main~1").strip() == "colleague adds sub"
     assert f"Afk-Run: {runs[0]['id']}" in git(Path(remote), "log", "-1", "--format=%B", "main")
-    for line in ("rebase conflict", "the agent resolved the conflict", "kept both sub and mul",
-                 "added mul; meanwhile a colleague pushed sub"):
+    for line in (
+        "rebase conflict",
+        "the agent resolved the conflict",
+        "kept both sub and mul",
+        "added mul; meanwhile a colleague pushed sub",
+    ):
         assert line in shown, line

@@ -23,9 +23,16 @@ REQUIRE_TOOLS = os.environ.get("PIPELINE_TEST_REQUIRE_TOOLS") == "1"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 XSS_TITLE = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
 CHROMIUM_ARGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--window-size=1280,900",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
 )
 
 
@@ -64,8 +71,14 @@ def driver(tmp_path: Path) -> Iterator[object]:
 @pytest.fixture
 def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
     with running_api(sqlite_url, tmp_path) as harness:
-        issue = harness.store.upsert_issue("alpha", tracker="gh", number=41, title=XSS_TITLE,
-                                           author="mallory", url="https://example.invalid/41")
+        issue = harness.store.upsert_issue(
+            "alpha",
+            tracker="gh",
+            number=41,
+            title=XSS_TITLE,
+            author="mallory",
+            url="https://example.invalid/41",
+        )
         harness.store.enqueue("alpha", issue_id=issue.id)
         yield harness
 
@@ -81,22 +94,53 @@ def play_a_run(api: ApiHarness) -> None:
     run = api.claim()
     store, owner, attempt = api.store, OWNER, run.attempt
     store.transition(run.id, owner, attempt, "implementing", "agent started (claude)")
-    store.append_event(run.id, owner, attempt, "tool", "Edit src/greeter/core.py",
-                       {"tool": "Edit", "path": "src/greeter/core.py"})
-    store.append_event(run.id, owner, attempt, "tool", "Bash: python -m unittest",
-                       {"tool": "Bash"})
-    store.update_run(run.id, owner, attempt, cost_usd=0.42, tokens_in=5100, tokens_out=800,
-                     num_turns=7, pushed_sha="4be1c0ffee1234567890abcdef")
+    store.append_event(
+        run.id,
+        owner,
+        attempt,
+        "tool",
+        "Edit src/greeter/core.py",
+        {"tool": "Edit", "path": "src/greeter/core.py"},
+    )
+    store.append_event(run.id, owner, attempt, "tool", "Bash: python -m unittest", {"tool": "Bash"})
+    store.update_run(
+        run.id,
+        owner,
+        attempt,
+        cost_usd=0.42,
+        tokens_in=5100,
+        tokens_out=800,
+        num_turns=7,
+        pushed_sha="4be1c0ffee1234567890abcdef",
+    )
     store.transition(run.id, owner, attempt, "testing")
-    store.append_event(run.id, owner, attempt, "test", "tests passed",
-                       {"exit_code": 0, "tail": "...\nRan 12 tests in 0.031s\n\nOK"})
+    store.append_event(
+        run.id,
+        owner,
+        attempt,
+        "test",
+        "tests passed",
+        {"exit_code": 0, "tail": "...\nRan 12 tests in 0.031s\n\nOK"},
+    )
     store.transition(run.id, owner, attempt, "publishing")
     store.append_event(run.id, owner, attempt, "publish", "pushed 4be1c0ffee12 to main")
     store.transition(run.id, owner, attempt, "watching")
-    store.append_event(run.id, owner, attempt, "ci", "CI passed for 4be1c0ffee12",
-                       {"state": "success", "checks": 3})
-    store.append_event(run.id, owner, attempt, "deploy", "deploy healthy: 3/3 probes",
-                       {"url": "http://127.0.0.1:8080/version", "status": 200})
+    store.append_event(
+        run.id,
+        owner,
+        attempt,
+        "ci",
+        "CI passed for 4be1c0ffee12",
+        {"state": "success", "checks": 3},
+    )
+    store.append_event(
+        run.id,
+        owner,
+        attempt,
+        "deploy",
+        "deploy healthy: 3/3 probes",
+        {"url": "http://127.0.0.1:8080/version", "status": 200},
+    )
     store.finish(run.id, owner, attempt, "succeeded", summary="Greeting now says hello twice.")
 
 
@@ -147,8 +191,12 @@ def test_unfreeze_from_the_repos_page(driver: object, api: ApiHarness) -> None:
     form = row.find_element(By.CSS_SELECTOR, "form.action")
     form.find_element(By.NAME, "token").send_keys("wrong")
     form.find_element(By.CSS_SELECTOR, "button").click()
-    wait(driver, ec.text_to_be_present_in_element((By.CSS_SELECTOR, 'tr[data-repo="beta"] output'),
-                                                  "wrong API token"))
+    wait(
+        driver,
+        ec.text_to_be_present_in_element(
+            (By.CSS_SELECTOR, 'tr[data-repo="beta"] output'), "wrong API token"
+        ),
+    )
     repo = api.store.get_repo("beta")
     assert repo is not None and repo.frozen
     token = form.find_element(By.NAME, "token")
@@ -156,7 +204,11 @@ def test_unfreeze_from_the_repos_page(driver: object, api: ApiHarness) -> None:
     token.send_keys(TOKEN)
     form.find_element(By.NAME, "note").send_keys("checked by hand")
     form.find_element(By.CSS_SELECTOR, "button").click()
-    wait(driver, ec.text_to_be_present_in_element(
-        (By.CSS_SELECTOR, 'tr[data-repo="beta"] .badge'), "active"))
+    wait(
+        driver,
+        ec.text_to_be_present_in_element(
+            (By.CSS_SELECTOR, 'tr[data-repo="beta"] .badge'), "active"
+        ),
+    )
     repo = api.store.get_repo("beta")
     assert repo is not None and not repo.frozen

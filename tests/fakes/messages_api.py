@@ -253,11 +253,14 @@ def _block_events(index: int, block: dict[str, Any]) -> Iterator[tuple[str, dict
     else:
         start = {**block, "input": {}}
         delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-    yield "content_block_start", {
-        "type": "content_block_start",
-        "index": index,
-        "content_block": start,
-    }
+    yield (
+        "content_block_start",
+        {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": start,
+        },
+    )
     yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
     yield "content_block_stop", {"type": "content_block_stop", "index": index}
 

@@ -43,13 +43,15 @@ class ApiHarness:
         self.store.transition(run.id, OWNER, run.attempt, "implementing")
         if facts:
             self.store.update_run(run.id, OWNER, run.attempt, **facts)
-        self.store.append_event(run.id, OWNER, run.attempt, "test", "tests passed",
-                                {"tail": "3 passed in 0.1s"})
+        self.store.append_event(
+            run.id, OWNER, run.attempt, "test", "tests passed", {"tail": "3 passed in 0.1s"}
+        )
         return self.store.finish(run.id, OWNER, run.attempt, state)
 
 
-def make_settings(database_url: str, tmp_path: Path, *, token: bool = True,
-                  **overrides: Any) -> Settings:
+def make_settings(
+    database_url: str, tmp_path: Path, *, token: bool = True, **overrides: Any
+) -> Settings:
     token_ref = SecretRef()
     if token:
         token_file = tmp_path / "api-token"
@@ -65,9 +67,14 @@ def make_settings(database_url: str, tmp_path: Path, *, token: bool = True,
 
 
 @contextmanager
-def running_api(database_url: str, tmp_path: Path, *, token: bool = True,
-                app_kwargs: dict[str, Any] | None = None,
-                **overrides: Any) -> Iterator[ApiHarness]:
+def running_api(
+    database_url: str,
+    tmp_path: Path,
+    *,
+    token: bool = True,
+    app_kwargs: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Iterator[ApiHarness]:
     """A migrated store with repos ``alpha`` and ``beta``, served on a free port."""
     store = Store(database_url)
     store.upgrade()
@@ -111,9 +118,13 @@ class SseReader:
                 self.comments.append(line[1:].strip())
             elif line == "":
                 if "event" in current:
-                    found.append(SseMessage(
-                        int(current["id"]) if "id" in current else None,
-                        current["event"], json.loads(current.get("data", "{}"))))
+                    found.append(
+                        SseMessage(
+                            int(current["id"]) if "id" in current else None,
+                            current["event"],
+                            json.loads(current.get("data", "{}")),
+                        )
+                    )
                 current = {}
             else:
                 key, _, value = line.partition(":")

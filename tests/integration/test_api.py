@@ -38,8 +38,13 @@ def test_health_reports_load_and_capacity(api: ApiHarness) -> None:
     resp = api.client.get("/health")
     assert resp.status_code == 200
     assert resp.json() == {
-        "status": "ok", "database": "ok", "busy": False, "active": 1, "queued": 1,
-        "capacity": 10, "frozen_repos": ["beta"],
+        "status": "ok",
+        "database": "ok",
+        "busy": False,
+        "active": 1,
+        "queued": 1,
+        "capacity": 10,
+        "frozen_repos": ["beta"],
     }
 
 
@@ -172,8 +177,9 @@ def test_run_detail_has_events_and_log(api: ApiHarness) -> None:
     assert "tests passed" in log.text and log.text.count("\n") == 8
 
 
-@pytest.mark.parametrize("path", ["/api/runs/999", "/api/runs/99999999999999999999",
-                                  "/api/runs/999/log", "/api/runs/0"])
+@pytest.mark.parametrize(
+    "path", ["/api/runs/999", "/api/runs/99999999999999999999", "/api/runs/999/log", "/api/runs/0"]
+)
 def test_unknown_run_is_404(sqlite_url: str, tmp_path: Path, path: str) -> None:
     """A run id that does not exist (or cannot) answers 404 with a JSON error."""
     with running_api(sqlite_url, tmp_path) as api:
@@ -213,8 +219,9 @@ def test_webhook_is_delegated_to_the_handler(sqlite_url: str, tmp_path: Path) ->
         return 202, {"accepted": True}
 
     with running_api(sqlite_url, tmp_path, app_kwargs={"webhook_handler": handler}) as api:
-        resp = api.client.post("/webhooks/gh", content=b'{"x":1}',
-                               headers={"X-Hub-Signature-256": "sha256=abc"})
+        resp = api.client.post(
+            "/webhooks/gh", content=b'{"x":1}', headers={"X-Hub-Signature-256": "sha256=abc"}
+        )
     assert resp.status_code == 202 and resp.json() == {"accepted": True}
     tracker, headers, body = seen[0]
     assert tracker == "gh" and body == b'{"x":1}'

@@ -15,8 +15,9 @@ EVIL = "<script>alert('x')</script>"
 @pytest.fixture
 def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
     with running_api(sqlite_url, tmp_path) as harness:
-        issue = harness.store.upsert_issue("alpha", tracker="gh", number=7, title=EVIL,
-                                           author="x", url="javascript:alert(1)")
+        issue = harness.store.upsert_issue(
+            "alpha", tracker="gh", number=7, title=EVIL, author="x", url="javascript:alert(1)"
+        )
         harness.store.enqueue("alpha", issue_id=issue.id)
         harness.store.enqueue("beta", kind="fix_forward")
         yield harness

@@ -35,8 +35,9 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiHarness]:
     url = f"sqlite:///{tmp_path / 'history.db'}"
     with running_api(url, tmp_path, max_queue_depth=50) as api:
         api.store.ensure_repo("demo")
-        issue = api.store.upsert_issue("demo", tracker="gh", number=1, title="t", author="a",
-                                       url="https://example.invalid/1")
+        issue = api.store.upsert_issue(
+            "demo", tracker="gh", number=1, title="t", author="a", url="https://example.invalid/1"
+        )
         api.store.enqueue("demo", issue_id=issue.id)
         api.finish(api.claim(), cost_usd=0.1)
         api.store.enqueue("alpha")

@@ -49,8 +49,13 @@ def test_events_arrive_in_order_with_names(api: ApiHarness) -> None:
         api.client.post("/api/runs/2/cancel", headers=AUTH)
         got = reader.next_messages(7)
     assert [(m.event, m.data["run_id"]) for m in got] == [
-        ("run.queued", 1), ("run.queued", 2), ("run.started", 1), ("run.progress", 1),
-        ("run.progress", 1), ("run.succeeded", 1), ("run.cancelled", 2),
+        ("run.queued", 1),
+        ("run.queued", 2),
+        ("run.started", 1),
+        ("run.progress", 1),
+        ("run.progress", 1),
+        ("run.succeeded", 1),
+        ("run.cancelled", 2),
     ]
     ids = [m.id for m in got]
     assert ids == sorted(ids) and len(set(ids)) == 7
@@ -151,11 +156,13 @@ MAPPING_CASES = [
 
 
 @pytest.mark.parametrize(("kind", "data", "name"), MAPPING_CASES)
-def test_event_names_follow_the_documented_mapping(kind: str, data: dict[str, object],
-                                                   name: str) -> None:
+def test_event_names_follow_the_documented_mapping(
+    kind: str, data: dict[str, object], name: str
+) -> None:
     """Stored event kinds and states map to the documented SSE event names."""
-    event = RunEvent(id=1, run_id=1, attempt=0, ts=datetime(2026, 1, 1), kind=kind,
-                     message="m", data=dict(data))
+    event = RunEvent(
+        id=1, run_id=1, attempt=0, ts=datetime(2026, 1, 1), kind=kind, message="m", data=dict(data)
+    )
     assert event_name(event) == name
 
 
@@ -181,8 +188,10 @@ def test_stream_ends_cleanly_when_the_database_fails(sqlite_url: str, tmp_path: 
     store.upgrade()
     handle = serve(create_app(store, make_settings(sqlite_url, tmp_path), sse_poll_s=0.05))
     try:
-        with httpx.Client(base_url=handle.url, timeout=10) as client, \
-                client.stream("GET", "/api/events") as resp:
+        with (
+            httpx.Client(base_url=handle.url, timeout=10) as client,
+            client.stream("GET", "/api/events") as resp,
+        ):
             lines = resp.iter_lines()
             assert next(lines) == "retry: 2000"
             store.broken = True

@@ -107,8 +107,9 @@ def test_enqueue_bad_body_is_422_naming_the_field(
 ) -> None:
     """A malformed body is a 422 whose message names the offending field."""
     with running_api(sqlite_url, tmp_path) as api:
-        resp = api.client.post("/api/runs", content=body,
-                               headers={**AUTH, "Content-Type": "application/json"})
+        resp = api.client.post(
+            "/api/runs", content=body, headers={**AUTH, "Content-Type": "application/json"}
+        )
     assert resp.status_code == 422, resp.text
     assert resp.json()["field"] == field and resp.json()["error"].startswith(field + ":")
 
@@ -116,8 +117,9 @@ def test_enqueue_bad_body_is_422_naming_the_field(
 def test_enqueue_when_queue_full_is_429_with_retry_after(sqlite_url: str, tmp_path: Path) -> None:
     """At max_queue_depth, POST /api/runs answers 429 with Retry-After and queues nothing."""
     with running_api(sqlite_url, tmp_path, max_queue_depth=2) as api:
-        codes = [api.client.post("/api/runs", json={"repo": "alpha"}, headers=AUTH)
-                 for _ in range(3)]
+        codes = [
+            api.client.post("/api/runs", json={"repo": "alpha"}, headers=AUTH) for _ in range(3)
+        ]
         total = api.store.count_runs()
     assert [r.status_code for r in codes] == [202, 202, 429]
     full = codes[2]
@@ -162,15 +164,17 @@ def test_actions_on_unknown_runs_are_404(api: ApiHarness, action: str) -> None:
 
 def test_freeze_and_unfreeze_a_repo(api: ApiHarness) -> None:
     """Freeze then unfreeze a repo with notes; repeating reports changed=false."""
-    frozen = api.client.post("/api/repos/alpha/freeze", json={"note": "deploys flaky"},
-                             headers=AUTH)
+    frozen = api.client.post(
+        "/api/repos/alpha/freeze", json={"note": "deploys flaky"}, headers=AUTH
+    )
     assert frozen.status_code == 200
     assert frozen.json()["frozen"] is True and frozen.json()["changed"] is True
     assert frozen.json()["frozen_reason"] == "deploys flaky"
     twice = api.client.post("/api/repos/alpha/freeze", headers=AUTH)
     assert twice.status_code == 200 and twice.json()["changed"] is False
-    thawed = api.client.post("/api/repos/alpha/unfreeze", json={"note": "fixed by hand"},
-                             headers=AUTH)
+    thawed = api.client.post(
+        "/api/repos/alpha/unfreeze", json={"note": "fixed by hand"}, headers=AUTH
+    )
     assert thawed.status_code == 200 and thawed.json()["frozen"] is False
     escalations = api.store.list_escalations("alpha")
     assert escalations[0].acknowledged_by == "api: fixed by hand"
@@ -179,8 +183,9 @@ def test_freeze_and_unfreeze_a_repo(api: ApiHarness) -> None:
 def test_freeze_unknown_repo_is_404_and_bad_note_422(api: ApiHarness) -> None:
     """Freezing an unknown repo is 404; a non-string note is 422 naming 'note'."""
     missing = api.client.post("/api/repos/zeta/freeze", json={"note": "x"}, headers=AUTH)
-    surrogate = api.client.post("/api/repos/alpha/freeze", content=b'{"note": "\\udfff"}',
-                                headers=AUTH)
+    surrogate = api.client.post(
+        "/api/repos/alpha/freeze", content=b'{"note": "\\udfff"}', headers=AUTH
+    )
     assert surrogate.status_code == 422 and surrogate.json()["field"] == "note"
     bad = api.client.post("/api/repos/alpha/freeze", json={"note": 5}, headers=AUTH)
     assert missing.status_code == 404 and "'zeta'" in missing.json()["error"]

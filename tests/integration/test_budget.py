@@ -43,10 +43,12 @@ def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
 ) -> None:
     """Spending past daily_budget_usd excludes the repo from claims; one escalation is sent."""
     repos = (
-        RepoSettings(name="web", tracker="local", slug="acme/web", remote_url="x",
-                     daily_budget_usd=1.0),
-        RepoSettings(name="api", tracker="local", slug="acme/api", remote_url="x",
-                     daily_budget_usd=100.0),
+        RepoSettings(
+            name="web", tracker="local", slug="acme/web", remote_url="x", daily_budget_usd=1.0
+        ),
+        RepoSettings(
+            name="api", tracker="local", slug="acme/api", remote_url="x", daily_budget_usd=100.0
+        ),
     )
     settings = Settings(database_url=store.url, volume=tmp_path, repos=repos)
     store.sync_repos(repos)
@@ -65,5 +67,9 @@ def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
     assert [kind for _, kind in notifier.sent] == ["escalation"]
     assert [e.reason for e in store.list_escalations("web")] == ["daily_budget"]
     store.enqueue("web")
-    assert store.claim_next("tester", max_concurrency=5, lease_s=30,
-                            exclude_repo_ids=guard.over_budget()) is None
+    assert (
+        store.claim_next(
+            "tester", max_concurrency=5, lease_s=30, exclude_repo_ids=guard.over_budget()
+        )
+        is None
+    )

@@ -99,8 +99,13 @@ class World:
         script, plan = self.agent_dir / "agent.py", self.agent_dir / "plan.json"
         script.write_text(_AGENT)
         plan.write_text(json.dumps([[*IMPLEMENT, ["sh", self.push_theirs()]], resolution]))
-        argv = (sys.executable, str(script), str(plan), str(self.agent_dir / "count"),
-                "{prompt_file}")
+        argv = (
+            sys.executable,
+            str(script),
+            str(plan),
+            str(self.agent_dir / "count"),
+            "{prompt_file}",
+        )
         return AgentPreset(name="scripted", kind="command", command=argv)
 
     def prompts(self) -> list[Path]:
@@ -110,9 +115,13 @@ class World:
         root = self.project.root
         return (root / git(root, "rev-parse", "--git-path", "rebase-merge")).exists()
 
-    def run(self, resolution: Plan, env: Mapping[str, str] | None = None,
-            before_publish: Callable[[], object] | None = None,
-            **push: object) -> PublishResult:
+    def run(
+        self,
+        resolution: Plan,
+        env: Mapping[str, str] | None = None,
+        before_publish: Callable[[], object] | None = None,
+        **push: object,
+    ) -> PublishResult:
         """Implement, then publish with the agent as the conflict resolver."""
         env = dict(env or base_env())
         repo = self.repo(**push)
@@ -121,23 +130,52 @@ class World:
         jail = Jail.unconfined(root, env, self.project.home)
         mirror = self.project.outside / "mirror.git"
         Mirror(mirror, repo).create(None)
-        outcome = implement(run_id=42, issue=ISSUE, repo=repo, agent=agent, workdir=root,
-                            repo_root=root, tree=self.project.tree, env=env,
-                            home=self.project.home, events=self.sink,
-                            stop=None, on_agent_result=self.results.append)
+        outcome = implement(
+            run_id=42,
+            issue=ISSUE,
+            repo=repo,
+            agent=agent,
+            workdir=root,
+            repo_root=root,
+            tree=self.project.tree,
+            env=env,
+            home=self.project.home,
+            events=self.sink,
+            stop=None,
+            on_agent_result=self.results.append,
+        )
         resolver = ConflictResolver(
-            run_id=42, issue=ISSUE, repo=repo, agent=agent, tree=self.project.tree, workdir=root,
-            branch=BRANCH, env=env, home=self.project.home, events=self.sink, stop=None,
+            run_id=42,
+            issue=ISSUE,
+            repo=repo,
+            agent=agent,
+            tree=self.project.tree,
+            workdir=root,
+            branch=BRANCH,
+            env=env,
+            home=self.project.home,
+            events=self.sink,
+            stop=None,
             test_gate=lambda: run_test_gate(repo, root, jail, self.sink, None).ok,
-            resume_session=outcome.agent.session_id, spent_usd=outcome.cost_usd,
+            resume_session=outcome.agent.session_id,
+            spent_usd=outcome.cost_usd,
             on_agent_result=self.results.append,
         )
         if before_publish is not None:
             before_publish()
-        return publish(run_id=42, repo=repo, tree=self.project.tree, mirror=mirror,
-                       branch=BRANCH, base_sha=self.project.base, events=self.sink, stop=None,
-                       retest=resolver.retest, resolve_conflict=resolver,
-                       record_pushed=self.recorded.append)
+        return publish(
+            run_id=42,
+            repo=repo,
+            tree=self.project.tree,
+            mirror=mirror,
+            branch=BRANCH,
+            base_sha=self.project.base,
+            events=self.sink,
+            stop=None,
+            retest=resolver.retest,
+            resolve_conflict=resolver,
+            record_pushed=self.recorded.append,
+        )
 
     def remote_file(self, name: str) -> str:
         return git(self.project.remote, "show", f"main:{name}")
@@ -197,8 +235,12 @@ def test_uncommitted_work_of_the_agent_is_committed_but_not_older_artefacts(
     """A file the agent left uncommitted is pushed; one untracked before it ran is not."""
     artefact = world.project.root / "gate-report.log"
     notes = ["write", "NOTES.md", "calc: add is typed now\n"]
-    precise = [REBASE, ["write", "calc.py", RESOLVED], ["sh", "git add calc.py && git rebase "
-               "--continue"], notes]
+    precise = [
+        REBASE,
+        ["write", "calc.py", RESOLVED],
+        ["sh", "git add calc.py && git rebase --continue"],
+        notes,
+    ]
     world.run(precise, before_publish=lambda: artefact.write_text("old\n"))
     files = git(world.project.remote, "show", "--name-only", "--format=", "main").split()
     assert sorted(files) == ["NOTES.md", "calc.py", "test_calc.py"]
@@ -271,9 +313,19 @@ def test_spent_budget_escalates_without_asking_the_agent(world: World) -> None:
     repo = world.project.repo(max_budget_usd=0.5)
     agent = build_agent(world.agent_preset(GOOD_RESOLUTION))
     resolver = ConflictResolver(
-        run_id=42, issue=ISSUE, repo=repo, agent=agent, tree=world.project.tree, workdir=root,
-        branch=BRANCH, env=base_env(), home=world.project.home, events=world.sink, stop=None,
-        test_gate=lambda: True, spent_usd=0.5,
+        run_id=42,
+        issue=ISSUE,
+        repo=repo,
+        agent=agent,
+        tree=world.project.tree,
+        workdir=root,
+        branch=BRANCH,
+        env=base_env(),
+        home=world.project.home,
+        events=world.sink,
+        stop=None,
+        test_gate=lambda: True,
+        spent_usd=0.5,
     )
     head = git(root, "rev-parse", "HEAD")
     assert resolve_conflict_with_agent("conflicts in calc.py", resolver) is False

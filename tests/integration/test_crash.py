@@ -39,8 +39,9 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
     started: list[DaemonProcess] = []
 
     def start(url: str, owner: str, agent_s: float, *extra: str) -> DaemonProcess:
-        daemon = start_daemon(url, owner, tmp_path, lease_s=LEASE_S, agent_s=agent_s,
-                              extra=[*FAST, *extra])
+        daemon = start_daemon(
+            url, owner, tmp_path, lease_s=LEASE_S, agent_s=agent_s, extra=[*FAST, *extra]
+        )
         started.append(daemon)
         return daemon
 
@@ -80,13 +81,17 @@ def pid_alive(pid: int) -> bool:
 
 def terminal_events(events: list[RunEvent]) -> list[str]:
     ends = ("succeeded", "failed", "escalated", "cancelled")
-    return [str(e.data["state"]) for e in events
-            if e.kind == "state" and e.data.get("state") in ends]
+    return [
+        str(e.data["state"]) for e in events if e.kind == "state" and e.data.get("state") in ends
+    ]
 
 
 @pytest.mark.parametrize("recoverer", ["restarted", "replica"])
 def test_kill9_mid_run_is_recovered_within_lease_and_sweep(
-    store: Store, database_url: str, daemons: Callable[..., DaemonProcess], recoverer: str,
+    store: Store,
+    database_url: str,
+    daemons: Callable[..., DaemonProcess],
+    recoverer: str,
 ) -> None:
     """A run orphaned by kill -9 is back in line within lease + sweep and ends exactly once."""
     run_id = store.enqueue("alpha").run.id

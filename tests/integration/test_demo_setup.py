@@ -41,21 +41,35 @@ def settings(world: DemoWorld) -> Settings:
 
 def _issue(number: int) -> IssueInfo:
     issue = ISSUES[number - 1]
-    return IssueInfo(ref=f"#{number}", number=number, title=issue["title"], body=issue["body"],
-                     comments=(), url=f"local://{issue['repo']}/issues/{number}", author="demo")
+    return IssueInfo(
+        ref=f"#{number}",
+        number=number,
+        title=issue["title"],
+        body=issue["body"],
+        comments=(),
+        url=f"local://{issue['repo']}/issues/{number}",
+        author="demo",
+    )
 
 
 def _clone(repo: RepoSettings, into: Path) -> Path:
-    subprocess.run(["git", "clone", "-q", repo.remote_url, str(into)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "clone", "-q", repo.remote_url, str(into)], check=True, capture_output=True
+    )
     return into
 
 
 def _suite(repo: RepoSettings, workdir: Path) -> subprocess.CompletedProcess[str]:
     """The repo's configured test command, as the daemon's test gate runs it."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(shell_argv(repo.test_command or ""), cwd=workdir, env=env,
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        shell_argv(repo.test_command or ""),
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def _agent(settings: Settings) -> CommandAgent:
@@ -64,22 +78,31 @@ def _agent(settings: Settings) -> CommandAgent:
     return CommandAgent(preset)
 
 
-def _run_agent(settings: Settings, workdir: Path, prompt: str, bare_env: bool = False
-               ) -> AgentResult:
+def _run_agent(
+    settings: Settings, workdir: Path, prompt: str, bare_env: bool = False
+) -> AgentResult:
     """The demo agent through the real command adapter (``bare_env``: no git identity)."""
     env = {k: v for k, v in os.environ.items() if not (bare_env and k.startswith("GIT_"))}
     request = AgentRequest(prompt, workdir, env, workdir.parent / "home")
     return _agent(settings).run(request, events=RecordingSink(), stop=None)
 
 
-def _prompt(repo: RepoSettings, clone: Path, number: int, run_id: int,
-            evidence: str | None = None) -> str:
-    return build_prompt(_issue(number), run_id=run_id, repo=repo, repo_root=clone,
-                        workdir=clone, extra_prompt=evidence)
+def _prompt(
+    repo: RepoSettings, clone: Path, number: int, run_id: int, evidence: str | None = None
+) -> str:
+    return build_prompt(
+        _issue(number),
+        run_id=run_id,
+        repo=repo,
+        repo_root=clone,
+        workdir=clone,
+        extra_prompt=evidence,
+    )
 
 
-def _check_test_first(repo: RepoSettings, clone: Path, change: Change, base: str,
-                      tmp: Path) -> None:
+def _check_test_first(
+    repo: RepoSettings, clone: Path, change: Change, base: str, tmp: Path
+) -> None:
     """The change's test fails on the base tree and the whole suite passes at HEAD."""
     before = tmp / f"before-{change.test_path.replace('/', '-')}"
     git(clone, "worktree", "add", "-q", "--detach", str(before), base)
@@ -88,9 +111,15 @@ def _check_test_first(repo: RepoSettings, clone: Path, change: Change, base: str
     assert _suite(repo, clone).returncode == 0
 
 
-def _work_issue(settings: Settings, repo: RepoSettings, clone: Path, number: int,
-                run_id: int, evidence: str | None = None, bare_env: bool = False
-                ) -> tuple[str, AgentResult]:
+def _work_issue(
+    settings: Settings,
+    repo: RepoSettings,
+    clone: Path,
+    number: int,
+    run_id: int,
+    evidence: str | None = None,
+    bare_env: bool = False,
+) -> tuple[str, AgentResult]:
     base = git(clone, "rev-parse", "HEAD").strip()
     prompt = _prompt(repo, clone, number, run_id, evidence)
     result = _run_agent(settings, clone, prompt, bare_env)
@@ -120,8 +149,7 @@ def test_config_is_valid_with_the_designed_values(world: DemoWorld, settings: Se
     assert webapp.remote_url == world.target.remote_url
     assert greeter.ci.kind == "none" and greeter.deploy.probes == ()
     (probe,) = webapp.deploy.probes
-    assert (probe.kind, probe.url, probe.json_field) == ("http", world.target.health_url,
-                                                          "version")
+    assert (probe.kind, probe.url, probe.json_field) == ("http", world.target.health_url, "version")
     assert (webapp.deploy.count, webapp.deploy.failure_limit, webapp.max_fix_forwards) == (2, 0, 2)
 
 
@@ -179,8 +207,13 @@ def test_greeter_issues_go_red_then_green_and_commit(
         git(clone, "push", "-q", "origin", "HEAD:main")
         assert git(Path(repo.remote_url), "rev-parse", "main").strip() == sha
     final = _clone(repo, tmp_path / "greeter-final")
-    shout = subprocess.run(["python3", "-m", "greeter", "--shout", "Ada"], cwd=final,
-                           capture_output=True, text=True, check=True)
+    shout = subprocess.run(
+        ["python3", "-m", "greeter", "--shout", "Ada"],
+        cwd=final,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert shout.stdout == "HELLO, ADA!\n"
     assert _suite(repo, final).returncode == 0
 
@@ -193,10 +226,19 @@ def test_the_implement_loop_keeps_the_agents_commit(
     assert repo is not None
     clone = _clone(repo, tmp_path / "greeter")
     sink = RecordingSink()
-    outcome = implement(run_id=31, issue=_issue(3), repo=repo, agent=_agent(settings),
-                        workdir=clone, repo_root=clone, tree=GitRepo.plain(clone),
-                        env=dict(os.environ),
-                        home=tmp_path / "home", events=sink, stop=None)
+    outcome = implement(
+        run_id=31,
+        issue=_issue(3),
+        repo=repo,
+        agent=_agent(settings),
+        workdir=clone,
+        repo_root=clone,
+        tree=GitRepo.plain(clone),
+        env=dict(os.environ),
+        home=tmp_path / "home",
+        events=sink,
+        stop=None,
+    )
     assert outcome.fix_iterations == 0 and len(outcome.commits) == 1
     message = git(clone, "log", "-1", "--format=%B")
     assert message.startswith(TASKS["add-farewell"].first.subject + "\n")
@@ -215,7 +257,8 @@ def test_version_issue_breaks_the_deploy_and_the_fix_forward_heals_it(
     # No git identity in the environment here: the agent supplies its own.
     broken, _ = _work_issue(settings, repo, clone, 1, 41, bare_env=True)
     assert git(clone, "log", "-1", "--format=%an <%ae>").strip() == (
-        "afk demo agent <demo-agent@afk-pipeline.invalid>")
+        "afk demo agent <demo-agent@afk-pipeline.invalid>"
+    )
     git(clone, "push", "-q", "origin", "HEAD:main")
     assert world.target.deployed_sha() == broken
     health = httpx.get(world.target.health_url, timeout=5)

@@ -44,8 +44,13 @@ def push_change(target: DeployTarget, tmp: Path, files: dict[str, str]) -> str:
 
 def deploy_settings(target: DeployTarget, **overrides: object) -> DeploySettings:
     probe = replace(target.probe(timeout_s=2.0), body_regex='"status": "ok"')
-    values: dict[str, object] = {"probes": (probe,), "interval_s": 0.05, "count": 3,
-                                 "failure_limit": 0, "progress_deadline_s": 20.0}
+    values: dict[str, object] = {
+        "probes": (probe,),
+        "interval_s": 0.05,
+        "count": 3,
+        "failure_limit": 0,
+        "progress_deadline_s": 20.0,
+    }
     values.update(overrides)
     return DeploySettings(**values)  # type: ignore[arg-type]
 
@@ -88,8 +93,9 @@ def test_app_that_cannot_start_is_judged_broken(target: DeployTarget, tmp_path: 
 
 def test_old_version_still_serving_is_inconclusive(target: DeployTarget) -> None:
     """A version field that never reaches the SHA is not rolled out: inconclusive, not broken."""
-    outcome = watch_deploy(deploy_settings(target, progress_deadline_s=0.3), "f" * 40,
-                           RecordingSink(), None)
+    outcome = watch_deploy(
+        deploy_settings(target, progress_deadline_s=0.3), "f" * 40, RecordingSink(), None
+    )
     assert outcome.verdict == "inconclusive"
     assert outcome.failures == 0 and "not rolled out" in outcome.evidence
 

@@ -89,9 +89,16 @@ def test_first_prompt_holds_issue_instructions_test_first_and_contract(project: 
     _implement(project, _scripted(project, [GOOD]), extra_prompt="CI job 7 failed: boom")
     prompt = prompts(project.outside / "agent")[0]
     for expected in (
-        ISSUE.title, ISSUE.body, ISSUE.comments[0], "Always run the linter.",
-        "failing test", "python3 -m unittest discover -q", "Afk-Run: 42",
-        f"Refs: {ISSUE.url}", "BLOCKED: <reason>", "CI job 7 failed: boom",
+        ISSUE.title,
+        ISSUE.body,
+        ISSUE.comments[0],
+        "Always run the linter.",
+        "failing test",
+        "python3 -m unittest discover -q",
+        "Afk-Run: 42",
+        f"Refs: {ISSUE.url}",
+        "BLOCKED: <reason>",
+        "CI job 7 failed: boom",
     ):
         assert expected in prompt, expected
 
@@ -244,8 +251,9 @@ def test_gate_times_out_as_red_and_runs_scrubbed(project: Project) -> None:
 def test_gate_artifacts_are_never_committed(project: Project) -> None:
     """Files the test gate leaves behind (logs, caches) stay out of the run's commit."""
     gate = f"{project.repo().test_command}; s=$?; echo ran >> gate-output.log; exit $s"
-    outcome = _implement(project, _scripted(project, [RED, GOOD]),
-                         repo=project.repo(test_command=gate))
+    outcome = _implement(
+        project, _scripted(project, [RED, GOOD]), repo=project.repo(test_command=gate)
+    )
     changed = git(project.root, "show", "--name-only", "--format=", outcome.head_sha).split()
     assert outcome.fix_iterations == 1
     assert sorted(changed) == ["calc.py", "test_calc.py"]

@@ -161,8 +161,11 @@ def _chatty(tmp_path: Path, lines: int) -> Agent:
     script = tmp_path / "chatty.py"
     script.write_text(_CHATTY)
     preset = AgentPreset(
-        name="chatty", kind="command", command=(sys.executable, str(script), str(lines)),
-        api_key=SecretRef(env="AFK_TEST_MODEL_API_KEY"), api_key_var="CHATTY_KEY",
+        name="chatty",
+        kind="command",
+        command=(sys.executable, str(script), str(lines)),
+        api_key=SecretRef(env="AFK_TEST_MODEL_API_KEY"),
+        api_key_var="CHATTY_KEY",
     )
     return build_agent(preset)
 

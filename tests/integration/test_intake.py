@@ -33,7 +33,10 @@ def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
 @pytest.fixture
 def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
     built = IntakeWorld.build(
-        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)],
+        database_url,
+        tmp_path / "volume",
+        {fake.forge: fake},
+        [(fake.forge, SLUG)],
         poll_interval_s=10.0,
     )
     yield built
@@ -49,9 +52,7 @@ def queued_numbers(world: IntakeWorld) -> list[int]:
     return sorted(run.issue_number or 0 for run in world.runs())
 
 
-def test_ready_issues_on_several_pages_are_queued_once(
-    fake: FakeForge, world: IntakeWorld
-) -> None:
+def test_ready_issues_on_several_pages_are_queued_once(fake: FakeForge, world: IntakeWorld) -> None:
     """Every trusted ready issue over several pages is queued once; a second poll is free."""
     count = 105  # the clients ask for 100 a page
     if isinstance(fake, FakeGitea):
@@ -102,7 +103,9 @@ def test_untrusted_labeller_gets_one_comment_across_polls_and_restarts(
     assert len(untrusted_comments(fake, number)) == 1
     # A store that lost its keys still finds the marker on the issue.
     fresh = IntakeWorld.build(
-        f"sqlite:///{tmp_path / 'fresh.db'}", tmp_path / "v2", {fake.forge: fake},
+        f"sqlite:///{tmp_path / 'fresh.db'}",
+        tmp_path / "v2",
+        {fake.forge: fake},
         [(fake.forge, SLUG)],
     )
     try:
@@ -118,7 +121,10 @@ def test_a_label_by_a_configured_trusted_actor_is_queued(
     """``trusted_actors`` trusts a user the forge gives no write access, without asking it."""
     number = fake.add_issue(SLUG, "by bob", labels=[READY], labelled_by="bob")
     built = IntakeWorld.build(
-        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)],
+        database_url,
+        tmp_path / "volume",
+        {fake.forge: fake},
+        [(fake.forge, SLUG)],
         trusted_actors=("bob",),
     )
     try:
@@ -135,7 +141,9 @@ def test_a_missing_repo_does_not_stop_the_others_on_its_tracker(
     """A repo the forge answers 404 for is reported; the next repo is still polled, no back-off."""
     number = fake.add_issue(SLUG, "ready", labels=[READY])
     built = IntakeWorld.build(
-        database_url, tmp_path / "volume", {fake.forge: fake},
+        database_url,
+        tmp_path / "volume",
+        {fake.forge: fake},
         [(fake.forge, "acme/gone"), (fake.forge, SLUG)],
     )
     try:

@@ -31,9 +31,15 @@ def fault(name: str, now: float) -> tuple[dict[str, Any], float]:
         "timeout": ({"status": None, "delay_s": TIMEOUT_S * 2}, POLL_S),
         "429-retry-after": ({"status": 429, "headers": {"retry-after": "120"}}, 120.0),
         "403-reset": (
-            {"status": 403, "headers": {
-                "x-ratelimit-remaining": "0", "x-ratelimit-reset": str(reset),
-                "ratelimit-remaining": "0", "ratelimit-reset": str(reset)}},
+            {
+                "status": 403,
+                "headers": {
+                    "x-ratelimit-remaining": "0",
+                    "x-ratelimit-reset": str(reset),
+                    "ratelimit-remaining": "0",
+                    "ratelimit-reset": str(reset),
+                },
+            },
             300.0,
         ),
         "malformed-json": ({"status": 200, "body": '[{"number": 1, "title": '}, POLL_S),
@@ -53,7 +59,10 @@ def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
 @pytest.fixture
 def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
     built = IntakeWorld.build(
-        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)],
+        database_url,
+        tmp_path / "volume",
+        {fake.forge: fake},
+        [(fake.forge, SLUG)],
         poll_interval_s=POLL_S,
         options=HttpOptions(timeout_s=TIMEOUT_S, mutation_spacing_s=0.0),
     )
@@ -104,8 +113,13 @@ def test_fault_on_the_list_is_waited_out_then_polling_resumes(
 
 @pytest.mark.parametrize(
     ("where", "name"),
-    [("labeller", "5xx"), ("labeller", "malformed-json"), ("comment", "5xx"),
-     ("comment", "timeout"), ("comment", "429-retry-after")],
+    [
+        ("labeller", "5xx"),
+        ("labeller", "malformed-json"),
+        ("comment", "5xx"),
+        ("comment", "timeout"),
+        ("comment", "429-retry-after"),
+    ],
 )
 def test_fault_while_deciding_is_retried_without_a_duplicate_comment(
     fake: FakeForge, world: IntakeWorld, where: str, name: str
@@ -142,7 +156,10 @@ def test_one_failing_tracker_does_not_stop_another(database_url: str, tmp_path: 
         forge.serve()
     fakes["github"].inject(LIST, status=500, times=100)
     world = IntakeWorld.build(
-        database_url, tmp_path / "volume", fakes, [(name, SLUG) for name in fakes],
+        database_url,
+        tmp_path / "volume",
+        fakes,
+        [(name, SLUG) for name in fakes],
         poll_interval_s=POLL_S,
     )
     try:
@@ -159,9 +176,7 @@ def test_one_failing_tracker_does_not_stop_another(database_url: str, tmp_path: 
             forge.stop()
 
 
-def test_a_hanging_tracker_does_not_hold_up_another_poll(
-    database_url: str, tmp_path: Path
-) -> None:
+def test_a_hanging_tracker_does_not_hold_up_another_poll(database_url: str, tmp_path: Path) -> None:
     """While one tracker's poll waits out its timeout, another tracker's poll runs and queues."""
     fakes: dict[str, FakeForge] = {name: FORGES[name](token="t") for name in ("github", "gitea")}
     for name, forge in fakes.items():
@@ -170,7 +185,10 @@ def test_a_hanging_tracker_does_not_hold_up_another_poll(
         forge.serve()
     fakes["github"].inject(LIST, status=None, delay_s=TIMEOUT_S * 3)
     world = IntakeWorld.build(
-        database_url, tmp_path / "volume", fakes, [(name, SLUG) for name in fakes],
+        database_url,
+        tmp_path / "volume",
+        fakes,
+        [(name, SLUG) for name in fakes],
         options=HttpOptions(timeout_s=TIMEOUT_S, mutation_spacing_s=0.0),
     )
     hanging = threading.Thread(target=world.intake.poll, args=("github",))
@@ -188,14 +206,17 @@ def test_a_hanging_tracker_does_not_hold_up_another_poll(
             forge.stop()
 
 
-
 def test_back_off_starts_from_the_trackers_own_poll_interval(
     fake: FakeForge, database_url: str, tmp_path: Path
 ) -> None:
     """A tracker polled every 5 s (the global default is hourly) backs off 5 s, then 10 s."""
     world = IntakeWorld.build(
-        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)],
-        poll_interval_s=3600.0, tracker_poll_interval_s=5.0,
+        database_url,
+        tmp_path / "volume",
+        {fake.forge: fake},
+        [(fake.forge, SLUG)],
+        poll_interval_s=3600.0,
+        tracker_poll_interval_s=5.0,
     )
     try:
         fake.inject(LIST, status=503, times=2)

@@ -54,8 +54,14 @@ class Harness:
     def send(
         self, payload: dict[str, Any], *, secret: str = SECRET, delivery_id: str | None = None
     ) -> httpx.Response:
-        return send_webhook(self.url, EVENT[self.fake.forge], payload, secret,
-                            kind=self.fake.forge, delivery_id=delivery_id)
+        return send_webhook(
+            self.url,
+            EVENT[self.fake.forge],
+            payload,
+            secret,
+            kind=self.fake.forge,
+            delivery_id=delivery_id,
+        )
 
     def wait_for_run(self, timeout_s: float = 5.0) -> list[Run]:
         deadline = time.monotonic() + timeout_s
@@ -80,7 +86,10 @@ def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
 @contextmanager
 def serving(fake: FakeForge, database_url: str, volume: Path) -> Iterator[Harness]:
     world = IntakeWorld.build(
-        database_url, volume, {fake.forge: fake}, [(fake.forge, SLUG)],
+        database_url,
+        volume,
+        {fake.forge: fake},
+        [(fake.forge, SLUG)],
         webhook_secret_env=SECRET_ENV,
     )
     served = Harness(world, fake)
@@ -133,8 +142,12 @@ def test_bad_signature_is_401_and_counted(harness: Harness, how: str) -> None:
     if how == "wrong-secret":
         response = harness.send(payload, secret="not-the-secret")
     else:
-        headers = {"X-GitHub-Event": "issues", "X-Gitea-Event": "issue_label",
-                   "X-Gitlab-Event": "Issue Hook", "X-GitHub-Delivery": "d-2"}
+        headers = {
+            "X-GitHub-Event": "issues",
+            "X-Gitea-Event": "issue_label",
+            "X-Gitlab-Event": "Issue Hook",
+            "X-GitHub-Delivery": "d-2",
+        }
         response = httpx.post(harness.url, json=payload, headers=headers, timeout=5)
     assert response.status_code == 401
     assert harness.rejected == [(harness.fake.forge, "missing or wrong signature")]
@@ -172,8 +185,11 @@ def test_github_documented_test_vector_passes_the_signature_check(
 ) -> None:
     """GitHub's published secret/payload/signature get past verification (then fail as not JSON)."""
     monkeypatch.setenv(SECRET_ENV, DOC_SECRET.decode())
-    headers = {"X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-3",
-               "X-Hub-Signature-256": DOC_SIGNATURE}
+    headers = {
+        "X-GitHub-Event": "issues",
+        "X-GitHub-Delivery": "d-3",
+        "X-Hub-Signature-256": DOC_SIGNATURE,
+    }
     with FakeGitHub() as fake, serving(fake, database_url, tmp_path / "volume") as harness:
         response = httpx.post(harness.url, content=DOC_PAYLOAD, headers=headers, timeout=5)
         tampered = httpx.post(harness.url, content=DOC_PAYLOAD + b" ", headers=headers, timeout=5)

@@ -73,7 +73,9 @@ def test_success_comments_sha_ci_deploy_and_closes_once(
         lifecycle.succeeded(run, repo, "abc123def", "success (2 checks)", "healthy (3 probes)")
     # A store that lost its keys (a new database) still finds the marker.
     fresh = IntakeWorld.build(
-        f"sqlite:///{tmp_path / 'fresh.db'}", tmp_path / "v2", {fake.forge: fake},
+        f"sqlite:///{tmp_path / 'fresh.db'}",
+        tmp_path / "v2",
+        {fake.forge: fake},
         [(fake.forge, SLUG)],
     )
     try:

@@ -16,8 +16,7 @@ from pipeline.testing.sinks import RecordingSink
 
 def settings(monkeypatch: pytest.MonkeyPatch, *urls: str, retries: int = 2) -> NotifySettings:
     monkeypatch.setenv("AFK_NOTIFY_URLS", "\n".join(urls))
-    return NotifySettings(urls=SecretRef(env="AFK_NOTIFY_URLS"), retries=retries,
-                          retry_delay_s=0.0)
+    return NotifySettings(urls=SecretRef(env="AFK_NOTIFY_URLS"), retries=retries, retry_delay_s=0.0)
 
 
 def test_escalation_reaches_a_json_webhook(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,8 +24,12 @@ def test_escalation_reaches_a_json_webhook(monkeypatch: pytest.MonkeyPatch) -> N
     sink = RecordingSink()
     with Receiver() as receiver:
         notifier = Notifier(settings(monkeypatch, f"json://127.0.0.1:{receiver.port}/afk/hook"))
-        notifier.notify("run 3 escalated", "conflict in a.py\nresume: pipeline runs retry 3",
-                        kind="escalation", events=sink)
+        notifier.notify(
+            "run 3 escalated",
+            "conflict in a.py\nresume: pipeline runs retry 3",
+            kind="escalation",
+            events=sink,
+        )
         assert notifier.flush(timeout_s=20)
         (request,) = receiver.received
     assert request.method == "POST" and request.path.startswith("/afk/hook")
@@ -34,17 +37,27 @@ def test_escalation_reaches_a_json_webhook(monkeypatch: pytest.MonkeyPatch) -> N
     assert isinstance(payload, dict)
     assert payload["title"] == "run 3 escalated"
     assert "pipeline runs retry 3" in payload["message"] and payload["type"] == "failure"
-    assert sink.of_kind("notify")[0][2] == {"kind": "escalation", "ok": True, "attempts": 1,
-                                            "channel": "json://127.0.0.1"}
+    assert sink.of_kind("notify")[0][2] == {
+        "kind": "escalation",
+        "ok": True,
+        "attempts": 1,
+        "channel": "json://127.0.0.1",
+    }
 
 
 def test_failing_channel_is_retried_and_others_still_get_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A channel answering 500 is retried, then given up; a healthy one still receives."""
     sink = RecordingSink()
     with Receiver(default_status=500) as failing, Receiver() as healthy:
-        notifier = Notifier(settings(monkeypatch, f"json://127.0.0.1:{failing.port}/down",
-                                     f"json://127.0.0.1:{healthy.port}/up"))
+        notifier = Notifier(
+            settings(
+                monkeypatch,
+                f"json://127.0.0.1:{failing.port}/down",
+                f"json://127.0.0.1:{healthy.port}/up",
+            )
+        )
         notifier.notify("repo frozen", "evidence kept", kind="freeze", events=sink)
         assert notifier.flush(timeout_s=30)
         assert len(failing.received) == 3 and len(healthy.received) == 1
@@ -60,7 +73,7 @@ def test_dead_channel_never_blocks_or_raises(monkeypatch: pytest.MonkeyPatch) ->
     notifier.notify("t", "b", kind="escalation", events=sink)
     assert time.monotonic() - started < 0.5
     assert notifier.flush(timeout_s=30)
-    (_, message, data), = sink.of_kind("notify")
+    ((_, message, data),) = sink.of_kind("notify")
     assert data["ok"] is False and data["attempts"] == 3 and "failed after 3" in message
 
 
@@ -72,8 +85,12 @@ def test_secrets_in_a_notification_are_masked_the_channels_own_too(
     with Receiver() as receiver:
         url = f"json://bot:SNTL-notify-pass-9f@127.0.0.1:{receiver.port}/hook"
         notifier = Notifier(settings(monkeypatch, url))
-        notifier.notify("run 1: SNTL-notify-push-token-5e", "saw SNTL-notify-pass-9f in a log",
-                        kind="escalation", events=RecordingSink())
+        notifier.notify(
+            "run 1: SNTL-notify-push-token-5e",
+            "saw SNTL-notify-pass-9f in a log",
+            kind="escalation",
+            events=RecordingSink(),
+        )
         assert notifier.flush(timeout_s=20)
         (request,) = receiver.received
     payload = request.json()

@@ -60,8 +60,13 @@ class World:
         return self.ws.git.common_dir.parent
 
     def repo(self, **push: object) -> RepoSettings:
-        return RepoSettings(name="demo", tracker="local", slug="o/demo",
-                            remote_url=str(self.remote), push=PushSettings(**push))  # type: ignore[arg-type]
+        return RepoSettings(
+            name="demo",
+            tracker="local",
+            slug="o/demo",
+            remote_url=str(self.remote),
+            push=PushSettings(**push),
+        )  # type: ignore[arg-type]
 
     def run_commit(self, name: str = "feature.txt", text: str = "feature\n") -> str:
         message = f"Add {name}\n\nAfk-Run: {self.run_id}"
@@ -79,23 +84,41 @@ class World:
     def publish_as(self, repo: RepoSettings, **kw: object) -> PublishResult:
         """Publish run ``run_id`` from the slot through the mirror, as the flow does."""
         fields: dict[str, object] = {
-            "retest": lambda: True, "resolve_conflict": None,
-            "record_pushed": self.recorded.append, **kw,
+            "retest": lambda: True,
+            "resolve_conflict": None,
+            "record_pushed": self.recorded.append,
+            **kw,
         }
-        return publish(run_id=self.run_id, repo=repo, tree=self.tree, mirror=self.ws.mirror,
-                       branch=self.branch, base_sha=self.base_sha, events=self.events,
-                       stop=None, **fields)  # type: ignore[arg-type]
+        return publish(
+            run_id=self.run_id,
+            repo=repo,
+            tree=self.tree,
+            mirror=self.ws.mirror,
+            branch=self.branch,
+            base_sha=self.base_sha,
+            events=self.events,
+            stop=None,
+            **fields,
+        )  # type: ignore[arg-type]
 
-    def publish(self, *, retest: Callable[[], bool] | None = None,
-                resolve: Callable[[str], bool] | None = None,
-                record: Callable[[str], None] | None = None, **push: object) -> PublishResult:
+    def publish(
+        self,
+        *,
+        retest: Callable[[], bool] | None = None,
+        resolve: Callable[[str], bool] | None = None,
+        record: Callable[[str], None] | None = None,
+        **push: object,
+    ) -> PublishResult:
         def default_retest() -> bool:
             self.retests.append(git(self.worktree, "rev-parse", "HEAD"))
             return True
 
-        return self.publish_as(self.repo(**push), retest=retest or default_retest,
-                               resolve_conflict=resolve,
-                               record_pushed=record or self.recorded.append)
+        return self.publish_as(
+            self.repo(**push),
+            retest=retest or default_retest,
+            resolve_conflict=resolve,
+            record_pushed=record or self.recorded.append,
+        )
 
 
 @pytest.fixture
@@ -111,7 +134,8 @@ def world(tmp_path: Path) -> World:
     volume.mkdir()
     repo = RepoSettings(name="demo", tracker="local", slug="o/demo", remote_url=str(remote))
     ws = Workspaces(volume, WorkspaceSettings()).prepare(
-        repo, run_id=1, issue_ref="run", base_env={}, events=RecordingSink())
+        repo, run_id=1, issue_ref="run", base_env={}, events=RecordingSink()
+    )
     other = tmp_path / "other"
     git(tmp_path, "clone", "-q", str(remote), str(other))
     return World(tmp_path, remote, ws, other, base)
@@ -276,8 +300,9 @@ def test_missing_trailer_refuses_to_push(world: World) -> None:
     assert world.remote_main() == world.base_sha
 
 
-def test_token_never_lands_in_config_or_events(world: World, monkeypatch: pytest.MonkeyPatch
-                                               ) -> None:
+def test_token_never_lands_in_config_or_events(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A configured push token is used only through the environment of git commands."""
     sentinel = "sentinel-token-3f9c1d"
     monkeypatch.setenv("AFK_TEST_PUSH_TOKEN", sentinel)
@@ -301,8 +326,9 @@ def test_unresolved_conflict_escalates_after_the_agent_attempts(world: World) ->
 
     def give_up(description: str) -> bool:
         calls.append(description)
-        subprocess.run(["git", "rebase", "origin/main"], cwd=world.worktree,
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["git", "rebase", "origin/main"], cwd=world.worktree, capture_output=True, check=False
+        )
         return False
 
     with pytest.raises(EscalationError) as caught:
@@ -312,8 +338,9 @@ def test_unresolved_conflict_escalates_after_the_agent_attempts(world: World) ->
     assert git(world.worktree, "status", "--porcelain") == ""
 
 
-def test_checkout_hooks_never_run_with_credentials(world: World,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_checkout_hooks_never_run_with_credentials(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pre-push hook planted in the checkout does not run during the daemon's push."""
     monkeypatch.setenv("AFK_TEST_PUSH_TOKEN", "tok")
     witness = world.tmp / "hook-ran"

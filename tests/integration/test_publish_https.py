@@ -51,34 +51,54 @@ def workspaces(tmp_path: Path) -> Workspaces:
 
 def demo_repo(server: GitHttpServer, token_env: str | None) -> RepoSettings:
     token = SecretRef(env=token_env) if token_env else SecretRef()
-    return RepoSettings(name="demo", tracker="local", slug="o/demo",
-                        remote_url=server.url("demo.git"), push=PushSettings(token=token))
+    return RepoSettings(
+        name="demo",
+        tracker="local",
+        slug="o/demo",
+        remote_url=server.url("demo.git"),
+        push=PushSettings(token=token),
+    )
 
 
 def prepare(spaces: Workspaces, repo: RepoSettings, run_id: int) -> PreparedWorkspace:
-    return spaces.prepare(repo, run_id=run_id, issue_ref=f"run{run_id}", base_env={},
-                          events=RecordingSink())
+    return spaces.prepare(
+        repo, run_id=run_id, issue_ref=f"run{run_id}", base_env={}, events=RecordingSink()
+    )
 
 
-def run_publish(repo: RepoSettings, ws: PreparedWorkspace, run_id: int, sink: RecordingSink,
-                recorded: list[str]) -> str:
+def run_publish(
+    repo: RepoSettings, ws: PreparedWorkspace, run_id: int, sink: RecordingSink, recorded: list[str]
+) -> str:
     (ws.path / f"f{run_id}.txt").write_text("f\n", encoding="utf-8")
     git(ws.path, "add", "-A")
     git(ws.path, "commit", "-q", "-m", f"Add f{run_id}\n\nAfk-Run: {run_id}")
-    result = publish(run_id=run_id, repo=repo, tree=ws.git, mirror=ws.mirror, branch=ws.branch,
-                     base_sha=ws.base_sha, events=sink, stop=None, retest=lambda: True,
-                     resolve_conflict=None, record_pushed=recorded.append)
+    result = publish(
+        run_id=run_id,
+        repo=repo,
+        tree=ws.git,
+        mirror=ws.mirror,
+        branch=ws.branch,
+        base_sha=ws.base_sha,
+        events=sink,
+        stop=None,
+        retest=lambda: True,
+        resolve_conflict=None,
+        record_pushed=recorded.append,
+    )
     return result.pushed_sha
 
 
 def files_holding(root: Path, needle: str) -> list[Path]:
-    return [path for path in root.rglob("*") if path.is_file() and not path.is_symlink()
-            and needle.encode() in path.read_bytes()]
+    return [
+        path
+        for path in root.rglob("*")
+        if path.is_file() and not path.is_symlink() and needle.encode() in path.read_bytes()
+    ]
 
 
 def test_token_serves_clone_fetch_and_push_and_is_never_stored(
-        server: GitHttpServer, tmp_path: Path, workspaces: Workspaces,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    server: GitHttpServer, tmp_path: Path, workspaces: Workspaces, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The mirror clones, fetches and pushes with the token via askpass; no file holds it."""
     monkeypatch.setenv("AFK_TEST_TOKEN", TOKEN)
     repo = demo_repo(server, "AFK_TEST_TOKEN")
@@ -96,8 +116,9 @@ def test_token_serves_clone_fetch_and_push_and_is_never_stored(
     assert TOKEN not in repr(sink.events)
 
 
-def test_missing_token_is_a_credentials_error(server: GitHttpServer,
-                                              workspaces: Workspaces) -> None:
+def test_missing_token_is_a_credentials_error(
+    server: GitHttpServer, workspaces: Workspaces
+) -> None:
     """Without a token the remote refuses the clone and the error names the setting."""
     with pytest.raises(FatalError) as caught:
         prepare(workspaces, demo_repo(server, None), 1)
@@ -105,8 +126,9 @@ def test_missing_token_is_a_credentials_error(server: GitHttpServer,
     assert server.url("demo.git") in str(caught.value)
 
 
-def test_wrong_token_is_a_credentials_error(server: GitHttpServer, workspaces: Workspaces,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_token_is_a_credentials_error(
+    server: GitHttpServer, workspaces: Workspaces, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A wrong token fails as push_auth and its value appears in no message."""
     monkeypatch.setenv("AFK_TEST_TOKEN", "wrong-token-77")
     with pytest.raises(FatalError) as caught:
@@ -115,7 +137,8 @@ def test_wrong_token_is_a_credentials_error(server: GitHttpServer, workspaces: W
 
 
 def test_a_token_revoked_before_publish_fails_the_push_as_credentials(
-        server: GitHttpServer, workspaces: Workspaces, monkeypatch: pytest.MonkeyPatch) -> None:
+    server: GitHttpServer, workspaces: Workspaces, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Publish's fetch with a token the server no longer takes fails push_auth, not a retry."""
     monkeypatch.setenv("AFK_TEST_TOKEN", TOKEN)
     repo = demo_repo(server, "AFK_TEST_TOKEN")
@@ -134,8 +157,10 @@ def test_credential_env_is_private_and_removed(monkeypatch: pytest.MonkeyPatch) 
         script = Path(env["GIT_ASKPASS"])
         assert oct(script.parent.stat().st_mode & 0o777) == "0o700"
         assert TOKEN not in script.read_text(encoding="utf-8")
-        config = {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"]
-                  for i in range(int(env["GIT_CONFIG_COUNT"]))}
+        config = {
+            env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"]
+            for i in range(int(env["GIT_CONFIG_COUNT"]))
+        }
         assert config == {"credential.helper": ""}
         assert "ServerAliveInterval" in env["GIT_SSH_COMMAND"]
     assert not script.parent.exists()

@@ -19,8 +19,14 @@ from pipeline.store.models import RunRow
 from pipeline.testing.dummy_daemon import dummy_pipeline
 
 SETTINGS = SchedulerSettings(
-    lease_s=2.0, heartbeat_s=0.3, sweep_interval_s=0.2, claim_interval_s=0.1,
-    backoff_base_s=0.01, backoff_max_s=0.05, kill_grace_s=0.5, cancel_check_s=0.3,
+    lease_s=2.0,
+    heartbeat_s=0.3,
+    sweep_interval_s=0.2,
+    claim_interval_s=0.1,
+    backoff_base_s=0.01,
+    backoff_max_s=0.05,
+    kill_grace_s=0.5,
+    cancel_check_s=0.3,
     max_recoveries=3,
 )
 WAIT_S = 30.0
@@ -113,7 +119,11 @@ def test_runs_succeed_and_on_finished_sees_them(store: Store, scheduler_factory:
     ],
 )
 def test_classified_errors_decide_the_outcome(
-    store: Store, scheduler_factory: Any, error: Exception, state: str, error_class: str,
+    store: Store,
+    scheduler_factory: Any,
+    error: Exception,
+    state: str,
+    error_class: str,
     attempts: int,
 ) -> None:
     """Fatal fails, escalation escalates, retryable and internal errors retry up to max_attempts."""
@@ -172,9 +182,7 @@ def test_timeout_kills_the_agent_and_fails_when_attempts_are_used(
     assert not pid_alive(pid)
 
 
-def test_queue_wait_does_not_count_toward_the_timeout(
-    store: Store, scheduler_factory: Any
-) -> None:
+def test_queue_wait_does_not_count_toward_the_timeout(store: Store, scheduler_factory: Any) -> None:
     """A run that waited in the queue longer than its timeout still runs to completion."""
 
     def pipeline(ctx: RunContext) -> None:
@@ -195,8 +203,11 @@ def test_queue_wait_does_not_count_toward_the_timeout(
 def _steal(store: Store, run_id: int) -> None:
     """Expire the lease in the database and let another owner claim the run."""
     with store.engine.begin() as conn:
-        conn.execute(update(RunRow).where(RunRow.id == run_id)
-                     .values(lease_until=store.now().replace(year=2000)))
+        conn.execute(
+            update(RunRow)
+            .where(RunRow.id == run_id)
+            .values(lease_until=store.now().replace(year=2000))
+        )
     assert store.sweep(max_recoveries=3).recovered == [run_id]
     thief = store.claim_next("thief", max_concurrency=10, lease_s=60)
     assert thief is not None and thief.id == run_id
@@ -215,8 +226,9 @@ def test_lost_lease_kills_the_agent_and_writes_nothing(
     wait_for(lambda: scheduler.running == [])
     run = store.get_run(run_id)
     assert run is not None and (run.owner, run.attempt, run.state) == ("thief", 2, "preparing")
-    by_worker = [e.kind for e in store.run_events(run_id)
-                 if e.attempt == 1 and not e.data.get("sweep")]
+    by_worker = [
+        e.kind for e in store.run_events(run_id) if e.attempt == 1 and not e.data.get("sweep")
+    ]
     assert by_worker == ["claimed", "state", "agent"] and finished == []
 
 

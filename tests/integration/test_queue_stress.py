@@ -22,8 +22,12 @@ from pipeline.testing.daemons import DaemonProcess, start_daemon
 from pipeline.testing.invariants import InvariantMonitor
 
 SETTINGS = SchedulerSettings(
-    lease_s=5.0, heartbeat_s=0.5, sweep_interval_s=0.2, claim_interval_s=0.05,
-    cancel_check_s=0.5, kill_grace_s=0.5,
+    lease_s=5.0,
+    heartbeat_s=0.5,
+    sweep_interval_s=0.2,
+    claim_interval_s=0.05,
+    cancel_check_s=0.5,
+    kill_grace_s=0.5,
 )
 CAP = 3
 WAIT_S = 90.0
@@ -42,8 +46,9 @@ def enqueue_all(store: Store, repos: int, runs: int, seed: int) -> list[Run]:
     names = [f"repo{i:02d}" for i in range(repos)]
     for name in names:
         store.ensure_repo(name)
-    return [store.enqueue(rng.choice(names), priority=rng.choice((0, 0, 1, 2))).run
-            for _ in range(runs)]
+    return [
+        store.enqueue(rng.choice(names), priority=rng.choice((0, 0, 1, 2))).run for _ in range(runs)
+    ]
 
 
 def all_terminal(store: Store, count: int) -> list[Run]:
@@ -83,8 +88,10 @@ def test_threads_over_repos_keep_every_guarantee(store: Store, database_url: str
         ctx.check()
 
     runs = enqueue_all(store, repos=6, runs=48, seed=1)
-    schedulers = [Scheduler(store, pipeline, settings=SETTINGS, max_concurrency=CAP,
-                            owner=f"t{i}") for i in range(4)]
+    schedulers = [
+        Scheduler(store, pipeline, settings=SETTINGS, max_concurrency=CAP, owner=f"t{i}")
+        for i in range(4)
+    ]
     with InvariantMonitor(database_url, CAP) as monitor:
         for scheduler in schedulers:
             scheduler.start()
@@ -110,17 +117,24 @@ def test_processes_over_repos_keep_every_guarantee(
     with InvariantMonitor(database_url, CAP) as monitor:
         try:
             for i in range(3):
-                daemons.append(start_daemon(
-                    database_url, f"p{i}", tmp_path, lease_s=5.0, agent_s=0.0,
-                    extra=["--max-concurrency", str(CAP), "--claim-interval-s", "0.05"],
-                ))
+                daemons.append(
+                    start_daemon(
+                        database_url,
+                        f"p{i}",
+                        tmp_path,
+                        lease_s=5.0,
+                        agent_s=0.0,
+                        extra=["--max-concurrency", str(CAP), "--claim-interval-s", "0.05"],
+                    )
+                )
             done = all_terminal(store, len(runs))
         finally:
             for daemon in daemons:
                 daemon.stop()
     assert monitor.seen.violations == [] and monitor.seen.polls > 10
     assert {r.state for r in done} == {"succeeded"}
-    claimers = {e.data["owner"] for r in done for e in store.run_events(r.id)
-                if e.kind == "claimed"}
+    claimers = {
+        e.data["owner"] for r in done for e in store.run_events(r.id) if e.kind == "claimed"
+    }
     assert claimers <= {"p0", "p1", "p2"}
     assert_fifo_by_priority(store, done)

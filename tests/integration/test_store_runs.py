@@ -26,8 +26,14 @@ def store(database_url: str) -> Iterator[Store]:
 
 
 def _issue(store: Store, number: int, repo: str = "alpha") -> int:
-    return store.upsert_issue(repo, tracker="local", number=number, title=f"issue {number}",
-                              author="alice", url=f"local://{number}").id
+    return store.upsert_issue(
+        repo,
+        tracker="local",
+        number=number,
+        title=f"issue {number}",
+        author="alice",
+        url=f"local://{number}",
+    ).id
 
 
 def _claim(store: Store, owner: str = "w1", cap: int = 10, lease_s: float = LEASE_S) -> int:
@@ -112,8 +118,10 @@ def test_claim_skips_frozen_excluded_and_not_yet_due(store: Store) -> None:
     assert store.claim_next("w1", max_concurrency=5, lease_s=LEASE_S) is None
     store.unfreeze_repo("alpha", "fixed", by="test")
     alpha_id = store.get_repo("alpha").id  # type: ignore[union-attr]
-    assert store.claim_next("w1", max_concurrency=5, lease_s=LEASE_S,
-                            exclude_repo_ids=[alpha_id]) is None
+    assert (
+        store.claim_next("w1", max_concurrency=5, lease_s=LEASE_S, exclude_repo_ids=[alpha_id])
+        is None
+    )
     assert _claim(store) != beta.id
 
 
@@ -198,7 +206,10 @@ def test_sweep_ends_cancelled_overdue_and_exhausted_runs(store: Store) -> None:
     store.cancel_run(cancelled, by="alice")
     report = store.sweep(max_recoveries=0)
     assert (report.cancelled, report.timed_out, report.failed) == (
-        [cancelled], [overdue], [exhausted])
+        [cancelled],
+        [overdue],
+        [exhausted],
+    )
     states = {i: store.get_run(i).state for i in (cancelled, overdue, exhausted)}  # type: ignore[union-attr]
     assert set(states.values()) == {"cancelled", "failed"}
     assert store.get_run(overdue).error_class == "timeout"  # type: ignore[union-attr]

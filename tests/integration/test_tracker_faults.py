@@ -177,9 +177,7 @@ def test_mutations_are_spaced_and_serialised(fake: FakeForge) -> None:
     """Writes from several threads go one at a time, at least mutation_spacing_s apart."""
     clock = ManualClock()
     client = client_for(fake, clock=clock, options=HttpOptions(mutation_spacing_s=1.0))
-    threads = [
-        threading.Thread(target=client.comment, args=(SLUG, 1, f"c{n}")) for n in range(4)
-    ]
+    threads = [threading.Thread(target=client.comment, args=(SLUG, 1, f"c{n}")) for n in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -195,8 +193,11 @@ def test_token_never_leaks(fake: FakeForge, caplog: pytest.LogCaptureFixture) ->
     client = client_for(fake, clock=clock, options=HttpOptions(timeout_s=0.2))
     seen: list[str] = [repr(client), repr(client.http)]
     faults = [
-        {"status": 500}, {"status": 401}, {"status": 200, "body": "{oops"},
-        {"status": None, "delay_s": 0.5}, {"status": 429, "headers": {"Retry-After": "1"}},
+        {"status": 500},
+        {"status": 401},
+        {"status": 200, "body": "{oops"},
+        {"status": None, "delay_s": 0.5},
+        {"status": 429, "headers": {"Retry-After": "1"}},
     ]
     for fault in faults:
         fake.inject(ISSUES, **fault)  # type: ignore[arg-type]

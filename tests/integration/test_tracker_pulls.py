@@ -15,8 +15,11 @@ from pipeline.testing.forges.clients import client_for
 from pipeline.trackers.local import LocalTracker
 
 SLUG = "acme/widgets"
-CREATE = {"github": "/repos/acme/widgets/pulls", "gitea": "/repos/acme/widgets/pulls",
-          "gitlab": "/projects/acme/widgets/merge_requests"}
+CREATE = {
+    "github": "/repos/acme/widgets/pulls",
+    "gitea": "/repos/acme/widgets/pulls",
+    "gitlab": "/projects/acme/widgets/merge_requests",
+}
 
 
 @pytest.fixture(params=["github", "gitea", "gitlab"])
@@ -33,7 +36,10 @@ def test_open_pull_request_creates_one_with_branches_and_text(fake: FakeForge) -
     url = client_for(fake).open_pull_request(SLUG, "afk/run-7", "main", "Add mul (#1)", "Closes #1")
     [pull] = fake.pulls(SLUG)
     assert (pull.head, pull.base, pull.title, pull.body) == (
-        "afk/run-7", "main", "Add mul (#1)", "Closes #1"
+        "afk/run-7",
+        "main",
+        "Add mul (#1)",
+        "Closes #1",
     )
     assert url.startswith("https://") and url.endswith(f"/{pull.number}")
     assert fake.paths("POST") == [CREATE[fake.forge]]

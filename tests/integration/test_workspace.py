@@ -70,7 +70,10 @@ def make_repo(tmp_path: Path, name: str = "app", **overrides: object) -> RepoSet
     files = overrides.pop("files", BASE_FILES)
     url = make_remote(tmp_path, files, name=name)  # type: ignore[arg-type]
     fields: dict[str, object] = {
-        "name": name, "tracker": "gh", "slug": f"acme/{name}", "remote_url": url,
+        "name": name,
+        "tracker": "gh",
+        "slug": f"acme/{name}",
+        "remote_url": url,
         "setup_commands": (WARM_SETUP,),
     }
     fields.update(overrides)
@@ -80,8 +83,9 @@ def make_repo(tmp_path: Path, name: str = "app", **overrides: object) -> RepoSet
 def prepare(ws: Workspaces, repo: RepoSettings, run_id: int, **kw: object) -> PreparedWorkspace:
     """Prepare with the test environment and a recording sink."""
     sink = kw.pop("events", RecordingSink())
-    return ws.prepare(repo, run_id=run_id, issue_ref=f"#{run_id}", base_env=dict(os.environ),
-                      events=sink, **kw)  # type: ignore[arg-type]
+    return ws.prepare(
+        repo, run_id=run_id, issue_ref=f"#{run_id}", base_env=dict(os.environ), events=sink, **kw
+    )  # type: ignore[arg-type]
 
 
 def status(path: Path) -> str:
@@ -166,8 +170,13 @@ def test_fetches_are_debounced(tmp_path: Path, workspaces: Workspaces, clock: Fa
 def _run_in_repo(ws: Workspaces, repo: RepoSettings, marker: str, errors: list[str]) -> None:
     try:
         for run_id in range(1, 4):
-            prepared = ws.prepare(repo, run_id=run_id, issue_ref=f"{marker}-{run_id}",
-                                  base_env=dict(os.environ), events=RecordingSink())
+            prepared = ws.prepare(
+                repo,
+                run_id=run_id,
+                issue_ref=f"{marker}-{run_id}",
+                base_env=dict(os.environ),
+                events=RecordingSink(),
+            )
             (prepared.path / f"{marker}-{run_id}.txt").write_text(marker)
             git(prepared.path, "add", "-A")
             git(prepared.path, "commit", "-q", "-m", f"{marker} run {run_id}")
@@ -183,8 +192,9 @@ def test_runs_in_two_repos_at_once_do_not_interfere(tmp_path: Path, volume: Path
     alpha = make_repo(tmp_path, "alpha")
     beta = make_repo(tmp_path, "beta")
     errors: list[str] = []
-    threads = [threading.Thread(target=_run_in_repo, args=(ws, r, r.name, errors))
-               for r in (alpha, beta)]
+    threads = [
+        threading.Thread(target=_run_in_repo, args=(ws, r, r.name, errors)) for r in (alpha, beta)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -192,8 +202,9 @@ def test_runs_in_two_repos_at_once_do_not_interfere(tmp_path: Path, volume: Path
     assert errors == []
     for repo, other in ((alpha, "beta"), (beta, "alpha")):
         files = git(Path(repo.remote_url), "ls-tree", "-r", "--name-only", "main").split()
-        assert {f for f in files if f.endswith(".txt")} == {f"{repo.name}-{i}.txt"
-                                                           for i in (1, 2, 3)}
+        assert {f for f in files if f.endswith(".txt")} == {
+            f"{repo.name}-{i}.txt" for i in (1, 2, 3)
+        }
         log = git(Path(repo.remote_url), "log", "--format=%s", "main")
         assert other not in log
         assert log.count(f"{repo.name} run") == 3
@@ -231,8 +242,13 @@ def test_layout_sanitises_forge_owner_and_name(tmp_path: Path, workspaces: Works
     repo_dir = workspaces.repo_dir(repo)
     assert root in repo_dir.resolve().parents
     assert all(part not in {"..", ".", ".git"} for part in repo_dir.relative_to(root).parts)
-    ws = workspaces.prepare(repo, run_id=7, issue_ref="../x..y @{evil}~^:?*[\\ .lock",
-                            base_env=dict(os.environ), events=RecordingSink())
+    ws = workspaces.prepare(
+        repo,
+        run_id=7,
+        issue_ref="../x..y @{evil}~^:?*[\\ .lock",
+        base_env=dict(os.environ),
+        events=RecordingSink(),
+    )
     subprocess.run(["git", "check-ref-format", f"refs/heads/{ws.branch}"], check=True)
     assert ws.branch.startswith("afk/") and ws.branch.endswith("-7")
     assert root in ws.path.resolve().parents
@@ -256,7 +272,9 @@ def test_copy_files_are_present_and_never_committed(tmp_path: Path, workspaces: 
 def test_setup_runs_in_the_workdir_with_cache_env(tmp_path: Path, workspaces: Workspaces) -> None:
     """Setup runs in the monorepo workdir, sees the cache env, and its time is an event."""
     repo = make_repo(
-        tmp_path, files={"packages/app/README": "app\n"}, workdir="packages/app",
+        tmp_path,
+        files={"packages/app/README": "app\n"},
+        workdir="packages/app",
         setup_commands=('pwd > where && echo "$PIP_CACHE_DIR $GOMODCACHE" > caches',),
     )
     sink = RecordingSink()
@@ -264,8 +282,7 @@ def test_setup_runs_in_the_workdir_with_cache_env(tmp_path: Path, workspaces: Wo
     assert ws.workdir == ws.path / "packages" / "app"
     assert Path((ws.workdir / "where").read_text().strip()) == ws.workdir.resolve()
     env = workspaces.cache_env()
-    assert (ws.workdir / "caches").read_text().split() == [env["PIP_CACHE_DIR"],
-                                                           env["GOMODCACHE"]]
+    assert (ws.workdir / "caches").read_text().split() == [env["PIP_CACHE_DIR"], env["GOMODCACHE"]]
     assert ws.setup_s > 0
     setup_events = sink.of_kind("setup")
     assert any(e[2].get("command") == repo.setup_commands[0] for e in setup_events)
@@ -277,7 +294,9 @@ def test_nested_dependency_dirs_of_a_monorepo_workdir_stay_warm(
 ) -> None:
     """node_modules inside the workdir survives the reset; other untracked files do not."""
     repo = make_repo(
-        tmp_path, files={"web/package.json": "{}\n"}, workdir="web",
+        tmp_path,
+        files={"web/package.json": "{}\n"},
+        workdir="web",
         setup_commands=(NODE_SETUP,),
     )
     first = prepare(workspaces, repo, 1)
@@ -299,8 +318,17 @@ def test_unknown_strategy_is_a_config_error(tmp_path: Path, workspaces: Workspac
 def test_cache_env_points_every_tool_under_the_volume(workspaces: Workspaces) -> None:
     """Every package manager's cache variable is a directory under <volume>/cache."""
     env = workspaces.cache_env()
-    expected = {"PIP_CACHE_DIR", "UV_CACHE_DIR", "npm_config_cache", "npm_config_store_dir",
-                "YARN_CACHE_FOLDER", "CARGO_HOME", "GOMODCACHE", "GOCACHE", "GRADLE_USER_HOME"}
+    expected = {
+        "PIP_CACHE_DIR",
+        "UV_CACHE_DIR",
+        "npm_config_cache",
+        "npm_config_store_dir",
+        "YARN_CACHE_FOLDER",
+        "CARGO_HOME",
+        "GOMODCACHE",
+        "GOCACHE",
+        "GRADLE_USER_HOME",
+    }
     assert expected <= set(env)
     for value in env.values():
         assert Path(value).is_dir()
@@ -373,8 +401,12 @@ def test_clone_failure_is_retryable_and_redacts_credentials(
     tmp_path: Path, workspaces: Workspaces
 ) -> None:
     """An unreachable remote fails retryable (git_fetch) without echoing the token."""
-    repo = RepoSettings(name="gone", tracker="gh", slug="acme/gone",
-                        remote_url=f"file://user:s3cret@{tmp_path}/missing.git")
+    repo = RepoSettings(
+        name="gone",
+        tracker="gh",
+        slug="acme/gone",
+        remote_url=f"file://user:s3cret@{tmp_path}/missing.git",
+    )
     with pytest.raises(RetryableError) as info:
         prepare(workspaces, repo, 1)
     assert info.value.kind == "git_fetch"

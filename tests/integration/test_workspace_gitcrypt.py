@@ -40,12 +40,15 @@ def encrypted_remote(tmp_path: Path) -> tuple[str, Path]:
     work.mkdir()
     git(work, "init", "-q", "--initial-branch=main")
     subprocess.run(["git-crypt", "init"], cwd=work, check=True, capture_output=True)
-    write_files(work, {
-        ".gitattributes": "secrets.env filter=git-crypt diff=git-crypt\n",
-        ".gitignore": ".venv/\n",
-        "secrets.env": SECRET,
-        "app.py": "print('hi')\n",
-    })
+    write_files(
+        work,
+        {
+            ".gitattributes": "secrets.env filter=git-crypt diff=git-crypt\n",
+            ".gitignore": ".venv/\n",
+            "secrets.env": SECRET,
+            "app.py": "print('hi')\n",
+        },
+    )
     git(work, "add", "-A")
     git(work, "commit", "-q", "-m", "initial with an encrypted file")
     git(work, "push", "-q", str(bare), "HEAD:refs/heads/main")
@@ -57,21 +60,33 @@ def encrypted_remote(tmp_path: Path) -> tuple[str, Path]:
 
 def in_remote(url: str, path: str) -> bytes:
     """The raw blob of ``path`` on main of the bare remote."""
-    return subprocess.run(["git", "show", f"main:{path}"], cwd=url, check=True,
-                          capture_output=True).stdout
+    return subprocess.run(
+        ["git", "show", f"main:{path}"], cwd=url, check=True, capture_output=True
+    ).stdout
 
 
 def prepare(ws: Workspaces, repo: RepoSettings, run_id: int) -> PreparedWorkspace:
     """Prepare one run with the test's environment."""
-    return ws.prepare(repo, run_id=run_id, issue_ref=str(run_id), base_env=dict(os.environ),
-                      events=RecordingSink())
+    return ws.prepare(
+        repo,
+        run_id=run_id,
+        issue_ref=str(run_id),
+        base_env=dict(os.environ),
+        events=RecordingSink(),
+    )
 
 
 def crypt_repo(url: str, key: SecretRef) -> RepoSettings:
     """A git-crypt repo using the clone strategy."""
-    return RepoSettings(name="crypt", tracker="gh", slug="acme/crypt", remote_url=url,
-                        workspace="clone", git_crypt_key=key,
-                        setup_commands=("test -d .venv || { mkdir .venv; echo $$ > .venv/id; }",))
+    return RepoSettings(
+        name="crypt",
+        tracker="gh",
+        slug="acme/crypt",
+        remote_url=url,
+        workspace="clone",
+        git_crypt_key=key,
+        setup_commands=("test -d .venv || { mkdir .venv; echo $$ > .venv/id; }",),
+    )
 
 
 def test_encrypted_file_is_plaintext_in_the_clone_and_stays_encrypted_after_push(

@@ -32,14 +32,24 @@ def tree_digest(root: Path) -> str:
 def make_repo(tmp_path: Path, name: str) -> RepoSettings:
     """A repo on a fresh bare remote, with a dependency dir made by setup."""
     url = make_remote(tmp_path, {"README.md": "hi\n", ".gitignore": ".venv/\n"}, name=name)
-    return RepoSettings(name=name, tracker="gh", slug=f"acme/{name}", remote_url=url,
-                        setup_commands=("mkdir -p .venv && echo warm > .venv/state",))
+    return RepoSettings(
+        name=name,
+        tracker="gh",
+        slug=f"acme/{name}",
+        remote_url=url,
+        setup_commands=("mkdir -p .venv && echo warm > .venv/state",),
+    )
 
 
 def prepare(ws: Workspaces, repo: RepoSettings, run_id: int) -> PreparedWorkspace:
     """Prepare one run with the test's environment."""
-    return ws.prepare(repo, run_id=run_id, issue_ref=str(run_id), base_env=dict(os.environ),
-                      events=RecordingSink())
+    return ws.prepare(
+        repo,
+        run_id=run_id,
+        issue_ref=str(run_id),
+        base_env=dict(os.environ),
+        events=RecordingSink(),
+    )
 
 
 def fill(path: Path, when: float, atime: float | None = None) -> Path:
@@ -67,8 +77,9 @@ def test_eviction_is_lru_from_high_to_low_watermark_sparing_evidence_and_active(
     frozen_repo, active_repo = make_repo(tmp_path, "frozen"), make_repo(tmp_path, "active")
     to_freeze = prepare(probe, frozen_repo, 1)
     (to_freeze.path / "README.md").write_text("the broken edit\n")
-    evidence = probe.keep_evidence(to_freeze, run_id=1, repo="frozen", reason="deploy broken",
-                                   head_sha=None)
+    evidence = probe.keep_evidence(
+        to_freeze, run_id=1, repo="frozen", reason="deploy broken", head_sha=None
+    )
     active = prepare(probe, active_repo, 2)
     (active.path / "work-in-progress.py").write_text("x = 1\n")
 
@@ -98,8 +109,9 @@ def test_eviction_is_lru_from_high_to_low_watermark_sparing_evidence_and_active(
     settings = WorkspaceSettings(high_watermark=0.9, low_watermark=0.8)
     capacity = int((usage - sum(sizes[:4]) + sizes[4] // 2) / settings.low_watermark)
     assert usage > settings.high_watermark * capacity
-    ws = Workspaces(volume, WorkspaceSettings(capacity_bytes=capacity, high_watermark=0.9,
-                                              low_watermark=0.8))
+    ws = Workspaces(
+        volume, WorkspaceSettings(capacity_bytes=capacity, high_watermark=0.9, low_watermark=0.8)
+    )
 
     report = ws.housekeeping(active_paths=[active.path])
 
@@ -165,8 +177,9 @@ def test_evidence_keeps_edits_and_the_next_run_gets_a_fresh_slot(tmp_path: Path)
     (run.path / "README.md").write_text("half done\n")
     git(run.path, "commit", "-qam", "wip")
     head = git(run.path, "rev-parse", "HEAD").strip()
-    evidence = ws.keep_evidence(run, run_id=5, repo="app", reason="tests never green",
-                                head_sha=None, extra={"attempt": 2})
+    evidence = ws.keep_evidence(
+        run, run_id=5, repo="app", reason="tests never green", head_sha=None, extra={"attempt": 2}
+    )
     assert evidence == volume.resolve() / "frozen" / "5"
     manifest = json.loads((evidence / "manifest.json").read_text())
     assert manifest["base_sha"] == run.base_sha and manifest["head_sha"] == head
@@ -182,8 +195,9 @@ def test_discarding_evidence_unregisters_its_worktree(tmp_path: Path) -> None:
     volume.mkdir()
     ws = Workspaces(volume, WorkspaceSettings())
     repo = make_repo(tmp_path, "app")
-    evidence = ws.keep_evidence(prepare(ws, repo, 3), run_id=3, repo="app", reason="r",
-                                head_sha=None)
+    evidence = ws.keep_evidence(
+        prepare(ws, repo, 3), run_id=3, repo="app", reason="r", head_sha=None
+    )
     with pytest.raises(FatalError, match="not a frozen run's evidence"):
         ws.discard_evidence(ws.repo_dir(repo))
     ws.discard_evidence(evidence)

@@ -24,7 +24,8 @@ def test_prepare_kills_processes_left_in_the_repos_worktrees(tmp_path: Path) -> 
     first = spaces.prepare(repo, run_id=1, issue_ref="#1", base_env={}, events=RecordingSink())
     orphan = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)"],
-        cwd=first.workdir, start_new_session=True,
+        cwd=first.workdir,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 10
@@ -43,7 +44,8 @@ def test_processes_elsewhere_are_left_alone(tmp_path: Path) -> None:
     """Only processes working inside the tree are stragglers."""
     elsewhere = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)"],
-        cwd=tmp_path, start_new_session=True,
+        cwd=tmp_path,
+        start_new_session=True,
     )
     try:
         (tmp_path / "tree").mkdir()

@@ -36,6 +36,7 @@ FORGES = {"github": FakeGitHub, "gitea": FakeGitea, "gitlab": FakeGitLab}
 # the timeout faults delay their answer well past it.
 CLIENT_TIMEOUT_S = 1.5
 
+
 @dataclass(frozen=True)
 class ForgeFault:
     name: str

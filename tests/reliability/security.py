@@ -47,8 +47,10 @@ def _spec(root: Path) -> WorldSpec:
         'trusted_actors = ["maintainer"]\n',
         http_toml='api_token_env = "PIPELINE_API_TOKEN"\n',
         agent_toml='api_key_env = "VENDOR_CRED"\n',
-        agent_env={"AGENT_ENV_DUMP": str(agent_area(root) / "agent-env.txt"),
-                   "AGENT_PRINT_KEY": "1"},
+        agent_env={
+            "AGENT_ENV_DUMP": str(agent_area(root) / "agent-env.txt"),
+            "AGENT_PRINT_KEY": "1",
+        },
         per_repo_toml={"r0": push.format(name="r0"), "r1": broken + push.format(name="r1")},
     )
 

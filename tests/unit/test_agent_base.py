@@ -48,18 +48,30 @@ def test_agent_env_passes_only_the_list_and_the_agent_key(
     """Forge tokens, daemon secrets and agent sockets stay out; PATH and the own key go in."""
     monkeypatch.setenv("AFK_TEST_KEY", "mine")
     host = {**SECRET_ENV, "PATH": "/usr/bin", "LANG": "C.UTF-8", "RANDOM_TOOL_SETTING": "x"}
-    preset = AgentPreset(name="c", kind="claude", api_key=SecretRef(env="AFK_TEST_KEY"),
-                         env=(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),))
+    preset = AgentPreset(
+        name="c",
+        kind="claude",
+        api_key=SecretRef(env="AFK_TEST_KEY"),
+        env=(("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),),
+    )
     env = agent_env(preset, AgentRequest("p", tmp_path, host, tmp_path / "home"))
-    assert env == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "HOME": str(tmp_path / "home"),
-                   "TMPDIR": "/tmp", "ANTHROPIC_API_KEY": "mine",
-                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    assert env == {
+        "PATH": "/usr/bin",
+        "LANG": "C.UTF-8",
+        "HOME": str(tmp_path / "home"),
+        "TMPDIR": "/tmp",
+        "ANTHROPIC_API_KEY": "mine",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 def test_agent_env_has_a_path_when_the_host_has_none(tmp_path: Path) -> None:
     """A daemon started without PATH still gives its agent a working one."""
-    env = agent_env(AgentPreset(name="c", kind="command", command=("x",)),
-                    AgentRequest("p", tmp_path, {}, tmp_path / "home"))
+    env = agent_env(
+        AgentPreset(name="c", kind="command", command=("x",)),
+        AgentRequest("p", tmp_path, {}, tmp_path / "home"),
+    )
     assert "/usr/bin" in env["PATH"].split(":")
 
 
@@ -157,8 +169,16 @@ def test_claude_argv_carries_every_configured_option(tmp_path: Path) -> None:
     )
     argv = claude_argv(preset, _request(tmp_path, resume_session="s-1", max_budget_usd=1.5))
     assert argv[:10] == [
-        "/opt/claude", "-p", "--output-format", "stream-json", "--verbose",
-        "--permission-mode", "acceptEdits", "--allowedTools", "Read,Bash", "--append-system-prompt",
+        "/opt/claude",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--permission-mode",
+        "acceptEdits",
+        "--allowedTools",
+        "Read,Bash",
+        "--append-system-prompt",
     ]
     joined = " ".join(argv)
     assert "--model m1" in joined and "--max-turns 7" in joined
@@ -172,12 +192,23 @@ def test_codex_argv_reads_the_prompt_from_stdin_and_resumes(tmp_path: Path) -> N
     """``codex exec --json`` without Codex's sandbox; ``resume <thread>`` before the ``-``."""
     preset = AgentPreset(name="codex", kind="codex", model="gpt-x", extra_args=("--x",))
     assert codex_argv(preset, _request(tmp_path)) == [
-        "codex", "exec", "--json", "--dangerously-bypass-approvals-and-sandbox",
-        "--skip-git-repo-check", "-c", "shell_environment_policy.ignore_default_excludes=false",
-        "--model", "gpt-x", "--x", "-",
+        "codex",
+        "exec",
+        "--json",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--skip-git-repo-check",
+        "-c",
+        "shell_environment_policy.ignore_default_excludes=false",
+        "--model",
+        "gpt-x",
+        "--x",
+        "-",
     ]
     assert codex_argv(preset, _request(tmp_path, resume_session="th-1"))[-4:] == [
-        "--x", "resume", "th-1", "-",
+        "--x",
+        "resume",
+        "th-1",
+        "-",
     ]
 
 

@@ -25,8 +25,12 @@ CLAUDE_LINES = [
         "message": {
             "content": [
                 {"type": "text", "text": "Writing the test first."},
-                {"type": "tool_use", "id": "t1", "name": "Write",
-                 "input": {"file_path": "/wt/test_a.py", "content": "x" * 5000}},
+                {
+                    "type": "tool_use",
+                    "id": "t1",
+                    "name": "Write",
+                    "input": {"file_path": "/wt/test_a.py", "content": "x" * 5000},
+                },
                 {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "pytest"}},
             ]
         },
@@ -106,7 +110,9 @@ def test_redacting_sink_masks_a_key_cut_short_by_a_summary(
     redacting("tool", "Bash " + "y" * 189 + "sk-very-…")
     redacting("tool", "Bash echo sk-other…")
     assert [message for _, message, _ in sink.events] == [
-        "Bash echo ***", "Bash " + "y" * 189 + "***…", "Bash echo sk-other…"
+        "Bash echo ***",
+        "Bash " + "y" * 189 + "***…",
+        "Bash echo sk-other…",
     ]
 
 
@@ -115,6 +121,9 @@ def test_redacting_sink_masks_every_registered_secret_in_message_and_data() -> N
     register_secret("SNTL-stream-push-token-3d")
     sink = RecordingSink()
     preset = AgentPreset(name="c", kind="command", command=("true",))
-    RedactingSink(sink, preset)("tool", "cat token: SNTL-stream-push-token-3d",
-                                {"input": {"command": "echo SNTL-stream-push-token-3d"}})
+    RedactingSink(sink, preset)(
+        "tool",
+        "cat token: SNTL-stream-push-token-3d",
+        {"input": {"command": "echo SNTL-stream-push-token-3d"}},
+    )
     assert sink.events == [("tool", "cat token: ***", {"input": {"command": "echo ***"}})]

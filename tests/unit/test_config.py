@@ -56,15 +56,47 @@ def test_example_loads_with_every_section() -> None:
 
 def _option_keys() -> set[str]:
     """Config keys for every settings field (secrets as <key>_env, renamed fields mapped)."""
-    renamed = {"capacity_bytes": "capacity", "listen_host": "listen", "listen_port": "listen",
-               "agent_overrides": "agent_options", "source": "from", "target": "to",
-               "bwrap_path": "bwrap"}
-    skip = {"name", "trackers", "agents", "repos", "probes", "push", "ci", "deploy",
-            "scheduler", "workspace", "http", "notify", "sandbox"}
+    renamed = {
+        "capacity_bytes": "capacity",
+        "listen_host": "listen",
+        "listen_port": "listen",
+        "agent_overrides": "agent_options",
+        "source": "from",
+        "target": "to",
+        "bwrap_path": "bwrap",
+    }
+    skip = {
+        "name",
+        "trackers",
+        "agents",
+        "repos",
+        "probes",
+        "push",
+        "ci",
+        "deploy",
+        "scheduler",
+        "workspace",
+        "http",
+        "notify",
+        "sandbox",
+    }
     keys: set[str] = set()
-    classes = [Settings, SchedulerSettings, WorkspaceSettings, HttpSettings, TrackerSettings,
-               AgentPreset, RepoSettings, PushSettings, CiSettings, DeploySettings,
-               ProbeSettings, CopyFile, NotifySettings, SandboxSettings]
+    classes = [
+        Settings,
+        SchedulerSettings,
+        WorkspaceSettings,
+        HttpSettings,
+        TrackerSettings,
+        AgentPreset,
+        RepoSettings,
+        PushSettings,
+        CiSettings,
+        DeploySettings,
+        ProbeSettings,
+        CopyFile,
+        NotifySettings,
+        SandboxSettings,
+    ]
     for cls in classes:
         for f in dataclasses.fields(cls):
             if f.name in skip or (cls is Settings and f.name == "source"):
@@ -79,8 +111,11 @@ def test_example_documents_every_option() -> None:
     text = EXAMPLE.read_text(encoding="utf-8")
     # `key = ...`, `# key = ...`, inside an inline table, or a `[...key]` header.
     pattern = r"^(# )?{0} = |{{ {0} = |, {0} = |\.{0}\]$"
-    missing = [key for key in sorted(_option_keys())
-               if not re.search(pattern.format(key), text, re.MULTILINE)]
+    missing = [
+        key
+        for key in sorted(_option_keys())
+        if not re.search(pattern.format(key), text, re.MULTILINE)
+    ]
     assert missing == []
 
 
@@ -132,8 +167,12 @@ def test_env_var_table_lists_every_override() -> None:
 def test_env_errors_name_the_variable(tmp_path: Path) -> None:
     """Bad overrides are reported by variable name, together with file problems."""
     path = write(tmp_path, "max_queue_depth = 0\n")
-    env = {"PIPELINE_MAX_CONCURRENCY": "x", "PIPELINE_HTTP_LISTEN": "nowhere",
-           "PIPELINE_LOG_FORMAT": "xml", "PIPELINE_DATABASE_URL": "mysql://h/db"}
+    env = {
+        "PIPELINE_MAX_CONCURRENCY": "x",
+        "PIPELINE_HTTP_LISTEN": "nowhere",
+        "PIPELINE_LOG_FORMAT": "xml",
+        "PIPELINE_DATABASE_URL": "mysql://h/db",
+    }
     with pytest.raises(ConfigError) as caught:
         load_settings(path, environ=env)
     assert caught.value.problems == [
@@ -149,7 +188,9 @@ def test_relative_paths_resolve_against_the_file(tmp_path: Path) -> None:
     """Paths in the file are relative to the file's directory, not the cwd."""
     conf = tmp_path / "conf"
     conf.mkdir()
-    path = write(conf, """
+    path = write(
+        conf,
+        """
 database_url = "sqlite:///state/history.db"
 volume = "vol"
 [trackers.gh]
@@ -163,7 +204,8 @@ slug = "me/notes"
 remote_url = "../repos/notes.git"
 prompt_template = "prompts/notes.md"
 copy_files = [{ from = "files/env", to = "sub/.env" }]
-""")
+""",
+    )
     s = load_settings(path, environ={})
     assert s.database_url == f"sqlite:///{conf / 'state/history.db'}"
     assert s.volume == conf / "vol"
@@ -178,7 +220,9 @@ copy_files = [{ from = "files/env", to = "sub/.env" }]
 
 def test_remote_url_derives_from_the_tracker(tmp_path: Path) -> None:
     """Forge repositories default to <web base>/<slug>.git from the tracker's API URL."""
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [trackers.gh]
 kind = "github"
 [trackers.tea]
@@ -190,15 +234,20 @@ slug = "o/a"
 [repos.b]
 tracker = "tea"
 slug = "o/b"
-""")
+""",
+    )
     s = load_settings(path, environ={})
     assert [r.remote_url for r in s.repos] == [
-        "https://github.com/o/a.git", "https://git.example.com/o/b.git"]
+        "https://github.com/o/a.git",
+        "https://git.example.com/o/b.git",
+    ]
 
 
 def test_budget_defaults_apply_to_repos_without_their_own(tmp_path: Path) -> None:
     """[budgets] fills max_budget_usd/daily_budget_usd only where a repo sets none."""
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [budgets]
 default_max_run_usd = 4
 default_daily_usd_per_repo = 40
@@ -211,7 +260,8 @@ tracker = "local"
 slug = "o/b"
 remote_url = "b.git"
 max_budget_usd = 1.5
-""")
+""",
+    )
     s = load_settings(path, environ={})
     assert [(r.max_budget_usd, r.daily_budget_usd) for r in s.repos] == [(4.0, 40.0), (1.5, 40.0)]
 
@@ -226,7 +276,9 @@ def test_declared_preset_replaces_builtin(tmp_path: Path) -> None:
 
 def test_codex_prices_load_and_repos_may_change_them(tmp_path: Path) -> None:
     """Token prices are read for a codex preset; a repo's agent_options override them."""
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [agents.codex]
 price_input_usd_per_mtok = 1.25
 price_output_usd_per_mtok = 10
@@ -237,19 +289,25 @@ remote_url = "web.git"
 agent = "codex"
 [repos.web.agent_options]
 price_cached_input_usd_per_mtok = 0.125
-""")
+""",
+    )
     settings = load_settings(path, environ={})
     codex = settings.agent("codex")
     assert codex is not None and codex.api_key_var == "CODEX_API_KEY"
-    assert (codex.price_input_usd_per_mtok, codex.price_cached_input_usd_per_mtok,
-            codex.price_output_usd_per_mtok) == (1.25, None, 10.0)
+    assert (
+        codex.price_input_usd_per_mtok,
+        codex.price_cached_input_usd_per_mtok,
+        codex.price_output_usd_per_mtok,
+    ) == (1.25, None, 10.0)
     web = settings.repo("web")
     assert web is not None
     assert web.agent_overrides == (("price_cached_input_usd_per_mtok", 0.125),)
 
 
-@pytest.mark.parametrize(("written", "size"), [
-    ('"10GiB"', 10 * 2**30), ('"500MB"', 500 * 10**6), ("4096", 4096), ('"1.5KiB"', 1536)])
+@pytest.mark.parametrize(
+    ("written", "size"),
+    [('"10GiB"', 10 * 2**30), ('"500MB"', 500 * 10**6), ("4096", 4096), ('"1.5KiB"', 1536)],
+)
 def test_capacity_accepts_sizes(tmp_path: Path, written: str, size: int) -> None:
     """[workspace] capacity takes bytes or a size with a unit."""
     path = write(tmp_path, f"[workspace]\ncapacity = {written}\n")
@@ -280,7 +338,9 @@ def test_show_never_prints_secrets(
 ) -> None:
     """show describes SecretRefs and redacts a database password; no sentinel leaks."""
     (tmp_path / "key").write_text(SENTINEL, encoding="utf-8")
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 [trackers.gh]
 kind = "github"
 token_env = "GITHUB_TOKEN"
@@ -290,7 +350,8 @@ urls_env = "NOTIFY_URLS"
 [repos.a]
 tracker = "gh"
 slug = "o/a"
-""")
+""",
+    )
     for name in ("GITHUB_TOKEN", "NOTIFY_URLS"):
         monkeypatch.setenv(name, SENTINEL)
     monkeypatch.setenv("PIPELINE_DATABASE_URL", f"postgresql://afk:{SENTINEL}@db/afk")

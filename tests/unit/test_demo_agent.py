@@ -22,15 +22,28 @@ from pipeline.demo.tasks import ADD_VERSION, TASKS, Change, Edit
 from pipeline.run.prompt import IssueInfo, build_prompt
 from pipeline.testing.gitrepos import write_files
 
-REPO = RepoSettings(name="webapp", tracker="local", slug="demo/webapp", remote_url="/nowhere",
-                    test_command="python3 -m unittest discover -s tests -q")
+REPO = RepoSettings(
+    name="webapp",
+    tracker="local",
+    slug="demo/webapp",
+    remote_url="/nowhere",
+    test_command="python3 -m unittest discover -s tests -q",
+)
 
 
 def _prompt(issue: dict[str, str], tmp: Path, run_id: int = 7, extra: str | None = None) -> str:
-    info = IssueInfo(ref="#3", number=3, title=issue["title"], body=issue["body"], comments=(),
-                     url=f"local://{issue['repo']}/issues/3", author="me")
-    return build_prompt(info, run_id=run_id, repo=REPO, repo_root=tmp, workdir=tmp,
-                        extra_prompt=extra)
+    info = IssueInfo(
+        ref="#3",
+        number=3,
+        title=issue["title"],
+        body=issue["body"],
+        comments=(),
+        url=f"local://{issue['repo']}/issues/3",
+        author="me",
+    )
+    return build_prompt(
+        info, run_id=run_id, repo=REPO, repo_root=tmp, workdir=tmp, extra_prompt=extra
+    )
 
 
 def _project(tmp: Path, name: str) -> Path:
@@ -124,9 +137,19 @@ def test_commit_message_carries_the_prompts_trailers() -> None:
 
 def test_excerpt_quotes_the_first_failure_and_summary() -> None:
     """Output excerpts keep the failure header, its last lines and the summary."""
-    lines = ["=" * 70, "ERROR: test_x (t.T.test_x)", "-" * 70, "Traceback:",
-             *[f"  frame {i}" for i in range(10)], "ImportError: nope", "", "-" * 70,
-             "Ran 2 tests in 0.001s", "", "FAILED (errors=1)"]
+    lines = [
+        "=" * 70,
+        "ERROR: test_x (t.T.test_x)",
+        "-" * 70,
+        "Traceback:",
+        *[f"  frame {i}" for i in range(10)],
+        "ImportError: nope",
+        "",
+        "-" * 70,
+        "Ran 2 tests in 0.001s",
+        "",
+        "FAILED (errors=1)",
+    ]
     quoted = excerpt(lines)
     assert quoted[0] == "ERROR: test_x (t.T.test_x)" and "ImportError: nope" in quoted
     assert quoted[-2:] == ["Ran 2 tests in 0.001s", "FAILED (errors=1)"]
@@ -146,7 +169,8 @@ def test_main_blocks_unknown_issue_and_exits_zero(
     out = capsys.readouterr().out
     assert [line for line in out.splitlines() if line.startswith("BLOCKED: ")] == [
         "BLOCKED: this demo agent only knows the demo tasks (add-farewell, add-shout, "
-        "add-version); the issue has no `demo-task:` tag"]
+        "add-version); the issue has no `demo-task:` tag"
+    ]
     assert list(work.iterdir()) == []
 
 
@@ -159,8 +183,13 @@ def test_main_usage(capsys: pytest.CaptureFixture[str]) -> None:
 def test_edit_whose_anchor_is_gone_blocks(tmp_path: Path) -> None:
     """An edit whose anchor an earlier edit removed blocks instead of silently doing nothing."""
     (tmp_path / "m.py").write_text("x = 1\n", encoding="utf-8")
-    change = Change("s", "b", "tests/test_m.py", "import unittest\nraise SystemExit(1)\n", (
-        Edit("m.py", "x = 1", "x = 2", "first"), Edit("m.py", "x = 1", "x = 3", "second")))
+    change = Change(
+        "s",
+        "b",
+        "tests/test_m.py",
+        "import unittest\nraise SystemExit(1)\n",
+        (Edit("m.py", "x = 1", "x = 2", "first"), Edit("m.py", "x = 1", "x = 3", "second")),
+    )
     lines: list[str] = []
     with pytest.raises(Blocked, match=r"m.py no longer holds the code to change \(second\)"):
         work(change, _brief("t"), tmp_path, lines.append)

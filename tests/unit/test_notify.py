@@ -9,13 +9,16 @@ from pipeline.notify.apprise import Notifier, describe_channel, escalation_messa
 from pipeline.testing.sinks import RecordingSink
 
 
-@pytest.mark.parametrize(("url", "shown"), [
-    ("json://user:pass@hooks.example.org:8080/secret/path?token=x", "json://hooks.example.org"),
-    ("ntfys://tok@ntfy.sh/topic-secret", "ntfys://ntfy.sh"),
-    ("slack://TokenA/TokenB/TokenC/#ops", "slack://"),
-    ("discord://4174216298/JHMHI8qBe7bk2ZwO5U711o3dV_js", "discord://"),
-    ("no scheme at all", "<no scheme>"),
-])
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("json://user:pass@hooks.example.org:8080/secret/path?token=x", "json://hooks.example.org"),
+        ("ntfys://tok@ntfy.sh/topic-secret", "ntfys://ntfy.sh"),
+        ("slack://TokenA/TokenB/TokenC/#ops", "slack://"),
+        ("discord://4174216298/JHMHI8qBe7bk2ZwO5U711o3dV_js", "discord://"),
+        ("no scheme at all", "<no scheme>"),
+    ],
+)
 def test_channels_are_named_without_secrets(url: str, shown: str) -> None:
     """Only scheme and (for real hosts) host name a channel; tokens never show."""
     assert describe_channel(url) == shown
@@ -30,10 +33,15 @@ def test_url_list_skips_blanks_and_comments() -> None:
 def test_escalation_message_for_a_frozen_repo() -> None:
     """A freeze says what happened, what was kept where, and the unfreeze command."""
     title, body = escalation_message(
-        repo="web app", run_id=42, reason="deploy_broken",
+        repo="web app",
+        run_id=42,
+        reason="deploy_broken",
         what_happened="The deploy of abc123 failed its health probe twice after fix-forwards.",
         kept={"evidence": "/vol/frozen/42", "worktree": "/vol/frozen/42/worktree"},
-        frozen=True, issue_url="https://forge.invalid/o/r/issues/7", sha="abc123")
+        frozen=True,
+        issue_url="https://forge.invalid/o/r/issues/7",
+        sha="abc123",
+    )
     assert "run 42 frozen (deploy_broken)" in title
     assert "failed its health probe" in body and "commit abc123" in body
     assert "  - evidence: /vol/frozen/42" in body
@@ -43,9 +51,14 @@ def test_escalation_message_for_a_frozen_repo() -> None:
 
 def test_escalation_message_for_a_run() -> None:
     """An escalated run in an active repo resumes with runs retry."""
-    _, body = escalation_message(repo="api", run_id=9, reason="conflict",
-                                 what_happened="Rebase conflict in a.py.",
-                                 kept=[("branch", "afk/run-9")], frozen=False)
+    _, body = escalation_message(
+        repo="api",
+        run_id=9,
+        reason="conflict",
+        what_happened="Rebase conflict in a.py.",
+        kept=[("branch", "afk/run-9")],
+        frozen=False,
+    )
     assert "pipeline runs retry 9" in body and "unfreeze" not in body
     assert "  - branch: afk/run-9" in body
 
@@ -55,7 +68,8 @@ def test_success_is_not_sent_unless_enabled(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("AFK_NOTIFY_URLS", "json://127.0.0.1:9/x")
     sink = RecordingSink()
     Notifier(NotifySettings(urls=SecretRef(env="AFK_NOTIFY_URLS")), background=False).notify(
-        "t", "b", kind="success", events=sink)
+        "t", "b", kind="success", events=sink
+    )
     assert sink.events == []
 
 
@@ -67,16 +81,18 @@ def test_no_channels_is_recorded_not_raised() -> None:
 
 
 def test_invalid_url_is_retried_then_given_up_without_secrets(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """An unusable channel is tried retries+1 times, then recorded without its secret parts."""
     monkeypatch.setenv("AFK_NOTIFY_URLS", "notascheme://hunter2@example.org/s3cret")
     sleeps: list[float] = []
     sink = RecordingSink()
     settings = NotifySettings(urls=SecretRef(env="AFK_NOTIFY_URLS"), retries=2, retry_delay_s=7)
     Notifier(settings, background=False, sleep=sleeps.append).notify(
-        "t", "b", kind="freeze", events=sink)
+        "t", "b", kind="freeze", events=sink
+    )
     assert sleeps == [7, 7]
-    (_, message, data), = sink.of_kind("notify")
+    ((_, message, data),) = sink.of_kind("notify")
     assert data == {"kind": "freeze", "channel": "notascheme://", "ok": False, "attempts": 3}
     assert "hunter2" not in repr(sink.events) and "s3cret" not in repr(sink.events)
     assert "failed after 3 attempts" in message

@@ -60,12 +60,15 @@ def test_documented_examples_are_judged() -> None:
     assert "status security/brakeman: success" in state.details
 
 
-@pytest.mark.parametrize("conclusion", ["failure", "timed_out", "cancelled", "action_required",
-                                        "startup_failure"])
+@pytest.mark.parametrize(
+    "conclusion", ["failure", "timed_out", "cancelled", "action_required", "startup_failure"]
+)
 def test_failing_conclusions_are_failure(conclusion: str) -> None:
     """Each failing check-run conclusion makes the commit's CI a failure with a log link."""
-    state = judge_github(runs(check_run("success", name="lint", id=1),
-                              check_run(conclusion, name="test", id=2)), NO_STATUSES)
+    state = judge_github(
+        runs(check_run("success", name="lint", id=1), check_run(conclusion, name="test", id=2)),
+        NO_STATUSES,
+    )
     assert state.state == "failure"
     assert state.log_hint == "https://github.com/github/hello-world/runs/4"
 
@@ -100,8 +103,10 @@ def test_nothing_reported_is_none() -> None:
 
 def test_rerun_supersedes_the_failed_attempt() -> None:
     """A re-run with the same name and a higher id replaces the failed first attempt."""
-    state = judge_github(runs(check_run("failure", name="test", id=7),
-                              check_run("success", name="test", id=9)), NO_STATUSES)
+    state = judge_github(
+        runs(check_run("failure", name="test", id=7), check_run("success", name="test", id=9)),
+        NO_STATUSES,
+    )
     assert state.state == "success"
 
 
@@ -175,8 +180,12 @@ CI = CiSettings(kind="github", appear_timeout_s=60, timeout_s=600, poll_interval
 def test_watch_returns_the_verdict_once_ci_finishes() -> None:
     """Pending then failure: the watch returns failure with the details and log link."""
     clock, sink = FakeClock(), RecordingSink()
-    source = Scripted(CiState("none"), CiState("pending"), CiState("pending"),
-                      CiState("failure", ("check test: failure",), "https://ci/1"))
+    source = Scripted(
+        CiState("none"),
+        CiState("pending"),
+        CiState("pending"),
+        CiState("failure", ("check test: failure",), "https://ci/1"),
+    )
     outcome = watch_ci(source, GREEN, CI, sink, None, clock=clock, sleep=clock.sleep)
     assert (outcome.state, outcome.log_hint) == ("failure", "https://ci/1")
     assert clock.now == 30
@@ -186,8 +195,9 @@ def test_watch_returns_the_verdict_once_ci_finishes() -> None:
 def test_no_ci_appearing_is_inconclusive() -> None:
     """Nothing reported within appear_timeout_s ends the watch as none_appeared."""
     clock = FakeClock()
-    outcome = watch_ci(Scripted(CiState("none")), GREEN, CI, RecordingSink(), None,
-                       clock=clock, sleep=clock.sleep)
+    outcome = watch_ci(
+        Scripted(CiState("none")), GREEN, CI, RecordingSink(), None, clock=clock, sleep=clock.sleep
+    )
     assert outcome.state == "none_appeared" and outcome.inconclusive
     assert clock.now == 60
 
@@ -195,8 +205,15 @@ def test_no_ci_appearing_is_inconclusive() -> None:
 def test_ci_pending_forever_times_out_inconclusive() -> None:
     """CI that started but never finishes times out after timeout_s, inconclusive."""
     clock = FakeClock()
-    outcome = watch_ci(Scripted(CiState("pending", ("check test: in_progress",))), GREEN, CI,
-                       RecordingSink(), None, clock=clock, sleep=clock.sleep)
+    outcome = watch_ci(
+        Scripted(CiState("pending", ("check test: in_progress",))),
+        GREEN,
+        CI,
+        RecordingSink(),
+        None,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert outcome.state == "timeout" and outcome.inconclusive
     assert "check test: in_progress" in outcome.detail and clock.now == 600
 

@@ -44,12 +44,25 @@ def scripted(*statuses: ProbeStatus) -> ProbeRunner:
 def analyse(
     *statuses: ProbeStatus, **settings: object
 ) -> tuple[DeployOutcome, FakeClock, RecordingSink]:
-    values: dict[str, object] = {"probes": (PROBE,), "initial_delay_s": 5.0, "interval_s": 10.0,
-                                 "count": 3, "failure_limit": 0, "progress_deadline_s": 100.0}
+    values: dict[str, object] = {
+        "probes": (PROBE,),
+        "initial_delay_s": 5.0,
+        "interval_s": 10.0,
+        "count": 3,
+        "failure_limit": 0,
+        "progress_deadline_s": 100.0,
+    }
     values.update(settings)
     clock, sink = FakeClock(), RecordingSink()
-    outcome = watch_deploy(DeploySettings(**values), SHA, sink, None,  # type: ignore[arg-type]
-                           clock=clock, sleep=clock.sleep, probe_runner=scripted(*statuses))
+    outcome = watch_deploy(
+        DeploySettings(**values),
+        SHA,
+        sink,
+        None,  # type: ignore[arg-type]
+        clock=clock,
+        sleep=clock.sleep,
+        probe_runner=scripted(*statuses),
+    )
     return outcome, clock, sink
 
 
@@ -100,8 +113,14 @@ def test_stop_ends_the_analysis_inconclusive() -> None:
     """A stop request ends the watch as inconclusive with the reason."""
     stop = StopToken()
     stop.stop("cancel")
-    outcome = watch_deploy(DeploySettings(probes=(PROBE,)), SHA, RecordingSink(), stop,
-                           sleep=lambda s: None, probe_runner=scripted("ok"))
+    outcome = watch_deploy(
+        DeploySettings(probes=(PROBE,)),
+        SHA,
+        RecordingSink(),
+        stop,
+        sleep=lambda s: None,
+        probe_runner=scripted("ok"),
+    )
     assert outcome.verdict == "inconclusive" and "stopped" in outcome.evidence
 
 

@@ -44,8 +44,9 @@ def test_eviction_stops_at_the_low_watermark(tmp_path: Path) -> None:
     usage = disk_usage(tmp_path)
     size = files[0].stat().st_blocks * 512
     capacity = int((usage - 3 * size) / 0.8) + 1
-    evicted, freed = evict_caches(tmp_path, usage=usage, capacity=capacity,
-                                  high_watermark=0.9, low_watermark=0.8)
+    evicted, freed = evict_caches(
+        tmp_path, usage=usage, capacity=capacity, high_watermark=0.9, low_watermark=0.8
+    )
     assert evicted == files[:3] and freed == 3 * size
     assert [f.exists() for f in files] == [False] * 3 + [True] * 7
 
@@ -53,8 +54,9 @@ def test_eviction_stops_at_the_low_watermark(tmp_path: Path) -> None:
 def test_no_eviction_under_the_high_watermark(tmp_path: Path) -> None:
     """Usage between the watermarks evicts nothing (hysteresis)."""
     put(tmp_path / "pip" / "old", 8192, 1.0)
-    evicted, freed = evict_caches(tmp_path, usage=85, capacity=100,
-                                  high_watermark=0.9, low_watermark=0.8)
+    evicted, freed = evict_caches(
+        tmp_path, usage=85, capacity=100, high_watermark=0.9, low_watermark=0.8
+    )
     assert (evicted, freed) == ([], 0)
 
 
@@ -62,8 +64,14 @@ def test_protected_paths_are_never_evicted(tmp_path: Path) -> None:
     """A protected path is skipped even when it is the oldest."""
     keep = put(tmp_path / "pip" / "in-use" / "x", 8192, 1.0)
     other = put(tmp_path / "pip" / "y", 8192, 2.0)
-    evicted, _ = evict_caches(tmp_path, usage=100, capacity=100, high_watermark=0.5,
-                              low_watermark=0.0, protected=[keep.parent])
+    evicted, _ = evict_caches(
+        tmp_path,
+        usage=100,
+        capacity=100,
+        high_watermark=0.5,
+        low_watermark=0.0,
+        protected=[keep.parent],
+    )
     assert evicted == [other] and keep.exists()
 
 

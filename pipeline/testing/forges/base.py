@@ -186,8 +186,15 @@ class FakeForge(ForgeState):
         default = json.dumps({"message": f"injected {status}"}) if status else ""
         with self.lock:
             self.faults.append(
-                Fault(re.compile(path_regex), status, dict(headers or {}),
-                      default if body is None else body, delay_s, times, method)
+                Fault(
+                    re.compile(path_regex),
+                    status,
+                    dict(headers or {}),
+                    default if body is None else body,
+                    delay_s,
+                    times,
+                    method,
+                )
             )
 
     def paths(self, method: str | None = None) -> list[str]:
@@ -206,7 +213,7 @@ class FakeForge(ForgeState):
         """The path under the API prefix that routes match, or ``None`` (404) outside it."""
         if not path.startswith(self.api_prefix):
             return None
-        return path[len(self.api_prefix):] or "/"
+        return path[len(self.api_prefix) :] or "/"
 
     def rate_headers(self) -> dict[str, str]:
         return {}
@@ -223,7 +230,9 @@ class FakeForge(ForgeState):
             return json_response(404, {"message": "Not Found"}, {})
         path = local
         record = RecordedRequest(
-            request.method, unquote(path), dict(parse_qsl(request.url.query)),
+            request.method,
+            unquote(path),
+            dict(parse_qsl(request.url.query)),
             headers={k: v for k, v in request.headers.items() if k not in _SECRET_HEADERS},
         )
         body = await request.body()  # read first: a slow answer still does the work
@@ -314,16 +323,34 @@ def send_webhook(
     delivery = delivery_id or str(uuid.uuid4())
     headers = {"Content-Type": "application/json"}
     if kind == "github":
-        headers.update({"X-GitHub-Event": event, "X-GitHub-Delivery": delivery,
-                        "X-Hub-Signature-256": sign_github(secret.encode(), body)})
+        headers.update(
+            {
+                "X-GitHub-Event": event,
+                "X-GitHub-Delivery": delivery,
+                "X-Hub-Signature-256": sign_github(secret.encode(), body),
+            }
+        )
     elif kind in ("gitea", "forgejo"):
         signature = sign_gitea(secret.encode(), body)
-        headers.update({"X-Gitea-Event": event, "X-Gitea-Delivery": delivery,
-                        "X-Gitea-Signature": signature, "X-Forgejo-Event": event,
-                        "X-Forgejo-Delivery": delivery, "X-Forgejo-Signature": signature})
+        headers.update(
+            {
+                "X-Gitea-Event": event,
+                "X-Gitea-Delivery": delivery,
+                "X-Gitea-Signature": signature,
+                "X-Forgejo-Event": event,
+                "X-Forgejo-Delivery": delivery,
+                "X-Forgejo-Signature": signature,
+            }
+        )
     elif kind == "gitlab":
-        headers.update({"X-Gitlab-Event": event, "X-Gitlab-Token": secret,
-                        "X-Gitlab-Event-UUID": delivery, "Idempotency-Key": delivery})
+        headers.update(
+            {
+                "X-Gitlab-Event": event,
+                "X-Gitlab-Token": secret,
+                "X-Gitlab-Event-UUID": delivery,
+                "Idempotency-Key": delivery,
+            }
+        )
     else:
         raise ValueError(f"send_webhook: unknown forge kind {kind!r}")
     return httpx.post(target_url, content=body, headers=headers, timeout=timeout_s)

@@ -50,7 +50,9 @@ def client_for(
     if clock is not None:
         opts = replace(opts, clock=clock.time, sleep=clock.sleep)
     classes: dict[str, type[RemoteTracker]] = {
-        "github": GitHubTracker, "gitea": GiteaTracker, "gitlab": GitLabTracker,
+        "github": GitHubTracker,
+        "gitea": GiteaTracker,
+        "gitlab": GitLabTracker,
     }
     client = classes[fake.forge](settings, token or fake.token, options=opts)
     fake.on_stop(client.close_client)  # its connections close when the fake stops

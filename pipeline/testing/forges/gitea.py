@@ -57,59 +57,101 @@ class FakeGitea(FakeForge):
         """An ``issues`` ``label_updated`` payload (Gitea does not name the added label)."""
         with self.lock:
             issue = self.issue(slug, number)
-            return {"action": "label_updated", "number": number,
-                    "issue": self.render_issue(slug, issue), "repository": self.render_repo(slug),
-                    "sender": _user(sender)}
+            return {
+                "action": "label_updated",
+                "number": number,
+                "issue": self.render_issue(slug, issue),
+                "repository": self.render_repo(slug),
+                "sender": _user(sender),
+            }
 
     # -- shapes ------------------------------------------------------------
 
     def render_repo(self, slug: str) -> dict[str, Any]:
         owner, name = slug.split("/", 1)
-        return {"id": self.repos[slug].id, "owner": _user(owner), "name": name,
-                "full_name": slug, "html_url": f"{SITE}/{slug}"}
+        return {
+            "id": self.repos[slug].id,
+            "owner": _user(owner),
+            "name": name,
+            "full_name": slug,
+            "html_url": f"{SITE}/{slug}",
+        }
 
     def render_label(self, slug: str, name: str) -> dict[str, Any]:
-        return {"id": self.label_id(slug, name), "name": name, "color": "ededed",
-                "description": "", "exclusive": False, "is_archived": False,
-                "url": f"{SITE}/api/v1/repos/{slug}/labels/{self.label_id(slug, name)}"}
+        return {
+            "id": self.label_id(slug, name),
+            "name": name,
+            "color": "ededed",
+            "description": "",
+            "exclusive": False,
+            "is_archived": False,
+            "url": f"{SITE}/api/v1/repos/{slug}/labels/{self.label_id(slug, name)}",
+        }
 
     def render_issue(self, slug: str, issue: FakeIssue) -> dict[str, Any]:
         kind = "pulls" if issue.is_pull_request else "issues"
         html = f"{SITE}/{slug}/{kind}/{issue.number}"
         pull = {"merged": False, "merged_at": None, "html_url": html}
         return {
-            "id": issue.id, "url": f"{SITE}/api/v1/repos/{slug}/issues/{issue.number}",
-            "html_url": html, "number": issue.number, "user": _user(issue.author),
-            "original_author": "", "original_author_id": 0, "title": issue.title,
-            "body": issue.body, "ref": "",
+            "id": issue.id,
+            "url": f"{SITE}/api/v1/repos/{slug}/issues/{issue.number}",
+            "html_url": html,
+            "number": issue.number,
+            "user": _user(issue.author),
+            "original_author": "",
+            "original_author_id": 0,
+            "title": issue.title,
+            "body": issue.body,
+            "ref": "",
             "labels": [self.render_label(slug, name) for name in issue.labels],
-            "milestone": None, "assignee": None, "assignees": None, "state": issue.state,
-            "is_locked": False, "comments": len(issue.comments), "created_at": issue.created_at,
+            "milestone": None,
+            "assignee": None,
+            "assignees": None,
+            "state": issue.state,
+            "is_locked": False,
+            "comments": len(issue.comments),
+            "created_at": issue.created_at,
             "updated_at": issue.updated_at,
             "closed_at": issue.updated_at if issue.state == "closed" else None,
-            "due_date": None, "pull_request": pull if issue.is_pull_request else None,
+            "due_date": None,
+            "pull_request": pull if issue.is_pull_request else None,
             "repository": self.render_repo(slug),
         }
 
     def _render_comment(self, slug: str, number: int, comment: FakeComment) -> dict[str, Any]:
-        return {"id": comment.id, "html_url": f"{SITE}/{slug}/issues/{number}#{comment.id}",
-                "issue_url": f"{SITE}/{slug}/issues/{number}", "user": _user(comment.author),
-                "original_author": "", "body": comment.body, "created_at": comment.created_at,
-                "updated_at": comment.created_at}
+        return {
+            "id": comment.id,
+            "html_url": f"{SITE}/{slug}/issues/{number}#{comment.id}",
+            "issue_url": f"{SITE}/{slug}/issues/{number}",
+            "user": _user(comment.author),
+            "original_author": "",
+            "body": comment.body,
+            "created_at": comment.created_at,
+            "updated_at": comment.created_at,
+        }
 
     # -- handlers ----------------------------------------------------------
 
     def _settings(self, _r: Request, _m: re.Match[str], _: Any) -> Reply:
-        return Reply(200, {"max_response_items": self.max_items, "default_paging_num": 30,
-                           "default_git_trees_per_page": 1000, "default_max_blob_size": 10485760})
+        return Reply(
+            200,
+            {
+                "max_response_items": self.max_items,
+                "default_paging_num": 30,
+                "default_git_trees_per_page": 1000,
+                "default_max_blob_size": 10485760,
+            },
+        )
 
     def _list_issues(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         slug, query = _slug(m), request.query_params
         wanted = [x for x in query.get("labels", "").split(",") if x]
         state, kind = query.get("state", "open"), query.get("type")
         issues = [
-            i for i in self.repos[slug].issues.values()
-            if (state == "all" or i.state == state) and all(w in i.labels for w in wanted)
+            i
+            for i in self.repos[slug].issues.values()
+            if (state == "all" or i.state == state)
+            and all(w in i.labels for w in wanted)
             and (kind is None or (kind == "pulls") == i.is_pull_request)
         ]
         issues.sort(key=lambda i: i.number, reverse=True)
@@ -157,12 +199,24 @@ class FakeGitea(FakeForge):
     def _timeline(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         slug, issue = _slug(m), self._issue(m)
         entries = [
-            {"id": e.id, "type": "label", "body": "1" if e.added else "", "user": _user(e.actor),
-             "label": self.render_label(slug, e.label), "created_at": e.created_at}
+            {
+                "id": e.id,
+                "type": "label",
+                "body": "1" if e.added else "",
+                "user": _user(e.actor),
+                "label": self.render_label(slug, e.label),
+                "created_at": e.created_at,
+            }
             for e in issue.events
         ] + [
-            {"id": c.id, "type": "comment", "body": c.body, "user": _user(c.author),
-             "label": None, "created_at": c.created_at}
+            {
+                "id": c.id,
+                "type": "comment",
+                "body": c.body,
+                "user": _user(c.author),
+                "label": None,
+                "created_at": c.created_at,
+            }
             for c in issue.comments
         ]
         entries.sort(key=lambda e: str(e["created_at"]))
@@ -184,29 +238,57 @@ class FakeGitea(FakeForge):
         permission = self.repos[_slug(m)].permissions.get(m["user"])
         if permission is None:
             return Reply(404, {"message": f"{m['user']} is not a collaborator"})
-        return Reply(200, {"permission": permission, "role_name": permission,
-                           "user": _user(m["user"])})
+        return Reply(
+            200, {"permission": permission, "role_name": permission, "user": _user(m["user"])}
+        )
 
     def _combined_status(self, _r: Request, m: re.Match[str], _: Any) -> Reply:
         slug, sha = _slug(m), m["sha"]
         statuses = self.repos[slug].statuses.get(sha, [])
         states = {s.state for s in statuses}
         combined = next((s for s in ("error", "failure", "pending") if s in states), "success")
-        items = [{"id": n, "status": s.state, "target_url": s.target_url, "context": s.context,
-                  "description": s.description, "created_at": None, "updated_at": None,
-                  "creator": _user("ci")} for n, s in enumerate(statuses, 1)]
-        return Reply(200, {"state": combined if statuses else "", "sha": sha,
-                           "total_count": len(items), "statuses": items,
-                           "repository": self.render_repo(slug), "commit_url": "", "url": ""})
+        items = [
+            {
+                "id": n,
+                "status": s.state,
+                "target_url": s.target_url,
+                "context": s.context,
+                "description": s.description,
+                "created_at": None,
+                "updated_at": None,
+                "creator": _user("ci"),
+            }
+            for n, s in enumerate(statuses, 1)
+        ]
+        return Reply(
+            200,
+            {
+                "state": combined if statuses else "",
+                "sha": sha,
+                "total_count": len(items),
+                "statuses": items,
+                "repository": self.render_repo(slug),
+                "commit_url": "",
+                "url": "",
+            },
+        )
 
     def render_pull(self, slug: str, pull: FakeIssue) -> dict[str, Any]:
-        return {"id": pull.id, "number": pull.number, "state": pull.state,
-                "title": pull.title, "body": pull.body, "user": _user(pull.author),
-                "html_url": f"{SITE}/{slug}/pulls/{pull.number}",
-                "url": f"{SITE}/api/v1/repos/{slug}/pulls/{pull.number}",
-                "head": {"ref": pull.head, "label": pull.head},
-                "base": {"ref": pull.base, "label": pull.base},
-                "merged": False, "created_at": pull.created_at, "updated_at": pull.updated_at}
+        return {
+            "id": pull.id,
+            "number": pull.number,
+            "state": pull.state,
+            "title": pull.title,
+            "body": pull.body,
+            "user": _user(pull.author),
+            "html_url": f"{SITE}/{slug}/pulls/{pull.number}",
+            "url": f"{SITE}/api/v1/repos/{slug}/pulls/{pull.number}",
+            "head": {"ref": pull.head, "label": pull.head},
+            "base": {"ref": pull.base, "label": pull.base},
+            "merged": False,
+            "created_at": pull.created_at,
+            "updated_at": pull.updated_at,
+        }
 
     def _list_pulls(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         slug = _slug(m)
@@ -217,8 +299,9 @@ class FakeGitea(FakeForge):
         fields = ("title", "head", "base")
         if not isinstance(body, dict) or not all(isinstance(body.get(f), str) for f in fields):
             return Reply(422, {"message": "title, head and base are required"})
-        pull = self.open_pull(slug, body["head"], body["base"], body["title"],
-                              str(body.get("body") or ""), self.bot)
+        pull = self.open_pull(
+            slug, body["head"], body["base"], body["title"], str(body.get("body") or ""), self.bot
+        )
         if pull is None:
             return Reply(409, {"message": "pull request already exists for these targets"})
         return Reply(201, self.render_pull(slug, pull))
@@ -232,7 +315,7 @@ class FakeGitea(FakeForge):
         if page * limit < len(items):
             url = request.url.include_query_params(page=page + 1, limit=limit)
             headers["Link"] = f'<{url}>; rel="next"'
-        return Reply(200, items[(page - 1) * limit: page * limit], headers)
+        return Reply(200, items[(page - 1) * limit : page * limit], headers)
 
 
 def _slug(m: re.Match[str]) -> str:
@@ -240,5 +323,10 @@ def _slug(m: re.Match[str]) -> str:
 
 
 def _user(login: str) -> dict[str, Any]:
-    return {"id": zlib.crc32(login.encode()) % 10**6, "login": login, "full_name": "",
-            "email": f"{login}@noreply.gitea.test", "username": login}
+    return {
+        "id": zlib.crc32(login.encode()) % 10**6,
+        "login": login,
+        "full_name": "",
+        "email": f"{login}@noreply.gitea.test",
+        "username": login,
+    }

@@ -71,8 +71,10 @@ class FakeGitHub(FakeForge):
         }
 
     def rate_exhausted(self) -> Response:
-        message = {"message": "API rate limit exceeded for user.",
-                   "documentation_url": "https://docs.github.com/rest/rate-limit"}
+        message = {
+            "message": "API rate limit exceeded for user.",
+            "documentation_url": "https://docs.github.com/rest/rate-limit",
+        }
         return json_response(403, message, self.rate_headers())
 
     def labeled_webhook(self, slug: str, number: int, label: str, sender: str) -> dict[str, Any]:
@@ -92,48 +94,85 @@ class FakeGitHub(FakeForge):
     def render_repo(self, slug: str) -> dict[str, Any]:
         repo = self.repos[slug]
         owner, name = slug.split("/", 1)
-        return {"id": repo.id, "node_id": _node("Repository", repo.id), "name": name,
-                "full_name": slug, "owner": _user(owner), "private": False,
-                "html_url": f"{SITE}/{slug}", "url": f"{self._api()}/repos/{slug}"}
+        return {
+            "id": repo.id,
+            "node_id": _node("Repository", repo.id),
+            "name": name,
+            "full_name": slug,
+            "owner": _user(owner),
+            "private": False,
+            "html_url": f"{SITE}/{slug}",
+            "url": f"{self._api()}/repos/{slug}",
+        }
 
     def render_label(self, slug: str, name: str) -> dict[str, Any]:
         label_id = self.label_id(slug, name)
-        return {"id": label_id, "node_id": _node("Label", label_id),
-                "url": f"{self._api()}/repos/{slug}/labels/{name}", "name": name,
-                "description": None, "color": "ededed", "default": False}
+        return {
+            "id": label_id,
+            "node_id": _node("Label", label_id),
+            "url": f"{self._api()}/repos/{slug}/labels/{name}",
+            "name": name,
+            "description": None,
+            "color": "ededed",
+            "default": False,
+        }
 
     def render_issue(self, slug: str, issue: FakeIssue) -> dict[str, Any]:
         api = f"{self._api()}/repos/{slug}/issues/{issue.number}"
         data: dict[str, Any] = {
-            "id": issue.id, "node_id": _node("Issue", issue.id), "url": api,
-            "repository_url": f"{self._api()}/repos/{slug}", "labels_url": api + "/labels{/name}",
-            "comments_url": api + "/comments", "events_url": api + "/events",
-            "html_url": f"{SITE}/{slug}/issues/{issue.number}", "number": issue.number,
-            "state": issue.state, "title": issue.title, "body": issue.body or None,
-            "user": _user(issue.author), "pinned_comment": None,
+            "id": issue.id,
+            "node_id": _node("Issue", issue.id),
+            "url": api,
+            "repository_url": f"{self._api()}/repos/{slug}",
+            "labels_url": api + "/labels{/name}",
+            "comments_url": api + "/comments",
+            "events_url": api + "/events",
+            "html_url": f"{SITE}/{slug}/issues/{issue.number}",
+            "number": issue.number,
+            "state": issue.state,
+            "title": issue.title,
+            "body": issue.body or None,
+            "user": _user(issue.author),
+            "pinned_comment": None,
             "labels": [self.render_label(slug, name) for name in issue.labels],
-            "assignee": None, "assignees": [], "milestone": None, "locked": False,
-            "active_lock_reason": None, "comments": len(issue.comments),
+            "assignee": None,
+            "assignees": [],
+            "milestone": None,
+            "locked": False,
+            "active_lock_reason": None,
+            "comments": len(issue.comments),
             "closed_at": issue.updated_at if issue.state == "closed" else None,
-            "created_at": issue.created_at, "updated_at": issue.updated_at,
-            "closed_by": None, "author_association": "NONE",
+            "created_at": issue.created_at,
+            "updated_at": issue.updated_at,
+            "closed_by": None,
+            "author_association": "NONE",
             "state_reason": "completed" if issue.state == "closed" else None,
         }
         if issue.is_pull_request:
             pull = f"{SITE}/{slug}/pull/{issue.number}"
-            data["pull_request"] = {"url": f"{self._api()}/repos/{slug}/pulls/{issue.number}",
-                                    "html_url": pull, "diff_url": pull + ".diff",
-                                    "patch_url": pull + ".patch"}
+            data["pull_request"] = {
+                "url": f"{self._api()}/repos/{slug}/pulls/{issue.number}",
+                "html_url": pull,
+                "diff_url": pull + ".diff",
+                "patch_url": pull + ".patch",
+            }
         return data
 
     def _render_comment(self, slug: str, number: int, comment: FakeComment) -> dict[str, Any]:
         api = f"{self._api()}/repos/{slug}/issues"
-        return {"id": comment.id, "node_id": _node("IssueComment", comment.id),
-                "url": f"{api}/comments/{comment.id}",
-                "html_url": f"{SITE}/{slug}/issues/{number}#issuecomment-{comment.id}",
-                "body": comment.body, "user": _user(comment.author),
-                "created_at": comment.created_at, "updated_at": comment.created_at,
-                "issue_url": f"{api}/{number}", "author_association": "NONE", "minimized": None}
+        return {
+            "id": comment.id,
+            "node_id": _node("IssueComment", comment.id),
+            "url": f"{api}/comments/{comment.id}",
+            "html_url": f"{SITE}/{slug}/issues/{number}#issuecomment-{comment.id}",
+            "body": comment.body,
+            "user": _user(comment.author),
+            "created_at": comment.created_at,
+            "updated_at": comment.created_at,
+            "issue_url": f"{api}/{number}",
+            "author_association": "NONE",
+            "minimized": None,
+        }
 
     def _api(self) -> str:
         return (self.served.url if self.served else "http://github.invalid") + self.api_prefix
@@ -145,7 +184,8 @@ class FakeGitHub(FakeForge):
         wanted = [x for x in request.query_params.get("labels", "").split(",") if x]
         state = request.query_params.get("state", "open")
         issues = [
-            i for i in self.repos[slug].issues.values()
+            i
+            for i in self.repos[slug].issues.values()
             if (state == "all" or i.state == state) and all(w in i.labels for w in wanted)
         ]
         issues.sort(key=lambda i: i.number, reverse=True)  # GitHub: newest first
@@ -159,8 +199,9 @@ class FakeGitHub(FakeForge):
         if isinstance(body, dict) and body.get("state") in ("open", "closed"):
             self.set_state(_slug(m), issue.number, body["state"])
         if isinstance(body, dict) and (body.get("title") or body.get("body") is not None):
-            self.edit_issue(_slug(m), issue.number, self.bot, title=body.get("title"),
-                            body=body.get("body"))
+            self.edit_issue(
+                _slug(m), issue.number, self.bot, title=body.get("title"), body=body.get("body")
+            )
         return Reply(200, self.render_issue(_slug(m), issue))
 
     def _list_comments(self, request: Request, m: re.Match[str], _: Any) -> Reply:
@@ -192,19 +233,35 @@ class FakeGitHub(FakeForge):
     def _list_events(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         slug, issue = _slug(m), self._issue(m)
         items = [
-            {"id": e.id, "node_id": _node("LabeledEvent", e.id),
-             "url": f"{self._api()}/repos/{slug}/issues/events/{e.id}", "actor": _user(e.actor),
-             "event": "labeled" if e.added else "unlabeled", "commit_id": None,
-             "commit_url": None, "created_at": e.created_at, "performed_via_github_app": None,
-             "label": {"name": e.label, "color": "ededed"}}
+            {
+                "id": e.id,
+                "node_id": _node("LabeledEvent", e.id),
+                "url": f"{self._api()}/repos/{slug}/issues/events/{e.id}",
+                "actor": _user(e.actor),
+                "event": "labeled" if e.added else "unlabeled",
+                "commit_id": None,
+                "commit_url": None,
+                "created_at": e.created_at,
+                "performed_via_github_app": None,
+                "label": {"name": e.label, "color": "ededed"},
+            }
             for e in issue.events
         ]
         items += [
-            {"id": e.id, "node_id": _node("RenamedTitleEvent", e.id),
-             "url": f"{self._api()}/repos/{slug}/issues/events/{e.id}", "actor": _user(e.editor),
-             "event": "renamed", "commit_id": None, "commit_url": None, "created_at": e.at,
-             "performed_via_github_app": None, "rename": {"from": e.old, "to": e.new}}
-            for e in issue.edits if e.field == "title"
+            {
+                "id": e.id,
+                "node_id": _node("RenamedTitleEvent", e.id),
+                "url": f"{self._api()}/repos/{slug}/issues/events/{e.id}",
+                "actor": _user(e.editor),
+                "event": "renamed",
+                "commit_id": None,
+                "commit_url": None,
+                "created_at": e.at,
+                "performed_via_github_app": None,
+                "rename": {"from": e.old, "to": e.new},
+            }
+            for e in issue.edits
+            if e.field == "title"
         ]
         items.sort(key=lambda item: (item["created_at"], item["id"]))
         return self._paged(request, items)
@@ -221,28 +278,45 @@ class FakeGitHub(FakeForge):
 
     def _check_runs(self, _r: Request, m: re.Match[str], _: Any) -> Reply:
         runs = self.repos[_slug(m)].check_runs.get(m["sha"], [])
-        return Reply(200, {"total_count": len(runs),
-                           "check_runs": [_check_run(r, m["sha"]) for r in runs]})
+        return Reply(
+            200, {"total_count": len(runs), "check_runs": [_check_run(r, m["sha"]) for r in runs]}
+        )
 
     def _combined_status(self, _r: Request, m: re.Match[str], _: Any) -> Reply:
         slug, sha = _slug(m), m["sha"]
         statuses = self.repos[slug].statuses.get(sha, [])
-        return Reply(200, {"state": _combined(statuses), "sha": sha,
-                           "statuses": [_status(s, i) for i, s in enumerate(statuses, 1)],
-                           "total_count": len(statuses), "repository": self.render_repo(slug),
-                           "commit_url": f"{self._api()}/repos/{slug}/commits/{sha}",
-                           "url": f"{self._api()}/repos/{slug}/commits/{sha}/status"})
+        return Reply(
+            200,
+            {
+                "state": _combined(statuses),
+                "sha": sha,
+                "statuses": [_status(s, i) for i, s in enumerate(statuses, 1)],
+                "total_count": len(statuses),
+                "repository": self.render_repo(slug),
+                "commit_url": f"{self._api()}/repos/{slug}/commits/{sha}",
+                "url": f"{self._api()}/repos/{slug}/commits/{sha}/status",
+            },
+        )
 
     def render_pull(self, slug: str, pull: FakeIssue) -> dict[str, Any]:
         owner = slug.split("/", 1)[0]
-        return {"id": pull.id, "node_id": _node("PullRequest", pull.id),
-                "url": f"{self._api()}/repos/{slug}/pulls/{pull.number}",
-                "html_url": f"{SITE}/{slug}/pull/{pull.number}", "number": pull.number,
-                "state": pull.state, "locked": False, "title": pull.title,
-                "body": pull.body or None, "user": _user(pull.author), "draft": False,
-                "created_at": pull.created_at, "updated_at": pull.updated_at,
-                "head": {"label": f"{owner}:{pull.head}", "ref": pull.head},
-                "base": {"label": f"{owner}:{pull.base}", "ref": pull.base}}
+        return {
+            "id": pull.id,
+            "node_id": _node("PullRequest", pull.id),
+            "url": f"{self._api()}/repos/{slug}/pulls/{pull.number}",
+            "html_url": f"{SITE}/{slug}/pull/{pull.number}",
+            "number": pull.number,
+            "state": pull.state,
+            "locked": False,
+            "title": pull.title,
+            "body": pull.body or None,
+            "user": _user(pull.author),
+            "draft": False,
+            "created_at": pull.created_at,
+            "updated_at": pull.updated_at,
+            "head": {"label": f"{owner}:{pull.head}", "ref": pull.head},
+            "base": {"label": f"{owner}:{pull.base}", "ref": pull.base},
+        }
 
     def _list_pulls(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         slug, query = _slug(m), request.query_params
@@ -255,8 +329,9 @@ class FakeGitHub(FakeForge):
         fields = ("title", "head", "base")
         if not isinstance(body, dict) or not all(isinstance(body.get(f), str) for f in fields):
             return Reply(422, {"message": "Validation Failed"})
-        pull = self.open_pull(slug, body["head"], body["base"], body["title"],
-                              str(body.get("body") or ""), self.bot)
+        pull = self.open_pull(
+            slug, body["head"], body["base"], body["title"], str(body.get("body") or ""), self.bot
+        )
         if pull is None:
             message = f"A pull request already exists for {slug.split('/')[0]}:{body['head']}."
             return Reply(422, {"message": "Validation Failed", "errors": [{"message": message}]})
@@ -274,7 +349,7 @@ class FakeGitHub(FakeForge):
                 url = request.url.include_query_params(page=target, per_page=per_page)
                 links.append(f'<{url}>; rel="{rel}"')
         headers = {"Link": ", ".join(links)} if links else {}
-        return Reply(200, items[(page - 1) * per_page: page * per_page], headers)
+        return Reply(200, items[(page - 1) * per_page : page * per_page], headers)
 
 
 def _slug(m: re.Match[str]) -> str:
@@ -287,24 +362,49 @@ def _node(kind: str, number: int) -> str:
 
 def _user(login: str) -> dict[str, Any]:
     user_id = zlib.crc32(login.encode()) % 10**6
-    return {"login": login, "id": user_id, "node_id": _node("User", user_id),
-            "type": "User", "site_admin": False}
+    return {
+        "login": login,
+        "id": user_id,
+        "node_id": _node("User", user_id),
+        "type": "User",
+        "site_admin": False,
+    }
 
 
 def _check_run(run: FakeCheckRun, sha: str) -> dict[str, Any]:
-    return {"id": run.id, "head_sha": sha, "node_id": _node("CheckRun", run.id),
-            "external_id": "", "url": run.details_url, "html_url": run.details_url,
-            "details_url": run.details_url, "status": run.status, "conclusion": run.conclusion,
-            "started_at": None, "completed_at": None, "output": {"title": None, "summary": None},
-            "name": run.name, "check_suite": {"id": 1}, "app": {"id": 1, "slug": "ci"},
-            "pull_requests": []}
+    return {
+        "id": run.id,
+        "head_sha": sha,
+        "node_id": _node("CheckRun", run.id),
+        "external_id": "",
+        "url": run.details_url,
+        "html_url": run.details_url,
+        "details_url": run.details_url,
+        "status": run.status,
+        "conclusion": run.conclusion,
+        "started_at": None,
+        "completed_at": None,
+        "output": {"title": None, "summary": None},
+        "name": run.name,
+        "check_suite": {"id": 1},
+        "app": {"id": 1, "slug": "ci"},
+        "pull_requests": [],
+    }
 
 
 def _status(status: FakeStatus, number: int) -> dict[str, Any]:
-    return {"url": "", "avatar_url": None, "id": number, "node_id": _node("Status", number),
-            "state": status.state, "description": status.description,
-            "target_url": status.target_url or None, "context": status.context,
-            "created_at": None, "updated_at": None}
+    return {
+        "url": "",
+        "avatar_url": None,
+        "id": number,
+        "node_id": _node("Status", number),
+        "state": status.state,
+        "description": status.description,
+        "target_url": status.target_url or None,
+        "context": status.context,
+        "created_at": None,
+        "updated_at": None,
+    }
 
 
 def _combined(statuses: list[FakeStatus]) -> str:

@@ -47,8 +47,10 @@ class FakeGitLab(FakeForge):
         self.route("POST", PROJECT + "/merge_requests", self._create_merge_request)
 
     def authorized(self, request: Request) -> bool:
-        return (request.headers.get("private-token") == self.token
-                or request.headers.get("authorization") == f"Bearer {self.token}")
+        return (
+            request.headers.get("private-token") == self.token
+            or request.headers.get("authorization") == f"Bearer {self.token}"
+        )
 
     def rate_headers(self) -> dict[str, str]:
         return {
@@ -70,12 +72,22 @@ class FakeGitLab(FakeForge):
             current = [{"id": self.label_id(slug, n), "title": n} for n in issue.labels]
             previous = [entry for entry in current if entry["title"] != label]
             return {
-                "object_kind": "issue", "event_type": "issue", "user": _user(sender),
-                "project": {"id": self.repos[slug].id, "path_with_namespace": slug,
-                            "web_url": f"{SITE}/{slug}"},
-                "object_attributes": {"id": issue.id, "iid": number, "title": issue.title,
-                                      "state": _state(issue), "action": "update",
-                                      "url": f"{SITE}/{slug}/-/issues/{number}"},
+                "object_kind": "issue",
+                "event_type": "issue",
+                "user": _user(sender),
+                "project": {
+                    "id": self.repos[slug].id,
+                    "path_with_namespace": slug,
+                    "web_url": f"{SITE}/{slug}",
+                },
+                "object_attributes": {
+                    "id": issue.id,
+                    "iid": number,
+                    "title": issue.title,
+                    "state": _state(issue),
+                    "action": "update",
+                    "url": f"{SITE}/{slug}/-/issues/{number}",
+                },
                 "labels": current,
                 "changes": {"labels": {"previous": previous, "current": current}},
             }
@@ -84,22 +96,40 @@ class FakeGitLab(FakeForge):
 
     def render_issue(self, slug: str, issue: FakeIssue) -> dict[str, Any]:
         return {
-            "id": issue.id, "iid": issue.number, "project_id": self.repos[slug].id,
-            "title": issue.title, "description": issue.body or None, "state": _state(issue),
-            "created_at": issue.created_at, "updated_at": issue.updated_at,
+            "id": issue.id,
+            "iid": issue.number,
+            "project_id": self.repos[slug].id,
+            "title": issue.title,
+            "description": issue.body or None,
+            "state": _state(issue),
+            "created_at": issue.created_at,
+            "updated_at": issue.updated_at,
             "closed_at": issue.updated_at if issue.state == "closed" else None,
-            "labels": list(issue.labels), "milestone": None, "assignees": [],
-            "author": _user(issue.author), "type": "ISSUE", "user_notes_count": len(issue.comments),
-            "web_url": f"{SITE}/{slug}/-/issues/{issue.number}", "confidential": False,
+            "labels": list(issue.labels),
+            "milestone": None,
+            "assignees": [],
+            "author": _user(issue.author),
+            "type": "ISSUE",
+            "user_notes_count": len(issue.comments),
+            "web_url": f"{SITE}/{slug}/-/issues/{issue.number}",
+            "confidential": False,
             "references": {"short": f"#{issue.number}", "full": f"{slug}#{issue.number}"},
         }
 
     def _render_note(self, comment: FakeComment, issue: FakeIssue, slug: str) -> dict[str, Any]:
-        return {"id": comment.id, "type": None, "body": comment.body,
-                "author": _user(comment.author), "created_at": comment.created_at,
-                "updated_at": comment.created_at, "system": comment.system,
-                "noteable_id": issue.id, "noteable_type": "Issue", "noteable_iid": issue.number,
-                "project_id": self.repos[slug].id}
+        return {
+            "id": comment.id,
+            "type": None,
+            "body": comment.body,
+            "author": _user(comment.author),
+            "created_at": comment.created_at,
+            "updated_at": comment.created_at,
+            "system": comment.system,
+            "noteable_id": issue.id,
+            "noteable_type": "Issue",
+            "noteable_iid": issue.number,
+            "project_id": self.repos[slug].id,
+        }
 
     # -- handlers ----------------------------------------------------------
 
@@ -108,8 +138,10 @@ class FakeGitLab(FakeForge):
         wanted = [x for x in query.get("labels", "").split(",") if x]
         state = query.get("state", "all")
         issues = [
-            i for i in self.repos[slug].issues.values()
-            if not i.is_pull_request and (state == "all" or _state(i) == state)
+            i
+            for i in self.repos[slug].issues.values()
+            if not i.is_pull_request
+            and (state == "all" or _state(i) == state)
             and all(w in i.labels for w in wanted)
         ]
         issues.sort(key=lambda i: i.created_at, reverse=True)
@@ -127,8 +159,9 @@ class FakeGitLab(FakeForge):
         for name in _split(body.get("remove_labels")):
             self.unlabel(slug, issue.number, name, self.bot)
         if body.get("title") or body.get("description") is not None:
-            self.edit_issue(slug, issue.number, self.bot, title=body.get("title"),
-                            body=body.get("description"))
+            self.edit_issue(
+                slug, issue.number, self.bot, title=body.get("title"), body=body.get("description")
+            )
         if body.get("state_event") in ("close", "reopen"):
             state = "closed" if body["state_event"] == "close" else "open"
             self.set_state(slug, issue.number, state)
@@ -137,17 +170,32 @@ class FakeGitLab(FakeForge):
     def _list_notes(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         slug, issue = _slug(m), self._issue(m)
         system = [
-            FakeComment(e.id, e.actor, f"{'added' if e.added else 'removed'} ~{e.label} label",
-                        e.created_at, system=True)
+            FakeComment(
+                e.id,
+                e.actor,
+                f"{'added' if e.added else 'removed'} ~{e.label} label",
+                e.created_at,
+                system=True,
+            )
             for e in issue.events
         ]
         system += [  # GitLab's wording (SystemNotes::IssuablesService), authored by the editor
-            FakeComment(e.id, e.editor, "changed the description" if e.field == "body"
-                        else f"changed title from **{e.old}** to **{e.new}**", e.at, system=True)
+            FakeComment(
+                e.id,
+                e.editor,
+                "changed the description"
+                if e.field == "body"
+                else f"changed title from **{e.old}** to **{e.new}**",
+                e.at,
+                system=True,
+            )
             for e in issue.edits
         ]
-        notes = sorted(issue.comments + system, key=lambda c: c.created_at,
-                       reverse=request.query_params.get("sort", "desc") == "desc")
+        notes = sorted(
+            issue.comments + system,
+            key=lambda c: c.created_at,
+            reverse=request.query_params.get("sort", "desc") == "desc",
+        )
         return self._paged(request, [self._render_note(n, issue, slug) for n in notes])
 
     def _post_note(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
@@ -160,11 +208,20 @@ class FakeGitLab(FakeForge):
     def _label_events(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         slug, issue = _slug(m), self._issue(m)
         items = [
-            {"id": e.id, "user": _user(e.actor), "created_at": e.created_at,
-             "resource_type": "Issue", "resource_id": issue.id,
-             "label": {"id": self.label_id(slug, e.label), "name": e.label, "color": "#ededed",
-                       "description": None},
-             "action": "add" if e.added else "remove"}
+            {
+                "id": e.id,
+                "user": _user(e.actor),
+                "created_at": e.created_at,
+                "resource_type": "Issue",
+                "resource_id": issue.id,
+                "label": {
+                    "id": self.label_id(slug, e.label),
+                    "name": e.label,
+                    "color": "#ededed",
+                    "description": None,
+                },
+                "action": "add" if e.added else "remove",
+            }
             for e in issue.events
         ]
         return self._paged(request, items)
@@ -173,28 +230,47 @@ class FakeGitLab(FakeForge):
         query = request.query_params.get("query", "")
         members = [
             {**_user(user), "access_level": int(level)}
-            for user, level in self.repos[_slug(m)].permissions.items() if query in user
+            for user, level in self.repos[_slug(m)].permissions.items()
+            if query in user
         ]
         return self._paged(request, members)
 
     def _pipelines(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         sha = request.query_params.get("sha")
         items: list[dict[str, Any]] = [
-            {"id": p.id, "iid": p.id, "project_id": self.repos[_slug(m)].id, "sha": p.sha,
-             "ref": "main", "status": p.status, "source": "push", "web_url": p.web_url,
-             "created_at": None, "updated_at": None}
-            for p in self.repos[_slug(m)].pipelines if sha is None or p.sha == sha
+            {
+                "id": p.id,
+                "iid": p.id,
+                "project_id": self.repos[_slug(m)].id,
+                "sha": p.sha,
+                "ref": "main",
+                "status": p.status,
+                "source": "push",
+                "web_url": p.web_url,
+                "created_at": None,
+                "updated_at": None,
+            }
+            for p in self.repos[_slug(m)].pipelines
+            if sha is None or p.sha == sha
         ]
         items.sort(key=lambda p: int(p["id"]), reverse=True)
         return self._paged(request, items)
 
     def render_merge_request(self, slug: str, pull: FakeIssue) -> dict[str, Any]:
-        return {"id": pull.id, "iid": pull.number, "project_id": self.repos[slug].id,
-                "title": pull.title, "description": pull.body, "state": _state(pull),
-                "source_branch": pull.head, "target_branch": pull.base,
-                "author": _user(pull.author), "created_at": pull.created_at,
-                "updated_at": pull.updated_at,
-                "web_url": f"{SITE}/{slug}/-/merge_requests/{pull.number}"}
+        return {
+            "id": pull.id,
+            "iid": pull.number,
+            "project_id": self.repos[slug].id,
+            "title": pull.title,
+            "description": pull.body,
+            "state": _state(pull),
+            "source_branch": pull.head,
+            "target_branch": pull.base,
+            "author": _user(pull.author),
+            "created_at": pull.created_at,
+            "updated_at": pull.updated_at,
+            "web_url": f"{SITE}/{slug}/-/merge_requests/{pull.number}",
+        }
 
     def _list_merge_requests(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         slug, query = _slug(m), request.query_params
@@ -205,10 +281,18 @@ class FakeGitLab(FakeForge):
         slug = _slug(m)
         fields = ("title", "source_branch", "target_branch")
         if not isinstance(body, dict) or not all(isinstance(body.get(f), str) for f in fields):
-            return Reply(400, {"message": "400 Bad request - title, source_branch, "
-                                          "target_branch are missing"})
-        pull = self.open_pull(slug, body["source_branch"], body["target_branch"], body["title"],
-                              str(body.get("description") or ""), self.bot)
+            return Reply(
+                400,
+                {"message": "400 Bad request - title, source_branch, target_branch are missing"},
+            )
+        pull = self.open_pull(
+            slug,
+            body["source_branch"],
+            body["target_branch"],
+            body["title"],
+            str(body.get("description") or ""),
+            self.bot,
+        )
         if pull is None:
             message = "Another open merge request already exists for this source branch"
             return Reply(409, {"message": [message]})
@@ -224,12 +308,17 @@ class FakeGitLab(FakeForge):
         page, per_page = page_bounds(request, "per_page", 20, 100)
         pages = max(1, -(-len(items) // per_page))
         following = str(page + 1) if page < pages else ""
-        headers = {"x-page": str(page), "x-per-page": str(per_page), "x-total": str(len(items)),
-                   "x-total-pages": str(pages), "x-next-page": following}
+        headers = {
+            "x-page": str(page),
+            "x-per-page": str(per_page),
+            "x-total": str(len(items)),
+            "x-total-pages": str(pages),
+            "x-next-page": following,
+        }
         if following:
             url = request.url.include_query_params(page=following, per_page=per_page)
             headers["Link"] = f'<{url}>; rel="next"'
-        return Reply(200, items[(page - 1) * per_page: page * per_page], headers)
+        return Reply(200, items[(page - 1) * per_page : page * per_page], headers)
 
 
 def _slug(m: re.Match[str]) -> str:
@@ -245,5 +334,10 @@ def _split(value: object) -> list[str]:
 
 
 def _user(username: str) -> dict[str, Any]:
-    return {"id": zlib.crc32(username.encode()) % 10**6, "username": username,
-            "name": username, "state": "active", "web_url": f"{SITE}/{username}"}
+    return {
+        "id": zlib.crc32(username.encode()) % 10**6,
+        "username": username,
+        "name": username,
+        "state": "active",
+        "web_url": f"{SITE}/{username}",
+    }

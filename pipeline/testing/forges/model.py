@@ -142,8 +142,15 @@ class ForgeState:
             number = len(repo.issues) + 1
             stamp = self.now()
             repo.issues[number] = FakeIssue(
-                id=self.next_id(), number=number, title=title, body=body, author=author,
-                labels=[], created_at=stamp, updated_at=stamp, is_pull_request=pull_request,
+                id=self.next_id(),
+                number=number,
+                title=title,
+                body=body,
+                author=author,
+                labels=[],
+                created_at=stamp,
+                updated_at=stamp,
+                is_pull_request=pull_request,
             )
             for label in labels:
                 self.apply_label(slug, number, label, labelled_by or author)
@@ -168,9 +175,12 @@ class ForgeState:
         """
         with self.lock:
             return [
-                i for i in self.repos[slug].issues.values()
-                if i.is_pull_request and i.state == "open"
-                and head in (None, i.head) and base in (None, i.base)
+                i
+                for i in self.repos[slug].issues.values()
+                if i.is_pull_request
+                and i.state == "open"
+                and head in (None, i.head)
+                and base in (None, i.base)
             ]
 
     def issue(self, slug: str, number: int) -> FakeIssue:
@@ -211,7 +221,12 @@ class ForgeState:
             return comment
 
     def edit_issue(
-        self, slug: str, number: int, editor: str, *, title: str | None = None,
+        self,
+        slug: str,
+        number: int,
+        editor: str,
+        *,
+        title: str | None = None,
         body: str | None = None,
     ) -> None:
         """``editor`` changes the title and/or body (each change recorded with its time)."""
