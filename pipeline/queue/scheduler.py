@@ -317,7 +317,7 @@ class Scheduler:
     def _note(worker: Worker, kind: str, message: str) -> None:
         """A timeline note from the monitor; a lost lease here is noticed by the heartbeat."""
         try:
-            worker.ctx.store.append_event(
+            worker.ctx.store.append_event_fenced(
                 worker.run.id, worker.ctx.owner, worker.ctx.attempt, kind, message
             )
         except Exception as exc:

@@ -198,7 +198,7 @@ class Recovery:
             timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
             requested_by="afk-pipeline",
         ).run
-        self.store.add_event(
+        self.store.record_event(
             child.id,
             "evidence",
             f"deploy of {sha[:12]} broken: fix forward",
@@ -336,11 +336,11 @@ class Recovery:
 
         Sends run in the background and finish after the run has ended, when
         its lease-fenced sink refuses every write; the store's unfenced
-        ``add_event`` keeps "each notification is a run event" true.
+        ``record_event`` keeps "each notification is a run event" true.
         """
 
         def record(kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
-            self.store.add_event(run_id, kind, message, data)
+            self.store.record_event(run_id, kind, message, data)
 
         return record
 

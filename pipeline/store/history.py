@@ -120,10 +120,13 @@ class HistoryMixin(StoreBase):
         with self._read() as conn:
             return int(conn.execute(select(func.max(RunEventRow.id))).scalar_one() or 0)
 
-    def add_event(
+    def record_event(
         self, run_id: int, kind: str, message: str, data: Mapping[str, object] | None = None
     ) -> None:
-        """Append an event that needs no lease (operator actions, notifications)."""
+        """Append to a run's timeline without a lease check (operator actions, notifications).
+
+        A worker writing about the run it holds uses ``append_event_fenced``.
+        """
         with self._write() as conn:
             attempt = self._run_attempt(conn, run_id)
             self._append_event(conn, run_id, attempt, kind, message, data)

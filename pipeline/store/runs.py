@@ -249,7 +249,7 @@ class RunsMixin(StoreBase):
             values = {"updated_at": db_now(conn), **fields}
             self._fenced_update(conn, run_id, owner, attempt, values)
 
-    def append_event(
+    def append_event_fenced(
         self,
         run_id: int,
         owner: str,
@@ -258,7 +258,10 @@ class RunsMixin(StoreBase):
         message: str,
         data: Mapping[str, object] | None = None,
     ) -> None:
-        """Append to the timeline of a run we hold; ``LeaseLost`` when it is not ours."""
+        """Append to the timeline of a run we hold; ``LeaseLost`` when it is not ours.
+
+        ``record_event`` appends without the lease check, for writers that hold none.
+        """
         with self._write() as conn:
             now = db_now(conn)
             self._fenced_update(conn, run_id, owner, attempt, {"updated_at": now})

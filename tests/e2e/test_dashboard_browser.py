@@ -94,7 +94,7 @@ def play_a_run(api: ApiHarness) -> None:
     run = api.claim()
     store, owner, attempt = api.store, OWNER, run.attempt
     store.transition(run.id, owner, attempt, "implementing", "agent started (claude)")
-    store.append_event(
+    store.append_event_fenced(
         run.id,
         owner,
         attempt,
@@ -102,7 +102,9 @@ def play_a_run(api: ApiHarness) -> None:
         "Edit src/greeter/core.py",
         {"tool": "Edit", "path": "src/greeter/core.py"},
     )
-    store.append_event(run.id, owner, attempt, "tool", "Bash: python -m unittest", {"tool": "Bash"})
+    store.append_event_fenced(
+        run.id, owner, attempt, "tool", "Bash: python -m unittest", {"tool": "Bash"}
+    )
     store.update_run(
         run.id,
         owner,
@@ -114,7 +116,7 @@ def play_a_run(api: ApiHarness) -> None:
         pushed_sha="4be1c0ffee1234567890abcdef",
     )
     store.transition(run.id, owner, attempt, "testing")
-    store.append_event(
+    store.append_event_fenced(
         run.id,
         owner,
         attempt,
@@ -123,9 +125,9 @@ def play_a_run(api: ApiHarness) -> None:
         {"exit_code": 0, "tail": "...\nRan 12 tests in 0.031s\n\nOK"},
     )
     store.transition(run.id, owner, attempt, "publishing")
-    store.append_event(run.id, owner, attempt, "publish", "pushed 4be1c0ffee12 to main")
+    store.append_event_fenced(run.id, owner, attempt, "publish", "pushed 4be1c0ffee12 to main")
     store.transition(run.id, owner, attempt, "watching")
-    store.append_event(
+    store.append_event_fenced(
         run.id,
         owner,
         attempt,
@@ -133,7 +135,7 @@ def play_a_run(api: ApiHarness) -> None:
         "CI passed for 4be1c0ffee12",
         {"state": "success", "checks": 3},
     )
-    store.append_event(
+    store.append_event_fenced(
         run.id,
         owner,
         attempt,

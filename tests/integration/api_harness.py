@@ -43,7 +43,7 @@ class ApiHarness:
         self.store.transition(run.id, OWNER, run.attempt, "implementing")
         if facts:
             self.store.update_run(run.id, OWNER, run.attempt, **facts)
-        self.store.append_event(
+        self.store.append_event_fenced(
             run.id, OWNER, run.attempt, "test", "tests passed", {"tail": "3 passed in 0.1s"}
         )
         return self.store.finish(run.id, OWNER, run.attempt, state)

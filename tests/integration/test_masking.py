@@ -115,7 +115,7 @@ def write_history(store: Store) -> Run:
     assert run is not None and run.id == queued.id
     texts = hostile_texts()
     for text in texts:
-        store.append_event(
+        store.append_event_fenced(
             run.id,
             OWNER,
             run.attempt,

@@ -132,8 +132,8 @@ def test_events_are_kept_in_order(store: Store) -> None:
     """A run's timeline comes back oldest first, and the live feed resumes after an id."""
     repo = store.ensure_repo("acme/web")
     run = _run(store, repo, None)
-    store.add_event(run, "state", "queued")
-    store.add_event(run, "tool", "Write tests/test_x.py", {"tool": "Write"})
+    store.record_event(run, "state", "queued")
+    store.record_event(run, "tool", "Write tests/test_x.py", {"tool": "Write"})
     events = store.run_events(run)
     assert [e.message for e in events] == ["queued", "Write tests/test_x.py"]
     assert events[1].data == {"tool": "Write"}

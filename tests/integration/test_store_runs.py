@@ -143,7 +143,7 @@ def test_writes_are_fenced_on_owner_and_attempt(store: Store) -> None:
         with pytest.raises(LeaseLost):
             store.transition(run_id, owner, attempt, "implementing")
         with pytest.raises(LeaseLost):
-            store.append_event(run_id, owner, attempt, "log", "nope")
+            store.append_event_fenced(run_id, owner, attempt, "log", "nope")
         with pytest.raises(LeaseLost):
             store.finish(run_id, owner, attempt, "succeeded")
         assert not store.heartbeat(run_id, owner, attempt, LEASE_S).alive
@@ -158,7 +158,7 @@ def test_writes_are_fenced_on_owner_and_attempt(store: Store) -> None:
     assert (done.state, done.owner, done.lease_until) == ("succeeded", None, None)
     assert done.summary == "ok"
     with pytest.raises(LeaseLost):
-        store.append_event(run_id, "w1", 1, "log", "after the end")
+        store.append_event_fenced(run_id, "w1", 1, "log", "after the end")
 
 
 def test_schedule_retry_backs_off_then_fails_when_attempts_are_used(store: Store) -> None:
