@@ -141,7 +141,7 @@ class Daemon:
                 network_for=self.repo_network,
             ),
         )
-        self.notifier = Notifier(settings.notify)
+        self.notifier = Notifier(settings.notify, store=self.store)
         self.http_enabled = http
         self.dashboard_url = f"http://{settings.http.listen_host}:{settings.http.listen_port}"
         self.lifecycle = Lifecycle(
@@ -247,6 +247,7 @@ class Daemon:
             self._start_http()
         self.scheduler.start()
         self.periodic.start()
+        self.notifier.start()
 
     def _poller(self, name: str) -> Callable[[], object]:
         return lambda: self.intake.poll(name)
@@ -276,6 +277,7 @@ class Daemon:
         log.info("stopping: no new claims; giving running agents %.0fs", grace_s)
         self.periodic.shutdown(wait=False)
         self.scheduler.stop(grace_s)
+        self.notifier.stop()
         if self.server is not None:
             self.server.stop()
         self.store.close()

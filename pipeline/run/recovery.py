@@ -36,7 +36,15 @@ DIFF_CHARS = 8_000
 
 
 class Notifies(Protocol):
-    def notify(self, title: str, body: str, *, kind: NotifyKind, events: EventSink) -> None: ...
+    def notify(
+        self,
+        title: str,
+        body: str,
+        *,
+        kind: NotifyKind,
+        events: EventSink,
+        run_id: int | None = None,
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,7 @@ class Recovery:
                 f"Deploy: {verdict.deploy}.",
                 kind="success",
                 events=self._notify_events(run.id),
+                run_id=run.id,
             )
 
     def _broken(
@@ -300,6 +309,7 @@ class Recovery:
             f"{message}\n\nReview: pipeline runs show {run.id}\nResume once fixed: {resume}",
             kind="freeze" if frozen else "escalation",
             events=self._notify_events(run.id),
+            run_id=run.id,
         )
 
     def freeze(self, repo: RepoSettings, reason: str, run_id: int) -> bool:
@@ -329,6 +339,7 @@ class Recovery:
             f'Resume once fixed: pipeline repos unfreeze {repo.name} --note "what you did"',
             kind="freeze",
             events=self._notify_events(run.id),
+            run_id=run.id,
         )
 
     def _notify_events(self, run_id: int) -> EventSink:

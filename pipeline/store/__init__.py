@@ -17,6 +17,14 @@ from pipeline.store.issues import (
     LocalIssue,
     UnknownIssue,
 )
+from pipeline.store.outbox import (
+    Attempt,
+    Channel,
+    Notification,
+    NotificationCounts,
+    NotificationDraft,
+    OutboxMixin,
+)
 from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
 from pipeline.store.repos import ReposMixin, UnknownRepo
 from pipeline.store.runs import (
@@ -29,7 +37,7 @@ from pipeline.store.runs import (
 )
 
 
-class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, ClaimMixin):
+class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, ClaimMixin, OutboxMixin):
     """All domain verbs over one engine."""
 
     def upgrade(self) -> None:
@@ -41,6 +49,8 @@ class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, ClaimMixin):
 
 
 __all__ = [
+    "Attempt",
+    "Channel",
     "EnqueueResult",
     "Escalation",
     "Heartbeat",
@@ -48,6 +58,9 @@ __all__ = [
     "IssueSnapshot",
     "LocalComment",
     "LocalIssue",
+    "Notification",
+    "NotificationCounts",
+    "NotificationDraft",
     "QueueFull",
     "Repo",
     "Run",

@@ -13,6 +13,7 @@ from pipeline.store.models import (
     BUSY_STATES,
     EscalationRow,
     IssueRow,
+    NotificationRow,
     RepoRow,
     RunEventRow,
     RunRow,
@@ -38,9 +39,23 @@ def runs_query() -> Select[Any]:
             IssueRow.number.label("issue_number"),
             IssueRow.title.label("issue_title"),
             IssueRow.url.label("issue_url"),
+            _undelivered().label("notifications_undelivered"),
         )
         .join(RepoRow, RepoRow.id == RunRow.repo_id)
         .outerjoin(IssueRow, IssueRow.id == RunRow.issue_id)
+    )
+
+
+def _undelivered() -> Any:
+    """How many of the run's notifications have not reached their channel."""
+    return (
+        select(func.count(NotificationRow.id))
+        .where(
+            NotificationRow.run_id == RunRow.id,
+            NotificationRow.state.in_(("pending", "abandoned")),
+        )
+        .correlate(RunRow)
+        .scalar_subquery()
     )
 
 

@@ -39,7 +39,9 @@ class Human:
     ) -> None:
         self.told.append(f"issue: {reason}: {resume}")
 
-    def notify(self, title: str, body: str, *, kind: str, events: Any) -> None:
+    def notify(
+        self, title: str, body: str, *, kind: str, events: Any, run_id: int | None = None
+    ) -> None:
         self.told.append(f"{kind}: {title}: {body}")
 
 
