@@ -253,14 +253,10 @@ class Daemon:
         return lambda: self.intake.poll(name)
 
     def _start_http(self) -> None:
-        from pipeline.http.app import create_app, serve
+        from pipeline.http.app import AppOptions, create_app, serve
 
-        app = create_app(
-            self.store,
-            self.settings,
-            webhook_handler=self.intake.handle_webhook,
-            health_extra=self._health,
-        )
+        options = AppOptions(webhook_handler=self.intake.handle_webhook, health_extra=self._health)
+        app = create_app(self.store, self.settings, options)
         metrics = app.state.metrics
         self.intake.on_poll_error = metrics.poll_error
         self.intake.on_webhook_rejected = metrics.webhook_rejected

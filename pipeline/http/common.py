@@ -21,7 +21,8 @@ from starlette.responses import JSONResponse
 
 from pipeline.config.settings import Settings
 from pipeline.http.metrics import Metrics
-from pipeline.store import Repo, Run, RunEvent, Store
+from pipeline.store import Repo, Run, RunEvent
+from pipeline.store.roles import ApiStore
 
 WebhookResult = tuple[int, Mapping[str, Any]]
 WebhookHandler = Callable[[str, Mapping[str, str], bytes], WebhookResult | Awaitable[WebhookResult]]
@@ -53,7 +54,7 @@ NO_TOKEN_MESSAGE = (
 class ApiContext:
     """Everything a handler needs, held on ``app.state.ctx``."""
 
-    store: Store
+    store: ApiStore
     settings: Settings
     metrics: Metrics
     webhook_handler: WebhookHandler | None = None

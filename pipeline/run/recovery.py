@@ -24,7 +24,7 @@ from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
 from pipeline.queue.worker import RunContext
 from pipeline.run.lifecycle import Lifecycle
-from pipeline.store import Run, Store
+from pipeline.store import EnqueueOptions, Run, Store
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 log = logging.getLogger(__name__)
@@ -198,15 +198,15 @@ class Recovery:
         existing = [r for r in self.store.children(ctx.run.id) if r.kind == "fix_forward"]
         if existing:
             return existing[0]
-        child = self.store.enqueue(
-            repo.name,
+        options = EnqueueOptions(
             kind="fix_forward",
             priority=FIX_FORWARD_PRIORITY,
             parent_id=ctx.run.id,
             max_attempts=self.settings.scheduler.max_attempts,
             timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
             requested_by="afk-pipeline",
-        ).run
+        )
+        child = self.store.enqueue(repo.name, options).run
         self.store.record_event(
             child.id,
             "evidence",
@@ -314,7 +314,7 @@ class Recovery:
 
     def freeze(self, repo: RepoSettings, reason: str, run_id: int) -> bool:
         """Freeze ``repo`` for ``run_id``; the caller records the escalation. True if frozen."""
-        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run_id, escalate=False)
+        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run_id)
         return True
 
     def on_finished(self, run: Run) -> None:
@@ -331,7 +331,13 @@ class Recovery:
         if repo is None:
             return
         reason = f"fix-forward run {run.id} ended {run.state} ({run.error_class or 'no cause'})"
-        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run.id)
+        self.store.freeze_repo(
+            repo.name,
+            reason,
+            by="afk-pipeline",
+            run_id=run.id,
+            escalation=f"frozen by afk-pipeline: {reason}",
+        )
         self.notifier.notify(
             f"{repo.name}: frozen, the deploy is still broken",
             f"{reason}: {run.error or ''}\nThe repo's queue is stopped; nothing was reverted.\n"

@@ -9,12 +9,14 @@ from __future__ import annotations
 from pipeline.store import migrate
 from pipeline.store.claim import ClaimMixin, SweepReport
 from pipeline.store.engine import describe_db_error
+from pipeline.store.fenced import FencedMixin, Heartbeat
 from pipeline.store.history import HistoryMixin
 from pipeline.store.issues import (
     IssuesMixin,
     IssueSnapshot,
     LocalComment,
     LocalIssue,
+    SeenIssue,
     UnknownIssue,
 )
 from pipeline.store.outbox import (
@@ -28,8 +30,8 @@ from pipeline.store.outbox import (
 from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
 from pipeline.store.repos import ReposMixin, UnknownRepo
 from pipeline.store.runs import (
+    EnqueueOptions,
     EnqueueResult,
-    Heartbeat,
     QueueFull,
     RunNotRetryable,
     RunsMixin,
@@ -37,7 +39,7 @@ from pipeline.store.runs import (
 )
 
 
-class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, ClaimMixin, OutboxMixin):
+class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, FencedMixin, ClaimMixin, OutboxMixin):
     """All domain verbs over one engine."""
 
     def upgrade(self) -> None:
@@ -51,6 +53,7 @@ class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, ClaimMixin, Outbox
 __all__ = [
     "Attempt",
     "Channel",
+    "EnqueueOptions",
     "EnqueueResult",
     "Escalation",
     "Heartbeat",
@@ -67,6 +70,7 @@ __all__ = [
     "RunEvent",
     "RunFilter",
     "RunNotRetryable",
+    "SeenIssue",
     "Stats",
     "Store",
     "SweepReport",

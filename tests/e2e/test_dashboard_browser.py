@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.store import EnqueueOptions, SeenIssue
 from tests.integration.api_harness import OWNER, TOKEN, ApiHarness, running_api
 
 pytestmark = pytest.mark.browser
@@ -73,13 +74,15 @@ def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
     with running_api(sqlite_url, tmp_path) as harness:
         issue = harness.store.upsert_issue(
             "alpha",
-            tracker="gh",
-            number=41,
-            title=XSS_TITLE,
-            author="mallory",
-            url="https://example.invalid/41",
+            SeenIssue(
+                tracker="gh",
+                number=41,
+                title=XSS_TITLE,
+                author="mallory",
+                url="https://example.invalid/41",
+            ),
         )
-        harness.store.enqueue("alpha", issue_id=issue.id)
+        harness.store.enqueue("alpha", EnqueueOptions(issue_id=issue.id))
         yield harness
 
 
@@ -159,7 +162,7 @@ def test_new_run_appears_live_and_its_timeline_opens(driver: object, api: ApiHar
     assert XSS_TITLE in issue_cell.text  # shown as text, not run
     assert driver.execute_script("return window.__xss") is None
 
-    run = api.store.enqueue("beta", priority=3).run
+    run = api.store.enqueue("beta", EnqueueOptions(priority=3)).run
     row = wait(driver, ec.presence_of_element_located((By.ID, f"run-{run.id}")))
     assert "beta" in row.text and "queued" in row.text  # type: ignore[attr-defined]
     ARTIFACTS.mkdir(exist_ok=True)

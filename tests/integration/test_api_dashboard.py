@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.run.recovery import FIX_FORWARD_PRIORITY
+from pipeline.store import EnqueueOptions, SeenIssue
 from tests.integration.api_harness import ApiHarness, running_api
 
 EVIL = "<script>alert('x')</script>"
@@ -16,10 +18,13 @@ EVIL = "<script>alert('x')</script>"
 def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
     with running_api(sqlite_url, tmp_path) as harness:
         issue = harness.store.upsert_issue(
-            "alpha", tracker="gh", number=7, title=EVIL, author="x", url="javascript:alert(1)"
+            "alpha",
+            SeenIssue(tracker="gh", number=7, title=EVIL, author="x", url="javascript:alert(1)"),
         )
-        harness.store.enqueue("alpha", issue_id=issue.id)
-        harness.store.enqueue("beta", kind="fix_forward")
+        harness.store.enqueue("alpha", EnqueueOptions(issue_id=issue.id))
+        harness.store.enqueue(
+            "beta", EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY)
+        )
         yield harness
 
 
