@@ -1,7 +1,12 @@
 """The store: history and queue in SQLite or PostgreSQL, spoken to in domain verbs.
 
 Only this package imports SQLAlchemy. Everything else calls ``Store`` methods
-and gets plain records (``pipeline.store.records``) back.
+and gets plain records (``pipeline.store.records``) back; the scheduler, intake
+and the API see it through the narrower views of ``pipeline.store.roles``.
+The store decides no policy: priorities, budgets and escalations are the
+callers'. Its parts: ``runs`` (enqueue, cancel, retry), ``fenced`` (a worker's
+lease-checked writes), ``claim`` (claiming, the sweeper), ``history``,
+``repos``, ``issues``, ``outbox`` (notifications until delivered).
 """
 
 from __future__ import annotations

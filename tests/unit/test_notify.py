@@ -101,3 +101,12 @@ def test_invalid_url_is_retried_then_given_up_without_secrets(
     assert data == {"kind": "freeze", "channel": "notascheme://", "ok": False, "attempts": 3}
     assert "hunter2" not in repr(sink.events) and "s3cret" not in repr(sink.events)
     assert "failed after 3 attempts" in message
+
+
+def test_outbox_backoff_doubles_and_is_capped() -> None:
+    """A channel that keeps failing is tried again after 2, 4, 8 ... s, at most every 10 min."""
+    from pipeline.notify.outbox import MAX_BACKOFF_S, backoff_s
+
+    assert [backoff_s(2.0, n) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 16.0]
+    assert backoff_s(2.0, 40) == MAX_BACKOFF_S
+    assert backoff_s(0.0, 3) == 0.0
