@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._databases import temp_sqlite
-from pipeline.http.app import create_app, serve
+from pipeline.http.app import AppOptions, create_app, serve
 from pipeline.queue.periodic import Periodic
 from pipeline.testing.forges import FakeGitHub, send_webhook
 from pipeline.testing.intake_world import IntakeWorld
@@ -109,7 +109,9 @@ def poll_pickup(world: IntakeWorld, fake: FakeGitHub, slug: str, interval_s: flo
 
 def webhook_pickup(world: IntakeWorld, fake: FakeGitHub, slug: str) -> tuple[float, float]:
     """``(answer_s, pickup_s)`` for one signed delivery through the daemon's HTTP app."""
-    app = create_app(world.store, world.settings, webhook_handler=world.intake.handle_webhook)
+    app = create_app(
+        world.store, world.settings, AppOptions(webhook_handler=world.intake.handle_webhook)
+    )
     server = serve(app, "127.0.0.1", 0)
     try:
         fake.apply_label(slug, 1, READY, "alice")

@@ -141,7 +141,7 @@ class Daemon:
                 network_for=self.repo_network,
             ),
         )
-        self.notifier = Notifier(settings.notify)
+        self.notifier = Notifier(settings.notify, store=self.store)
         self.http_enabled = http
         self.dashboard_url = f"http://{settings.http.listen_host}:{settings.http.listen_port}"
         self.lifecycle = Lifecycle(
@@ -247,19 +247,16 @@ class Daemon:
             self._start_http()
         self.scheduler.start()
         self.periodic.start()
+        self.notifier.start()
 
     def _poller(self, name: str) -> Callable[[], object]:
         return lambda: self.intake.poll(name)
 
     def _start_http(self) -> None:
-        from pipeline.http.app import create_app, serve
+        from pipeline.http.app import AppOptions, create_app, serve
 
-        app = create_app(
-            self.store,
-            self.settings,
-            webhook_handler=self.intake.handle_webhook,
-            health_extra=self._health,
-        )
+        options = AppOptions(webhook_handler=self.intake.handle_webhook, health_extra=self._health)
+        app = create_app(self.store, self.settings, options)
         metrics = app.state.metrics
         self.intake.on_poll_error = metrics.poll_error
         self.intake.on_webhook_rejected = metrics.webhook_rejected
@@ -276,6 +273,7 @@ class Daemon:
         log.info("stopping: no new claims; giving running agents %.0fs", grace_s)
         self.periodic.shutdown(wait=False)
         self.scheduler.stop(grace_s)
+        self.notifier.stop()
         if self.server is not None:
             self.server.stop()
         self.store.close()

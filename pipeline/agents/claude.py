@@ -185,7 +185,6 @@ class ClaudeAgent:
             parser,
             events=events,
             stop=stop,
-            stdin_data=request.prompt.encode("utf-8"),
         )
         events(
             "agent",

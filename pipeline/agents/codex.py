@@ -154,7 +154,6 @@ class CodexAgent:
             parser,
             events=events,
             stop=stop,
-            stdin_data=request.prompt.encode("utf-8"),
         )
         result = self._account(result, parser.usage, request, events)
         events(

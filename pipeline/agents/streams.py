@@ -177,9 +177,9 @@ def run_stream(
     *,
     events: EventSink,
     stop: StopToken | None,
-    stdin_data: bytes | None,
 ) -> AgentResult:
-    """Run the agent process to its final event; classify a process that gives none."""
+    """Run the agent process, the prompt on its stdin, to its final event; classify a
+    process that gives none."""
     command = run_agent_process(
         preset,
         argv,
@@ -187,7 +187,7 @@ def run_stream(
         events,
         stop=stop,
         on_line=parser.feed,
-        stdin_data=stdin_data,
+        stdin_data=request.prompt.encode("utf-8"),
         done=parser.done,
         done_grace_s=preset.exit_grace_s,
         tail_lines=60,

@@ -139,7 +139,9 @@ def cmd_repos_freeze(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     store = open_store(args)
     try:
         store.sync_repos(settings.repos)
-        changed = store.freeze_repo(args.repo, args.note, by=who())
+        by = who()
+        escalation = f"frozen by {by}: {args.note}"
+        changed = store.freeze_repo(args.repo, args.note, by=by, escalation=escalation)
     finally:
         store.close()
     out.write(f"repo {args.repo} {'frozen' if changed else 'was already frozen'}\n")

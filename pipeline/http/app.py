@@ -44,7 +44,7 @@ from pipeline.http.masking import MaskingMiddleware
 from pipeline.http.metrics import CONTENT_TYPE, Metrics
 from pipeline.http.openapi import openapi_description
 from pipeline.http.sse import events_endpoint
-from pipeline.store import Store
+from pipeline.store.roles import ApiStore
 
 
 class BodyTooLarge(Exception):
@@ -192,18 +192,21 @@ def routes() -> list[BaseRoute]:
     ]
 
 
-def create_app(
-    store: Store,
-    settings: Settings,
-    *,
-    webhook_handler: WebhookHandler | None = None,
-    health_extra: HealthExtra | None = None,
-    metrics: Metrics | None = None,
-    sse_poll_s: float = 0.5,
-    sse_keepalive_s: float = 15.0,
-) -> Starlette:
+@dataclass(frozen=True)
+class AppOptions:
+    """What the daemon plugs into the app; the defaults serve the API alone."""
+
+    webhook_handler: WebhookHandler | None = None
+    health_extra: HealthExtra | None = None
+    metrics: Metrics | None = None
+    sse_poll_s: float = 0.5
+    sse_keepalive_s: float = 15.0
+
+
+def create_app(store: ApiStore, settings: Settings, options: AppOptions | None = None) -> Starlette:
     """The HTTP app. ``app.state.metrics`` is the ``Metrics`` the daemon bumps."""
-    metrics = metrics or Metrics()
+    options = options or AppOptions()
+    metrics = options.metrics or Metrics()
     metrics.know_trackers(t.name for t in settings.trackers)
     metrics.watch_store(store, settings.max_concurrency)
     app = Starlette(
@@ -215,10 +218,10 @@ def create_app(
         store=store,
         settings=settings,
         metrics=metrics,
-        webhook_handler=webhook_handler,
-        health_extra=health_extra,
-        sse_poll_s=sse_poll_s,
-        sse_keepalive_s=sse_keepalive_s,
+        webhook_handler=options.webhook_handler,
+        health_extra=options.health_extra,
+        sse_poll_s=options.sse_poll_s,
+        sse_keepalive_s=options.sse_keepalive_s,
     )
     app.state.metrics = metrics
     app.state.openapi = openapi_description()

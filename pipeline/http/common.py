@@ -14,14 +14,16 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from pipeline.config.settings import Settings
 from pipeline.http.metrics import Metrics
-from pipeline.store import Repo, Run, RunEvent, Store
+from pipeline.http.shapes import EventJson, RepoJson, RunJson, Timestamp
+from pipeline.store import Repo, Run, RunEvent
+from pipeline.store.roles import ApiStore
 
 WebhookResult = tuple[int, Mapping[str, Any]]
 WebhookHandler = Callable[[str, Mapping[str, str], bytes], WebhookResult | Awaitable[WebhookResult]]
@@ -53,7 +55,7 @@ NO_TOKEN_MESSAGE = (
 class ApiContext:
     """Everything a handler needs, held on ``app.state.ctx``."""
 
-    store: Store
+    store: ApiStore
     settings: Settings
     metrics: Metrics
     webhook_handler: WebhookHandler | None = None
@@ -102,31 +104,31 @@ def _jsonable(value: Any) -> Any:
     return iso(value) if isinstance(value, datetime) else value
 
 
-def run_json(run: Run) -> dict[str, Any]:
+def run_json(run: Run) -> RunJson:
     data = {k: _jsonable(v) for k, v in asdict(run).items()}
     data["repo"] = data.pop("repo_name")
     data["duration_s"] = run.duration_s
     data["terminal"] = run.terminal
-    return data
+    return cast(RunJson, data)
 
 
-def event_json(event: RunEvent) -> dict[str, Any]:
+def event_json(event: RunEvent) -> EventJson:
     return {
         "id": event.id,
         "run_id": event.run_id,
         "attempt": event.attempt,
-        "ts": iso(event.ts),
+        "ts": Timestamp(iso(event.ts) or ""),
         "kind": event.kind,
         "message": event.message,
         "data": event.data,
     }
 
 
-def repo_json(repo: Repo, queued: int) -> dict[str, Any]:
+def repo_json(repo: Repo, queued: int) -> RepoJson:
     data = {k: _jsonable(v) for k, v in asdict(repo).items()}
     data["frozen"] = repo.frozen
     data["queued"] = queued
-    return data
+    return cast(RepoJson, data)
 
 
 # Input checks --------------------------------------------------------------

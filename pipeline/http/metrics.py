@@ -21,6 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from pipeline.store.outbox import NotificationCounts
 from pipeline.store.records import Repo, Stats
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class MetricsSource(Protocol):
     def list_repos(self) -> list[Repo]: ...
 
     def duration_histogram(self, bounds: Sequence[float]) -> tuple[list[int], int, float]: ...
+
+    def notification_counts(self) -> NotificationCounts: ...
 
 
 class Metrics:
@@ -101,19 +104,20 @@ class StoreCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so registering does not query the database.
-        return list(self._families(None, [], None))
+        return [*self._families(None, [], None), *_notification_families(None)]
 
     def collect(self) -> Iterable[Metric]:
         try:
             stats = self.source.stats()
             repos = self.source.list_repos()
             histogram = self.source.duration_histogram(DURATION_BUCKETS)
+            notes = self.source.notification_counts()
         except Exception as exc:  # any database failure: say so, do not fail the scrape
             log.warning("metrics: cannot read the store: %s", exc)
             up = GaugeMetricFamily("pipeline_database_up", "1 when the database answered.")
             up.add_metric([], 0.0)
             return [up]
-        return list(self._families(stats, repos, histogram))
+        return [*self._families(stats, repos, histogram), *_notification_families(notes)]
 
     def _families(
         self, stats: Stats | None, repos: list[Repo], histogram: tuple[list[int], int, float] | None
@@ -175,6 +179,22 @@ def _spend_families(stats: Stats | None) -> Iterator[Metric]:
         tokens.add_metric(["out"], float(stats.tokens_out))
     yield cost
     yield tokens
+
+
+def _notification_families(counts: NotificationCounts | None) -> Iterator[Metric]:
+    failed = CounterMetricFamily(
+        "pipeline_notifications_failed",
+        "Notification delivery attempts that failed (each is retried with backoff).",
+    )
+    undelivered = GaugeMetricFamily(
+        "pipeline_notifications_undelivered",
+        "Notifications not delivered yet (pending) or given up (abandoned).",
+    )
+    if counts is not None:
+        failed.add_metric([], float(counts.failed_attempts))
+        undelivered.add_metric([], float(counts.undelivered))
+    yield failed
+    yield undelivered
 
 
 def _bound(value: float) -> str:

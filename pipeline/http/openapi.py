@@ -1,8 +1,10 @@
 """The OpenAPI 3 description of the HTTP API, served at ``/openapi.json``.
 
-Written by hand (it is small) and kept honest by the fuzz test, which
-generates requests from it against a live server and checks every answer
-against the declared status codes, content types and schemas.
+The response schemas are generated from the handlers' own types
+(``pipeline.http.shapes``); the paths and request schemas are written here.
+A test checks that every route of the app is described, and the fuzz test
+generates requests from the description against a live server and checks
+every answer against the declared status codes, content types and schemas.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from pipeline import __version__
 from pipeline.http.common import MAX_ID, MAX_NAME, MAX_NOTE, MAX_OFFSET, MAX_PAGE, PRIORITY_RANGE
 from pipeline.http.metrics import RUN_STATES
+from pipeline.http.shapes import component_schemas
 from pipeline.http.sse import EVENT_MAPPING
 
 Schema = dict[str, Any]
@@ -20,38 +23,7 @@ Schema = dict[str, Any]
 NAME_PATTERN = "^[^\\x00-\\x1f\\x7f]+$"
 NOTE_PATTERN = "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*$"
 
-_INT = (
-    "id",
-    "repo_id",
-    "priority",
-    "attempt",
-    "failures",
-    "recoveries",
-    "max_attempts",
-    "tokens_in",
-    "tokens_out",
-    "num_turns",
-)
-_OPT_INT = ("issue_id", "parent_id", "issue_number")
-_STR = ("kind", "state", "repo")
-_OPT_STR = (
-    "owner",
-    "error_class",
-    "error",
-    "base_sha",
-    "head_sha",
-    "pushed_sha",
-    "branch",
-    "worktree",
-    "agent_session",
-    "summary",
-    "requested_by",
-    "issue_title",
-    "issue_url",
-)
-_TIME = ("run_after", "created_at", "updated_at")
-_OPT_TIME = ("lease_until", "started_at", "deadline_at", "finished_at")
-_OPT_NUM = ("timeout_s", "setup_s", "duration_s")
+STATE_ENUMS = {"state": RUN_STATES}
 
 
 def _ref(name: str) -> Schema:
@@ -62,138 +34,12 @@ def _opt(schema: Schema) -> Schema:
     return {**schema, "nullable": True}
 
 
-def _run_schema() -> Schema:
-    props: dict[str, Schema] = {}
-    props.update({k: {"type": "integer"} for k in _INT})
-    props.update({k: _opt({"type": "integer"}) for k in _OPT_INT})
-    props.update({k: {"type": "string"} for k in _STR})
-    props.update({k: _opt({"type": "string"}) for k in _OPT_STR})
-    props.update({k: {"type": "string", "format": "date-time"} for k in _TIME})
-    props.update({k: _opt({"type": "string", "format": "date-time"}) for k in _OPT_TIME})
-    props.update({k: _opt({"type": "number"}) for k in _OPT_NUM})
-    props.update(
-        cost_usd={"type": "number"},
-        cancel_requested={"type": "boolean"},
-        terminal={"type": "boolean"},
-    )
-    props["state"] = {"type": "string", "enum": list(RUN_STATES)}
-    return {"type": "object", "required": ["id", "repo", "kind", "state"], "properties": props}
-
-
 def _schemas() -> dict[str, Schema]:
-    event = {
-        "type": "object",
-        "required": ["id", "run_id", "ts", "kind", "message"],
-        "properties": {
-            "id": {"type": "integer"},
-            "run_id": {"type": "integer"},
-            "attempt": {"type": "integer"},
-            "ts": {"type": "string", "format": "date-time"},
-            "kind": {"type": "string"},
-            "message": {"type": "string"},
-            "data": {"type": "object"},
-        },
-    }
-    repo = {
-        "type": "object",
-        "required": ["name", "state", "frozen", "queued"],
-        "properties": {
-            "id": {"type": "integer"},
-            "name": {"type": "string"},
-            "tracker": {"type": "string"},
-            "slug": {"type": "string"},
-            "default_branch": {"type": "string"},
-            "state": {"type": "string", "enum": ["active", "frozen"]},
-            "frozen": {"type": "boolean"},
-            "queued": {"type": "integer"},
-            "frozen_reason": _opt({"type": "string"}),
-            "frozen_by": _opt({"type": "string"}),
-            "frozen_run_id": _opt({"type": "integer"}),
-            "frozen_at": _opt({"type": "string", "format": "date-time"}),
-            "changed": {"type": "boolean"},
-        },
-    }
-    run_list = {
-        "type": "object",
-        "required": ["runs", "total", "limit", "offset"],
-        "properties": {
-            "runs": {"type": "array", "items": _ref("Run")},
-            "total": {"type": "integer"},
-            "limit": {"type": "integer"},
-            "offset": {"type": "integer"},
-        },
-    }
-    with_events = {
-        "allOf": [
-            _ref("Run"),
-            {
-                "type": "object",
-                "required": ["events"],
-                "properties": {"events": {"type": "array", "items": _ref("Event")}},
-            },
-        ]
-    }
-    enqueued = {
-        "allOf": [
-            _ref("Run"),
-            {
-                "type": "object",
-                "required": ["created"],
-                "properties": {"created": {"type": "boolean"}},
-            },
-        ]
-    }
+    """The generated response shapes, and the two request bodies."""
+    enums = {name: STATE_ENUMS for name in ("Run", "RunWithEvents", "Enqueued")}
     return {
-        "Error": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": {"type": "string"},
-                "field": {"type": "string"},
-                "depth": {"type": "integer"},
-                "limit": {"type": "integer"},
-            },
-        },
-        "Run": _run_schema(),
-        "Event": event,
-        "RunWithEvents": with_events,
-        "Enqueued": enqueued,
-        "RunList": run_list,
-        "Repo": repo,
-        "RepoList": {
-            "type": "object",
-            "required": ["repos"],
-            "properties": {"repos": {"type": "array", "items": _ref("Repo")}},
-        },
-        "Health": _health_schema(),
-        "EnqueueRequest": {
-            "type": "object",
-            "required": ["repo"],
-            "additionalProperties": False,
-            "properties": {
-                "repo": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": MAX_NAME,
-                    "pattern": NAME_PATTERN,
-                    "example": "demo",
-                },
-                "issue": _opt(
-                    {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_ID,
-                        "description": "issue number on the repo's tracker",
-                    }
-                ),
-                "priority": {
-                    "type": "integer",
-                    "minimum": PRIORITY_RANGE[0],
-                    "maximum": PRIORITY_RANGE[1],
-                    "default": 0,
-                },
-            },
-        },
+        **component_schemas(enums),
+        "EnqueueRequest": _enqueue_request(),
         "NoteRequest": {
             "type": "object",
             "additionalProperties": False,
@@ -204,19 +50,31 @@ def _schemas() -> dict[str, Schema]:
     }
 
 
-def _health_schema() -> Schema:
+def _enqueue_request() -> Schema:
+    issue = {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_ID,
+        "description": "issue number on the repo's tracker",
+    }
+    priority = {
+        "type": "integer",
+        "minimum": PRIORITY_RANGE[0],
+        "maximum": PRIORITY_RANGE[1],
+        "default": 0,
+    }
+    repo = {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_NAME,
+        "pattern": NAME_PATTERN,
+        "example": "demo",
+    }
     return {
         "type": "object",
-        "required": ["status", "database", "busy", "active", "queued", "capacity", "frozen_repos"],
-        "properties": {
-            "status": {"type": "string", "enum": ["ok", "degraded"]},
-            "database": {"type": "string", "enum": ["ok", "unreachable"]},
-            "busy": {"type": "boolean"},
-            "active": {"type": "integer"},
-            "queued": {"type": "integer"},
-            "capacity": {"type": "integer"},
-            "frozen_repos": {"type": "array", "items": {"type": "string"}},
-        },
+        "required": ["repo"],
+        "additionalProperties": False,
+        "properties": {"repo": repo, "issue": _opt(issue), "priority": priority},
     }
 
 
@@ -295,151 +153,138 @@ def _events_description() -> str:
     return "\n".join(lines)
 
 
-def _paths() -> dict[str, Schema]:
+def _op(summary: str, operation_id: str, responses: Schema, **extra: Any) -> Schema:
+    return {"summary": summary, "operationId": operation_id, **extra, "responses": responses}
+
+
+def _enqueued(*codes: int) -> Schema:
     return {
-        "/health": {
-            "get": {
-                "summary": "Liveness and load",
-                "operationId": "health",
-                "responses": {
-                    "200": _json("Health", "database reachable"),
-                    "503": _json("Health", "database unreachable"),
-                },
-            }
-        },
-        "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics",
-                "operationId": "metrics",
-                "responses": {
-                    "200": {"description": "text exposition format", "content": {"text/plain": {}}}
-                },
-            }
-        },
+        "202": _json("Enqueued", "queued"),
+        "200": _json("Enqueued", "the issue's active run already"),
+        **_errors(*codes),
+    }
+
+
+def _service_paths() -> dict[str, Schema]:
+    health = {"200": _json("Health", "database reachable"), "503": _json("Health", "unreachable")}
+    text = {"200": {"description": "text exposition format", "content": {"text/plain": {}}}}
+    return {
+        "/health": {"get": _op("Liveness and load", "health", health)},
+        "/metrics": {"get": _op("Prometheus metrics", "metrics", text)},
+        "/api/events": {"get": _events_path()},
+        "/webhooks/{tracker}": {"post": _webhook_path()},
+    }
+
+
+def _events_path() -> Schema:
+    bound = {"type": "integer", "minimum": 0, "maximum": MAX_ID}
+    stream = {"description": "an endless event stream", "content": {"text/event-stream": {}}}
+    return _op(
+        "Live events (server-sent events)",
+        "events",
+        {"200": stream, **_errors(422)},
+        description=_events_description(),
+        parameters=[
+            _param("after", "query", bound, "replay events after this id"),
+            _param("Last-Event-ID", "header", bound),
+        ],
+    )
+
+
+def _webhook_path() -> Schema:
+    tracker = {"type": "string", "minLength": 1, "maxLength": MAX_NAME, "pattern": NAME_PATTERN}
+    answers = {
+        "200": _json("WebhookAnswer", "a delivery already handled (by its delivery id)"),
+        "202": _json("WebhookAnswer", "accepted (the issue is queued) or ignored, with why"),
+        "400": _json("WebhookAnswer", "a payload that cannot be read"),
+        "401": _json("WebhookAnswer", "missing or wrong signature"),
+        "403": _json("WebhookAnswer", "webhooks are not configured for this tracker"),
+        **_errors(404, 413),
+    }
+    return _op(
+        "A tracker's webhook delivery (issue labelled)",
+        "webhook",
+        answers,
+        description="Signed with the tracker's webhook secret (GitHub X-Hub-Signature-256, "
+        "Gitea/Forgejo X-Gitea-Signature or X-Forgejo-Signature, GitLab X-Gitlab-Token). "
+        "The body is the tracker's own event JSON.",
+        parameters=[_param("tracker", "path", tracker, "a tracker name from the config")],
+        requestBody={"required": True, "content": {"application/json": {"schema": {}}}},
+    )
+
+
+def _run_paths() -> dict[str, Schema]:
+    text = {"description": "plain text", "content": {"text/plain": {"schema": {"type": "string"}}}}
+    body = {"required": True, "content": {"application/json": {"schema": _ref("EnqueueRequest")}}}
+    listing = {"200": _json("RunList", "a page of runs"), **_errors(422)}
+    return {
         "/api/runs": {
-            "get": {
-                "summary": "List runs, newest first",
-                "operationId": "listRuns",
-                "parameters": _list_params(),
-                "responses": {"200": _json("RunList", "a page of runs"), **_errors(422)},
-            },
-            "post": {
-                "summary": "Enqueue a run by hand",
-                "operationId": "enqueueRun",
+            "get": _op("List runs, newest first", "listRuns", listing, parameters=_list_params()),
+            "post": _op(
+                "Enqueue a run by hand",
+                "enqueueRun",
+                _enqueued(*WRITE_ERRORS, 429),
                 **WRITE,
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("EnqueueRequest")}},
-                },
-                "responses": {
-                    "202": _json("Enqueued", "queued"),
-                    "200": _json("Enqueued", "the issue's active run already"),
-                    **_errors(*WRITE_ERRORS, 429),
-                },
-            },
+                requestBody=body,
+            ),
         },
         "/api/runs/{run_id}": {
-            "get": {
-                "summary": "A run with its events",
-                "operationId": "getRun",
-                "parameters": [RUN_ID],
-                "responses": {"200": _json("RunWithEvents", "the run"), **_errors(404)},
-            }
+            "get": _op(
+                "A run with its events",
+                "getRun",
+                {"200": _json("RunWithEvents", "the run"), **_errors(404)},
+                parameters=[RUN_ID],
+            )
         },
         "/api/runs/{run_id}/log": {
-            "get": {
-                "summary": "A run's timeline as text",
-                "operationId": "runLog",
-                "parameters": [RUN_ID],
-                "responses": {
-                    "200": {
-                        "description": "plain text",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    },
-                    **_errors(404),
-                },
-            }
+            "get": _op(
+                "A run's timeline as text",
+                "runLog",
+                {"200": text, **_errors(404)},
+                parameters=[RUN_ID],
+            )
         },
+        **_run_actions(),
+    }
+
+
+def _run_actions() -> dict[str, Schema]:
+    cancelled = {"200": _json("Run", "the run after the request"), **_errors(*WRITE_ERRORS)}
+    return {
         "/api/runs/{run_id}/cancel": {
-            "post": {
-                "summary": "Cancel a run",
-                "operationId": "cancelRun",
-                "parameters": [RUN_ID],
-                **WRITE,
-                "responses": {
-                    "200": _json("Run", "the run after the request"),
-                    **_errors(*WRITE_ERRORS),
-                },
-            }
+            "post": _op("Cancel a run", "cancelRun", cancelled, parameters=[RUN_ID], **WRITE)
         },
         "/api/runs/{run_id}/retry": {
-            "post": {
-                "summary": "Queue a new run like a finished one",
-                "operationId": "retryRun",
-                "parameters": [RUN_ID],
+            "post": _op(
+                "Queue a new run like a finished one",
+                "retryRun",
+                _enqueued(*WRITE_ERRORS, 409),
+                parameters=[RUN_ID],
                 **WRITE,
-                "responses": {
-                    "202": _json("Enqueued", "queued"),
-                    "200": _json("Enqueued", "the issue's active run already"),
-                    **_errors(*WRITE_ERRORS, 409),
-                },
-            }
-        },
-        "/api/repos": {
-            "get": {
-                "summary": "Enrolled repos",
-                "operationId": "listRepos",
-                "responses": {"200": _json("RepoList", "every repo")},
-            }
-        },
-        "/api/repos/{repo}/freeze": {
-            "post": {
-                "summary": "Freeze a repo",
-                "operationId": "freezeRepo",
-                "parameters": [REPO],
-                **WRITE,
-                "requestBody": NOTE_BODY,
-                "responses": {"200": _json("Repo", "the repo"), **_errors(*WRITE_ERRORS)},
-            }
-        },
-        "/api/repos/{repo}/unfreeze": {
-            "post": {
-                "summary": "Unfreeze a repo",
-                "operationId": "unfreezeRepo",
-                "parameters": [REPO],
-                **WRITE,
-                "requestBody": NOTE_BODY,
-                "responses": {"200": _json("Repo", "the repo"), **_errors(*WRITE_ERRORS)},
-            }
-        },
-        "/api/events": {
-            "get": {
-                "summary": "Live events (server-sent events)",
-                "description": _events_description(),
-                "operationId": "events",
-                "parameters": [
-                    _param(
-                        "after",
-                        "query",
-                        {"type": "integer", "minimum": 0, "maximum": MAX_ID},
-                        "replay events after this id",
-                    ),
-                    _param(
-                        "Last-Event-ID",
-                        "header",
-                        {"type": "integer", "minimum": 0, "maximum": MAX_ID},
-                    ),
-                ],
-                "responses": {
-                    "200": {
-                        "description": "an endless event stream",
-                        "content": {"text/event-stream": {}},
-                    },
-                    **_errors(422),
-                },
-            }
+            )
         },
     }
+
+
+def _repo_paths() -> dict[str, Schema]:
+    answers = {"200": _json("Repo", "the repo"), **_errors(*WRITE_ERRORS)}
+
+    def action(summary: str, operation_id: str) -> Schema:
+        return _op(
+            summary, operation_id, answers, parameters=[REPO], requestBody=NOTE_BODY, **WRITE
+        )
+
+    return {
+        "/api/repos": {
+            "get": _op("Enrolled repos", "listRepos", {"200": _json("RepoList", "every repo")})
+        },
+        "/api/repos/{repo}/freeze": {"post": action("Freeze a repo", "freezeRepo")},
+        "/api/repos/{repo}/unfreeze": {"post": action("Unfreeze a repo", "unfreezeRepo")},
+    }
+
+
+def _paths() -> dict[str, Schema]:
+    return {**_service_paths(), **_run_paths(), **_repo_paths()}
 
 
 def openapi_description() -> dict[str, Any]:

@@ -82,7 +82,7 @@ def event_name(event: RunEvent) -> str:
 
 def sse_message(event: RunEvent) -> str:
     """One SSE message: ``id``, ``event`` and a one-line JSON ``data``."""
-    payload: dict[str, Any] = event_json(event)
+    payload: dict[str, Any] = dict(event_json(event))
     name = event_name(event)
     payload["event"] = name
     if event.kind == "state" and "state" in event.data:

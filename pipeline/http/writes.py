@@ -31,7 +31,13 @@ from pipeline.http.common import (
     run_json,
 )
 from pipeline.store import UnknownRepo
-from pipeline.store.runs import EnqueueResult, QueueFull, RunNotRetryable, UnknownRun
+from pipeline.store.runs import (
+    EnqueueOptions,
+    EnqueueResult,
+    QueueFull,
+    RunNotRetryable,
+    UnknownRun,
+)
 
 ACTOR = "api"
 ENQUEUE_FIELDS = frozenset({"repo", "issue", "priority"})
@@ -65,13 +71,13 @@ def _enqueue(ctx: ApiContext, repo: str, issue: int | None, priority: int) -> Re
             )
         issue_id = found.id
     try:
-        result = store.enqueue(
-            repo,
+        options = EnqueueOptions(
             issue_id=issue_id,
             priority=priority,
             requested_by=ACTOR,
             max_queue_depth=ctx.settings.max_queue_depth,
         )
+        result = store.enqueue(repo, options)
     except UnknownRepo as exc:
         return error(404, str(exc))
     except QueueFull as exc:
@@ -151,7 +157,7 @@ def _set_frozen(ctx: ApiContext, name: str, note: str, frozen: bool) -> Response
     store = ctx.store
     try:
         if frozen:
-            changed = store.freeze_repo(name, note, ACTOR)
+            changed = store.freeze_repo(name, note, ACTOR, escalation=f"frozen by {ACTOR}: {note}")
         else:
             changed = store.unfreeze_repo(name, note, ACTOR)
     except UnknownRepo as exc:

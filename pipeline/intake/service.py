@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
 from pipeline.run.lifecycle import Lifecycle
-from pipeline.store import IssueSnapshot, Store
-from pipeline.store.runs import EnqueueResult, QueueFull
+from pipeline.store import IssueSnapshot, SeenIssue
+from pipeline.store.roles import IntakeStore
+from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
 from pipeline.trackers.base import Tracker, TrackerIssue
 from pipeline.trackers.webhooks import WebhookPayloadError, parse_event, verify
 
@@ -65,7 +66,7 @@ class Intake:
 
     def __init__(
         self,
-        store: Store,
+        store: IntakeStore,
         settings: Settings,
         trackers: Mapping[str, Tracker],
         lifecycle: Lifecycle,
@@ -199,28 +200,30 @@ class Intake:
             return None
         record = self.store.upsert_issue(
             repo.name,
-            tracker=repo.tracker,
-            number=issue.number,
-            title=issue.title,
-            author=issue.author,
-            url=issue.url,
-            external_id=issue.external_id,
-            labeller=actor,
-            remote_updated_at=issue.updated_at,
-            # What the trusted label vouched for, kept the first time it is seen (see
-            # pipeline.intake.issue_text): later polls and edits never overwrite it.
-            snapshot=IssueSnapshot(
-                issue.title, issue.body, mark.at if mark else None, issue.updated_at
+            SeenIssue(
+                tracker=repo.tracker,
+                number=issue.number,
+                title=issue.title,
+                author=issue.author,
+                url=issue.url,
+                external_id=issue.external_id,
+                labeller=actor,
+                remote_updated_at=issue.updated_at,
+                # What the trusted label vouched for, kept the first time it is seen (see
+                # pipeline.intake.issue_text): later polls and edits never overwrite it.
+                snapshot=IssueSnapshot(
+                    issue.title, issue.body, mark.at if mark else None, issue.updated_at
+                ),
             ),
         )
-        result = self.store.enqueue(
-            repo.name,
+        options = EnqueueOptions(
             issue_id=record.id,
             max_attempts=self.settings.scheduler.max_attempts,
             timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
             requested_by=actor,
             max_queue_depth=self.settings.max_queue_depth,
         )
+        result = self.store.enqueue(repo.name, options)
         if result.created:
             log.info("%s#%s: queued as run %s", repo.name, issue.number, result.run.id)
         return result

@@ -2,31 +2,37 @@
 
 Each configured apprise URL (Slack, Discord, ntfy, e-mail, Matrix, a generic
 ``json://`` webhook, ...) is a channel. A send never raises and never holds up
-the pipeline: it runs on a background thread, a failing channel is retried a
-bounded number of times, and every send or give-up is a ``notify`` run event
-that names the channel by scheme and host only — apprise URLs carry their
-secrets in the user, password, path and sometimes host, so nothing more is
-recorded (and for schemes whose "host" is itself a token, only the scheme).
+the pipeline. With an outbox (the daemon), ``notify`` writes the notification
+to the store and the outbox delivers it, retrying across restarts
+(``pipeline.notify.outbox``). Without one (tools, tests), it sends on a
+background thread and retries a bounded number of times. Every send or
+give-up is a ``notify`` run event that names the channel by scheme and host
+only (``pipeline.notify.channels``).
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
 import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import urlsplit
 
 import apprise
 
 from pipeline.config.settings import NotifySettings
 from pipeline.core.events import EventSink
 from pipeline.core.masking import mask
-from pipeline.core.secret_forms import HOST_SCHEMES
+from pipeline.notify.channels import describe_channel, parse_urls
+from pipeline.notify.outbox import Outbox, OutboxStore
+from pipeline.store.outbox import NotificationDraft
 
 Kind = Literal["escalation", "freeze", "success"]
+
+log = logging.getLogger(__name__)
 
 _TYPES: dict[str, str] = {
     "escalation": apprise.NotifyType.FAILURE,
@@ -54,45 +60,33 @@ def _load_plugins() -> None:
         _loaded = True
 
 
-def describe_channel(url: str) -> str:
-    """A channel's name without its secrets: ``scheme://host`` or just ``scheme://``."""
-    try:
-        parts = urlsplit(url.strip())
-        scheme = parts.scheme.lower()
-        host = parts.hostname or ""
-    except ValueError:
-        return "<unparseable url>"
-    if not scheme:
-        return "<no scheme>"
-    return f"{scheme}://{host}" if scheme in HOST_SCHEMES else f"{scheme}://"
-
-
-def parse_urls(text: str | None) -> list[str]:
-    """Apprise URLs from the secret: one per line; blank lines and ``#`` comments skipped."""
-    lines = (line.strip() for line in (text or "").splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
 class Notifier:
-    """Sends notifications to every configured apprise URL, in the background."""
+    """Sends notifications to every configured apprise URL: through ``store``'s outbox
+    when one is given, else directly in the background."""
 
     def __init__(
         self,
         settings: NotifySettings,
         *,
+        store: OutboxStore | None = None,
         background: bool = True,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings
+        self.outbox = Outbox(settings, store, deliver) if store is not None else None
         self.background = background
         self.sleep = sleep
         self._threads: list[threading.Thread] = []
 
-    def notify(self, title: str, body: str, *, kind: Kind, events: EventSink) -> None:
+    def notify(
+        self, title: str, body: str, *, kind: Kind, events: EventSink, run_id: int | None = None
+    ) -> None:
         """Send to every channel; returns at once (unless ``background=False``), never raises.
 
         The URLs are resolved (so registered for masking) before the title and
         body are masked: a message never carries a secret, a channel's own included.
+        With an outbox the notification is in the store when this returns, and
+        ``run_id`` ties it to the run whose page shows it until it is delivered.
         """
         if kind == "success" and not self.settings.notify_success:
             return
@@ -105,6 +99,9 @@ class Notifier:
             _record(events, f"{kind} not sent: no notification channels configured", {"kind": kind})
             return
         title, body = mask(title), mask(body)
+        if self.outbox is not None:
+            self._enqueue(NotificationDraft(kind, title, body, run_id), urls, events)
+            return
 
         def job() -> None:
             self._send_all(urls, title, body, kind, events)
@@ -115,6 +112,26 @@ class Notifier:
         thread = threading.Thread(target=job, name=f"notify-{kind}", daemon=True)
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
+
+    def _enqueue(self, draft: NotificationDraft, urls: Sequence[str], events: EventSink) -> None:
+        assert self.outbox is not None
+        try:
+            channels = self.outbox.enqueue(draft, urls)
+        except Exception as exc:  # the database is away: say so, never raise
+            log.error("notification %r could not be queued: %s", draft.title, exc)
+            _record(events, f"{draft.kind} not queued: {type(exc).__name__}", {"ok": False})
+            return
+        names = ", ".join(c.name for c in channels)
+        _record(events, f"{draft.kind} queued for {names}", {"kind": draft.kind, "queued": True})
+
+    def start(self) -> None:
+        """Start delivering the outbox (a no-op without one)."""
+        if self.outbox is not None:
+            self.outbox.start()
+
+    def stop(self) -> None:
+        if self.outbox is not None:
+            self.outbox.stop()
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait for sends in flight (shutdown, tests); True when all are done."""
@@ -141,7 +158,7 @@ class Notifier:
         attempts = self.settings.retries + 1
         problem = ""
         for attempt in range(1, attempts + 1):
-            ok, problem = _deliver(url, title, body, kind)
+            ok, problem = deliver(url, title, body, kind)
             if ok:
                 _record(
                     events,
@@ -158,7 +175,8 @@ class Notifier:
         )
 
 
-def _deliver(url: str, title: str, body: str, kind: str) -> tuple[bool, str]:
+def deliver(url: str, title: str, body: str, kind: str) -> tuple[bool, str]:
+    """Send one message to one apprise URL: (delivered, what went wrong)."""
     _load_plugins()
     sender = apprise.Apprise()
     if not sender.add(url):
@@ -178,38 +196,44 @@ def _record(events: EventSink, message: str, data: Mapping[str, object]) -> None
         pass
 
 
-def escalation_message(
-    *,
-    repo: str,
-    run_id: int,
-    reason: str,
-    what_happened: str,
-    kept: Mapping[str, str] | Sequence[tuple[str, str]],
-    frozen: bool,
-    issue_url: str | None = None,
-    sha: str | None = None,
-) -> tuple[str, str]:
+@dataclass(frozen=True)
+class EscalationNotice:
+    """What an escalation says: ``kept`` maps a label (``worktree``, ``branch``,
+    ``evidence``, ``logs``) to where it is."""
+
+    repo: str
+    run_id: int
+    reason: str
+    what_happened: str
+    kept: Mapping[str, str] | Sequence[tuple[str, str]]
+    frozen: bool
+    issue_url: str | None = None
+    sha: str | None = None
+
+
+def escalation_message(notice: EscalationNotice) -> tuple[str, str]:
     """Title and body of an escalation: what happened, what was kept where, how to resume.
 
-    ``kept`` maps a label (``worktree``, ``branch``, ``evidence``, ``logs``) to
-    where it is. A frozen repo resumes with ``pipeline repos unfreeze``; an
-    escalated run in an active repo with ``pipeline runs retry``.
+    A frozen repo resumes with ``pipeline repos unfreeze``; an escalated run in
+    an active repo with ``pipeline runs retry``.
     """
-    state = "frozen" if frozen else "escalated"
-    title = f"[afk-pipeline] {repo}: run {run_id} {state} ({reason})"
+    repo, run_id = notice.repo, notice.run_id
+    state = "frozen" if notice.frozen else "escalated"
+    title = f"[afk-pipeline] {repo}: run {run_id} {state} ({notice.reason})"
+    kept = notice.kept
     items = list(kept.items()) if isinstance(kept, Mapping) else list(kept)
     lines = [
-        f"Repo {repo}, run {run_id}" + (f", commit {sha}" if sha else "") + ".",
+        f"Repo {repo}, run {run_id}" + (f", commit {notice.sha}" if notice.sha else "") + ".",
         "",
         "What happened:",
-        f"  {what_happened.strip()}",
+        f"  {notice.what_happened.strip()}",
     ]
-    if issue_url:
-        lines += ["", f"Issue: {issue_url}"]
+    if notice.issue_url:
+        lines += ["", f"Issue: {notice.issue_url}"]
     lines += ["", "What was kept (nothing was reverted or deleted):"]
     lines += [f"  - {label}: {where}" for label, where in items] or ["  - nothing to keep"]
     lines += ["", "To resume, after fixing the cause:"]
-    if frozen:
+    if notice.frozen:
         lines.append(
             f'  pipeline repos unfreeze {shlex.quote(repo)} --note "what you found and fixed"'
         )

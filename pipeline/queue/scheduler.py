@@ -23,7 +23,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
-from typing import Any
 
 from pipeline.config.settings import SchedulerSettings
 from pipeline.core.proc import StopToken
@@ -31,6 +30,7 @@ from pipeline.queue.periodic import Periodic
 from pipeline.queue.worker import RunContext, Worker, stop_error, summarise_traceback, write_outcome
 from pipeline.store.claim import SweepReport
 from pipeline.store.records import Run
+from pipeline.store.roles import QueueStore
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Scheduler:
 
     def __init__(
         self,
-        store: Any,
+        store: QueueStore,
         pipeline: RunPipeline,
         *,
         settings: SchedulerSettings,
@@ -317,7 +317,7 @@ class Scheduler:
     def _note(worker: Worker, kind: str, message: str) -> None:
         """A timeline note from the monitor; a lost lease here is noticed by the heartbeat."""
         try:
-            worker.ctx.store.append_event(
+            worker.ctx.store.append_event_fenced(
                 worker.run.id, worker.ctx.owner, worker.ctx.attempt, kind, message
             )
         except Exception as exc:

@@ -45,7 +45,7 @@ class ShuttingDown(PipelineError):
 class RunStore(Protocol):
     """The store verbs a worker uses (``pipeline.store.Store`` provides them)."""
 
-    def append_event(
+    def append_event_fenced(
         self,
         run_id: int,
         owner: str,
@@ -130,7 +130,7 @@ class RunContext:
     def events(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
         """Append to the run's timeline (an ``EventSink``); LeaseLost stops the run."""
         self._fenced(
-            lambda: self.store.append_event(
+            lambda: self.store.append_event_fenced(
                 self.run.id, self.owner, self.attempt, kind, message, data
             )
         )
@@ -240,7 +240,7 @@ def _write_error(
     if isinstance(exc, RetryableError):
         kind, retry_after = exc.kind, exc.retry_after_s
     else:
-        store.append_event(
+        store.append_event_fenced(
             run.id,
             owner,
             attempt,

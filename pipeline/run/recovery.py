@@ -24,7 +24,7 @@ from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
 from pipeline.queue.worker import RunContext
 from pipeline.run.lifecycle import Lifecycle
-from pipeline.store import Run, Store
+from pipeline.store import EnqueueOptions, Run, Store
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,15 @@ DIFF_CHARS = 8_000
 
 
 class Notifies(Protocol):
-    def notify(self, title: str, body: str, *, kind: NotifyKind, events: EventSink) -> None: ...
+    def notify(
+        self,
+        title: str,
+        body: str,
+        *,
+        kind: NotifyKind,
+        events: EventSink,
+        run_id: int | None = None,
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,7 @@ class Recovery:
                 f"Deploy: {verdict.deploy}.",
                 kind="success",
                 events=self._notify_events(run.id),
+                run_id=run.id,
             )
 
     def _broken(
@@ -189,16 +198,16 @@ class Recovery:
         existing = [r for r in self.store.children(ctx.run.id) if r.kind == "fix_forward"]
         if existing:
             return existing[0]
-        child = self.store.enqueue(
-            repo.name,
+        options = EnqueueOptions(
             kind="fix_forward",
             priority=FIX_FORWARD_PRIORITY,
             parent_id=ctx.run.id,
             max_attempts=self.settings.scheduler.max_attempts,
             timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
             requested_by="afk-pipeline",
-        ).run
-        self.store.add_event(
+        )
+        child = self.store.enqueue(repo.name, options).run
+        self.store.record_event(
             child.id,
             "evidence",
             f"deploy of {sha[:12]} broken: fix forward",
@@ -300,11 +309,12 @@ class Recovery:
             f"{message}\n\nReview: pipeline runs show {run.id}\nResume once fixed: {resume}",
             kind="freeze" if frozen else "escalation",
             events=self._notify_events(run.id),
+            run_id=run.id,
         )
 
     def freeze(self, repo: RepoSettings, reason: str, run_id: int) -> bool:
         """Freeze ``repo`` for ``run_id``; the caller records the escalation. True if frozen."""
-        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run_id, escalate=False)
+        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run_id)
         return True
 
     def on_finished(self, run: Run) -> None:
@@ -321,7 +331,13 @@ class Recovery:
         if repo is None:
             return
         reason = f"fix-forward run {run.id} ended {run.state} ({run.error_class or 'no cause'})"
-        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run.id)
+        self.store.freeze_repo(
+            repo.name,
+            reason,
+            by="afk-pipeline",
+            run_id=run.id,
+            escalation=f"frozen by afk-pipeline: {reason}",
+        )
         self.notifier.notify(
             f"{repo.name}: frozen, the deploy is still broken",
             f"{reason}: {run.error or ''}\nThe repo's queue is stopped; nothing was reverted.\n"
@@ -329,6 +345,7 @@ class Recovery:
             f'Resume once fixed: pipeline repos unfreeze {repo.name} --note "what you did"',
             kind="freeze",
             events=self._notify_events(run.id),
+            run_id=run.id,
         )
 
     def _notify_events(self, run_id: int) -> EventSink:
@@ -336,11 +353,11 @@ class Recovery:
 
         Sends run in the background and finish after the run has ended, when
         its lease-fenced sink refuses every write; the store's unfenced
-        ``add_event`` keeps "each notification is a run event" true.
+        ``record_event`` keeps "each notification is a run event" true.
         """
 
         def record(kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
-            self.store.add_event(run_id, kind, message, data)
+            self.store.record_event(run_id, kind, message, data)
 
         return record
 

@@ -1,7 +1,12 @@
 """The store: history and queue in SQLite or PostgreSQL, spoken to in domain verbs.
 
 Only this package imports SQLAlchemy. Everything else calls ``Store`` methods
-and gets plain records (``pipeline.store.records``) back.
+and gets plain records (``pipeline.store.records``) back; the scheduler, intake
+and the API see it through the narrower views of ``pipeline.store.roles``.
+The store decides no policy: priorities, budgets and escalations are the
+callers'. Its parts: ``runs`` (enqueue, cancel, retry), ``fenced`` (a worker's
+lease-checked writes), ``claim`` (claiming, the sweeper), ``history``,
+``repos``, ``issues``, ``outbox`` (notifications until delivered).
 """
 
 from __future__ import annotations
@@ -9,19 +14,29 @@ from __future__ import annotations
 from pipeline.store import migrate
 from pipeline.store.claim import ClaimMixin, SweepReport
 from pipeline.store.engine import describe_db_error
+from pipeline.store.fenced import FencedMixin, Heartbeat
 from pipeline.store.history import HistoryMixin
 from pipeline.store.issues import (
     IssuesMixin,
     IssueSnapshot,
     LocalComment,
     LocalIssue,
+    SeenIssue,
     UnknownIssue,
+)
+from pipeline.store.outbox import (
+    Attempt,
+    Channel,
+    Notification,
+    NotificationCounts,
+    NotificationDraft,
+    OutboxMixin,
 )
 from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
 from pipeline.store.repos import ReposMixin, UnknownRepo
 from pipeline.store.runs import (
+    EnqueueOptions,
     EnqueueResult,
-    Heartbeat,
     QueueFull,
     RunNotRetryable,
     RunsMixin,
@@ -29,7 +44,7 @@ from pipeline.store.runs import (
 )
 
 
-class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, ClaimMixin):
+class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, FencedMixin, ClaimMixin, OutboxMixin):
     """All domain verbs over one engine."""
 
     def upgrade(self) -> None:
@@ -41,6 +56,9 @@ class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, ClaimMixin):
 
 
 __all__ = [
+    "Attempt",
+    "Channel",
+    "EnqueueOptions",
     "EnqueueResult",
     "Escalation",
     "Heartbeat",
@@ -48,12 +66,16 @@ __all__ = [
     "IssueSnapshot",
     "LocalComment",
     "LocalIssue",
+    "Notification",
+    "NotificationCounts",
+    "NotificationDraft",
     "QueueFull",
     "Repo",
     "Run",
     "RunEvent",
     "RunFilter",
     "RunNotRetryable",
+    "SeenIssue",
     "Stats",
     "Store",
     "SweepReport",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from sqlalchemy import Connection, Engine, insert, select, text
 from sqlalchemy.exc import OperationalError
@@ -35,6 +35,12 @@ class StoreBase:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def ping(self) -> bool:
         """True when the database answers."""

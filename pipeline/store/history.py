@@ -13,6 +13,7 @@ from pipeline.store.models import (
     BUSY_STATES,
     EscalationRow,
     IssueRow,
+    NotificationRow,
     RepoRow,
     RunEventRow,
     RunRow,
@@ -38,9 +39,23 @@ def runs_query() -> Select[Any]:
             IssueRow.number.label("issue_number"),
             IssueRow.title.label("issue_title"),
             IssueRow.url.label("issue_url"),
+            _undelivered().label("notifications_undelivered"),
         )
         .join(RepoRow, RepoRow.id == RunRow.repo_id)
         .outerjoin(IssueRow, IssueRow.id == RunRow.issue_id)
+    )
+
+
+def _undelivered() -> Any:
+    """How many of the run's notifications have not reached their channel."""
+    return (
+        select(func.count(NotificationRow.id))
+        .where(
+            NotificationRow.run_id == RunRow.id,
+            NotificationRow.state.in_(("pending", "abandoned")),
+        )
+        .correlate(RunRow)
+        .scalar_subquery()
     )
 
 
@@ -120,10 +135,13 @@ class HistoryMixin(StoreBase):
         with self._read() as conn:
             return int(conn.execute(select(func.max(RunEventRow.id))).scalar_one() or 0)
 
-    def add_event(
+    def record_event(
         self, run_id: int, kind: str, message: str, data: Mapping[str, object] | None = None
     ) -> None:
-        """Append an event that needs no lease (operator actions, notifications)."""
+        """Append to a run's timeline without a lease check (operator actions, notifications).
+
+        A worker writing about the run it holds uses ``append_event_fenced``.
+        """
         with self._write() as conn:
             attempt = self._run_attempt(conn, run_id)
             self._append_event(conn, run_id, attempt, kind, message, data)

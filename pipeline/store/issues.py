@@ -92,43 +92,49 @@ def _snapshot_values(
     }
 
 
+@dataclass(frozen=True)
+class SeenIssue:
+    """An issue as intake saw it on its tracker."""
+
+    tracker: str
+    number: int
+    title: str
+    author: str
+    url: str
+    external_id: str = ""
+    labeller: str | None = None  # None keeps the labeller already recorded
+    remote_updated_at: str | None = None
+    snapshot: IssueSnapshot | None = None
+
+    def row_values(self) -> dict[str, str | None]:
+        values: dict[str, str | None] = {
+            "tracker": self.tracker,
+            "title": self.title,
+            "author": self.author,
+            "url": self.url,
+            "external_id": self.external_id,
+            "remote_updated_at": self.remote_updated_at,
+        }
+        if self.labeller is not None:
+            values["labeller"] = self.labeller
+        return values
+
+
 class IssuesMixin(StoreBase):
     """Domain verbs for issues, local-tracker issues, side effects and deliveries."""
 
-    def upsert_issue(
-        self,
-        repo: str,
-        *,
-        tracker: str,
-        number: int,
-        title: str,
-        author: str,
-        url: str,
-        external_id: str = "",
-        labeller: str | None = None,
-        remote_updated_at: str | None = None,
-        snapshot: IssueSnapshot | None = None,
-    ) -> Issue:
+    def upsert_issue(self, repo: str, issue: SeenIssue) -> Issue:
         """Record an issue as last seen on its tracker; returns it with its id.
 
-        ``snapshot`` is stored unless one for the same label time is already kept.
+        ``issue.snapshot`` is stored unless one for the same label time is already kept.
         """
-        values = {
-            "tracker": tracker,
-            "title": title,
-            "author": author,
-            "url": url,
-            "external_id": external_id,
-            "remote_updated_at": remote_updated_at,
-        }
-        if labeller is not None:
-            values["labeller"] = labeller
+        values = issue.row_values()
         try:
-            return self._upsert_issue(repo, number, values, snapshot)
+            return self._upsert_issue(repo, issue.number, values, issue.snapshot)
         except IntegrityError:
             # Another replica inserted this issue between our SELECT and INSERT (PostgreSQL
             # does not serialise them as SQLite's BEGIN IMMEDIATE does): now it is an update.
-            return self._upsert_issue(repo, number, values, snapshot)
+            return self._upsert_issue(repo, issue.number, values, issue.snapshot)
 
     def _upsert_issue(
         self,

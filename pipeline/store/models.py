@@ -249,3 +249,35 @@ class LocalCommentRow(Base):
     author: Mapped[str] = mapped_column(String(200), default="")
     body: Mapped[str] = mapped_column(MaskedText)
     created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class NotificationRow(Base):
+    """The outbox: one row per notification and channel, until it is delivered.
+
+    ``channel_key`` is a digest of the channel's URL (which holds its secrets and
+    stays in the config); ``channel`` is its name without secrets. A row is
+    ``pending`` until delivered, then ``delivered``, or ``abandoned`` when it
+    could not be delivered in time or its channel left the config.
+    """
+
+    __tablename__ = "notifications"
+    __table_args__ = (
+        Index("ix_notifications_due", "state", "next_attempt_at"),
+        Index("ix_notifications_run", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+    kind: Mapped[str] = mapped_column(String(30))
+    channel: Mapped[str] = mapped_column(String(300))
+    channel_key: Mapped[str] = mapped_column(String(64))
+    title: Mapped[str] = mapped_column(MaskedText)
+    body: Mapped[str] = mapped_column(MaskedText)
+    state: Mapped[str] = mapped_column(String(20), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime)
+    claimed_until: Mapped[datetime | None] = mapped_column(DateTime)
+    last_error: Mapped[str | None] = mapped_column(MaskedText)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime)

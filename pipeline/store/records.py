@@ -95,6 +95,7 @@ class Run:
     issue_number: int | None = None
     issue_title: str | None = None
     issue_url: str | None = None
+    notifications_undelivered: int = 0  # notifications not (yet) delivered to a channel
 
     @property
     def terminal(self) -> bool:

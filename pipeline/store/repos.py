@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
+from datetime import datetime
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.config.settings import RepoSettings
@@ -86,16 +87,21 @@ class ReposMixin(StoreBase):
             return int(result.scalar_one())
 
     def freeze_repo(
-        self, name: str, reason: str, by: str, run_id: int | None = None, *, escalate: bool = True
+        self,
+        name: str,
+        reason: str,
+        by: str,
+        run_id: int | None = None,
+        *,
+        escalation: str | None = None,
     ) -> bool:
         """Freeze a repo: claims skip it until a human unfreezes it. False if already frozen.
 
-        ``escalate=False`` when the caller records a fuller escalation itself.
+        ``escalation``, when given, is recorded as a ``frozen`` escalation in the
+        same transaction; whether a freeze escalates is the caller's decision.
         """
         with self._write() as conn:
-            repo_id = self._repo_id(conn, name)
-            if repo_id is None:
-                raise UnknownRepo(name)
+            repo_id = self._known_repo(conn, name)
             now = db_now(conn)
             changed = conn.execute(
                 update(RepoRow)
@@ -109,35 +115,21 @@ class ReposMixin(StoreBase):
                     updated_at=now,
                 )
             ).rowcount
-            if changed and escalate:
+            if not changed:
+                return False
+            if escalation is not None:
+                values = {"run_id": run_id, "repo_id": repo_id, "reason": "frozen"}
                 conn.execute(
-                    insert(EscalationRow).values(
-                        run_id=run_id,
-                        repo_id=repo_id,
-                        reason="frozen",
-                        detail=f"frozen by {by}: {reason}",
-                        created_at=now,
-                    )
+                    insert(EscalationRow).values(**values, detail=escalation, created_at=now)
                 )
-            if changed and run_id is not None:
-                attempt = self._run_attempt(conn, run_id)
-                self._append_event(
-                    conn,
-                    run_id,
-                    attempt,
-                    "repo",
-                    f"repo {name} frozen by {by}: {reason}",
-                    {"repo": name, "frozen": True, "by": by},
-                    now,
-                )
-            return bool(changed)
+            data = {"repo": name, "frozen": True, "by": by}
+            self._repo_event(conn, run_id, f"repo {name} frozen by {by}: {reason}", data, now)
+            return True
 
     def unfreeze_repo(self, name: str, note: str, by: str) -> bool:
         """Unfreeze a repo and acknowledge its open escalations. False if it was not frozen."""
         with self._write() as conn:
-            repo_id = self._repo_id(conn, name)
-            if repo_id is None:
-                raise UnknownRepo(name)
+            repo_id = self._known_repo(conn, name)
             now = db_now(conn)
             frozen_run = conn.execute(
                 select(RepoRow.frozen_run_id).where(
@@ -163,19 +155,30 @@ class ReposMixin(StoreBase):
                 .where(EscalationRow.repo_id == repo_id, EscalationRow.acknowledged_at.is_(None))
                 .values(acknowledged_by=f"{by}: {note}", acknowledged_at=now)
             )
-            run_id = frozen_run[0]
-            if run_id is not None:
-                attempt = self._run_attempt(conn, run_id)
-                self._append_event(
-                    conn,
-                    run_id,
-                    attempt,
-                    "repo",
-                    f"repo {name} unfrozen by {by}: {note}",
-                    {"repo": name, "frozen": False, "by": by},
-                    now,
-                )
+            data = {"repo": name, "frozen": False, "by": by}
+            said = f"repo {name} unfrozen by {by}: {note}"
+            self._repo_event(conn, frozen_run[0], said, data, now)
             return True
+
+    def _known_repo(self, conn: Connection, name: str) -> int:
+        repo_id = self._repo_id(conn, name)
+        if repo_id is None:
+            raise UnknownRepo(name)
+        return repo_id
+
+    def _repo_event(
+        self,
+        conn: Connection,
+        run_id: int | None,
+        message: str,
+        data: Mapping[str, object],
+        now: datetime,
+    ) -> None:
+        """A freeze or unfreeze on the timeline of the run it concerns, if any."""
+        if run_id is None:
+            return
+        attempt = self._run_attempt(conn, run_id)
+        self._append_event(conn, run_id, attempt, "repo", message, data, now)
 
     def add_escalation(self, repo: str, reason: str, detail: str, run_id: int | None = None) -> int:
         with self._write() as conn:

@@ -1,9 +1,8 @@
-"""The run queue's domain verbs: enqueue, fenced worker writes, cancel and retry.
+"""The run queue's domain verbs: enqueue, cancel and retry, and what the queue counts.
 
-Every write a worker makes is fenced on ``(id, owner, attempt)`` and on the run
-not being terminal: when the conditional UPDATE matches no row, the worker has
-lost its lease and ``LeaseLost`` is raised so it writes nothing more. Claiming
-and the sweeper live in ``pipeline.store.claim``.
+The store decides nothing: a run's priority, attempts and timeout come from
+the caller (``EnqueueOptions``). Fenced worker writes live in
+``pipeline.store.fenced``; claiming and the sweeper in ``pipeline.store.claim``.
 """
 
 from __future__ import annotations
@@ -11,12 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.core.errors import LeaseLost
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
 from pipeline.store.history import run_from_row, runs_query
@@ -24,25 +21,7 @@ from pipeline.store.models import BUSY_STATES, TERMINAL_STATES, WAITING_STATES, 
 from pipeline.store.records import Run
 from pipeline.store.repos import UnknownRepo
 
-# A fix-forward run goes ahead of every issue run of its repo (DESIGN.md).
-FIX_FORWARD_PRIORITY = 1_000_000
 QUEUE_FULL_RETRY_AFTER_S = 30.0
-UPDATABLE_FIELDS = frozenset(
-    {
-        "base_sha",
-        "head_sha",
-        "pushed_sha",
-        "branch",
-        "worktree",
-        "agent_session",
-        "tokens_in",
-        "tokens_out",
-        "cost_usd",
-        "num_turns",
-        "setup_s",
-        "summary",
-    }
-)
 RETRYABLE_TERMINAL = ("failed", "escalated", "cancelled")
 
 
@@ -72,25 +51,35 @@ class RunNotRetryable(ValueError):
 
 
 @dataclass(frozen=True)
-class EnqueueResult:
-    run: Run
-    created: bool
+class EnqueueOptions:
+    """How a run is queued, all decided by the caller (priority included)."""
+
+    issue_id: int | None = None
+    kind: str = "issue"
+    priority: int = 0
+    parent_id: int | None = None
+    max_attempts: int = 3
+    timeout_s: float | None = None
+    requested_by: str | None = None
+    max_queue_depth: int | None = None  # None: no bound
+    run_after_s: float = 0.0
+
+    def row_values(self) -> dict[str, object]:
+        return {
+            "issue_id": self.issue_id,
+            "kind": self.kind,
+            "priority": self.priority,
+            "parent_id": self.parent_id,
+            "max_attempts": self.max_attempts,
+            "timeout_s": self.timeout_s,
+            "requested_by": self.requested_by,
+        }
 
 
 @dataclass(frozen=True)
-class Heartbeat:
-    alive: bool
-    cancel_requested: bool
-
-
-def fenced(run_id: int, owner: str, attempt: int) -> Any:
-    """The WHERE clause of every worker write: still ours, still this attempt, not ended."""
-    return (
-        (RunRow.id == run_id)
-        & (RunRow.owner == owner)
-        & (RunRow.attempt == attempt)
-        & RunRow.state.not_in(TERMINAL_STATES)
-    )
+class EnqueueResult:
+    run: Run
+    created: bool
 
 
 def read_run(conn: Connection, run_id: int) -> Run:
@@ -100,68 +89,56 @@ def read_run(conn: Connection, run_id: int) -> Run:
     return run_from_row(row)
 
 
-def _check_fields(fields: Mapping[str, object]) -> None:
-    unknown = sorted(set(fields) - UPDATABLE_FIELDS)
-    if unknown:
-        raise ValueError(
-            f"run fields {unknown} cannot be updated by a worker; "
-            f"allowed: {sorted(UPDATABLE_FIELDS)}"
-        )
+def ended_values(state: str, now: datetime) -> dict[str, object]:
+    """The columns a run's ending sets: terminal state, no owner, no lease."""
+    return {
+        "state": state,
+        "owner": None,
+        "lease_until": None,
+        "finished_at": now,
+        "updated_at": now,
+    }
 
 
 class RunsMixin(StoreBase):
-    """Domain verbs of the queue that are not claiming or sweeping."""
+    """Domain verbs of the queue that are not claiming, sweeping or fenced writes."""
 
-    def enqueue(
-        self,
-        repo: str,
-        *,
-        issue_id: int | None = None,
-        kind: str = "issue",
-        priority: int = 0,
-        parent_id: int | None = None,
-        max_attempts: int = 3,
-        timeout_s: float | None = None,
-        requested_by: str | None = None,
-        max_queue_depth: int | None = None,
-        run_after_s: float = 0.0,
-    ) -> EnqueueResult:
+    def enqueue(self, repo: str, options: EnqueueOptions | None = None) -> EnqueueResult:
         """Queue a run, or return the issue's active run (``created=False``).
 
         Dedupe is race-safe: two replicas inserting for one issue collide on
         ``uq_runs_active_issue`` and the loser re-reads the winner's run.
         """
-        if kind == "fix_forward":
-            priority = max(priority, FIX_FORWARD_PRIORITY)
-        values = {
-            "issue_id": issue_id,
-            "kind": kind,
-            "priority": priority,
-            "parent_id": parent_id,
-            "max_attempts": max_attempts,
-            "timeout_s": timeout_s,
-            "requested_by": requested_by,
-        }
+        options = options or EnqueueOptions()
         try:
             with self._write() as conn:
-                repo_id = self._repo_id(conn, repo)
-                if repo_id is None:
-                    raise UnknownRepo(repo)
-                existing = self._active_for_issue(conn, issue_id)
-                if existing is not None:
-                    return EnqueueResult(existing, created=False)
-                if max_queue_depth is not None:
-                    depth = self._queue_depth(conn)
-                    if depth >= max_queue_depth:
-                        raise QueueFull(depth, max_queue_depth)
-                run_id = self._insert_run(conn, repo_id, values, run_after_s, "queued")
-                return EnqueueResult(read_run(conn, run_id), created=True)
+                return self._enqueue_in(conn, repo, options)
         except IntegrityError:
-            with self._read() as conn:
-                existing = self._active_for_issue(conn, issue_id)
-            if existing is None:
+            found = self._race_lost(options.issue_id)
+            if found is None:
                 raise
+            return found
+
+    def _enqueue_in(self, conn: Connection, repo: str, options: EnqueueOptions) -> EnqueueResult:
+        repo_id = self._repo_id(conn, repo)
+        if repo_id is None:
+            raise UnknownRepo(repo)
+        existing = self._active_for_issue(conn, options.issue_id)
+        if existing is not None:
             return EnqueueResult(existing, created=False)
+        if options.max_queue_depth is not None:
+            depth = self._queue_depth(conn)
+            if depth >= options.max_queue_depth:
+                raise QueueFull(depth, options.max_queue_depth)
+        values = options.row_values()
+        run_id = self._insert_run(conn, repo_id, values, options.run_after_s, "queued")
+        return EnqueueResult(read_run(conn, run_id), created=True)
+
+    def _race_lost(self, issue_id: int | None) -> EnqueueResult | None:
+        """Another writer queued a run for the issue at the same time: that one is it."""
+        with self._read() as conn:
+            existing = self._active_for_issue(conn, issue_id)
+        return EnqueueResult(existing, created=False) if existing is not None else None
 
     def _insert_run(
         self,
@@ -205,163 +182,6 @@ class RunsMixin(StoreBase):
         count = conn.execute(select(func.count(RunRow.id)).where(RunRow.state.in_(WAITING_STATES)))
         return int(count.scalar_one())
 
-    def heartbeat(self, run_id: int, owner: str, attempt: int, lease_s: float) -> Heartbeat:
-        """Renew the lease; ``alive=False`` means another owner has the run now."""
-        with self._write() as conn:
-            now = db_now(conn)
-            flag = conn.execute(
-                update(RunRow)
-                .where(fenced(run_id, owner, attempt), RunRow.state.in_(BUSY_STATES))
-                .values(lease_until=now + timedelta(seconds=lease_s))
-                .returning(RunRow.cancel_requested)
-            ).scalar_one_or_none()
-        if flag is None:
-            return Heartbeat(alive=False, cancel_requested=False)
-        return Heartbeat(alive=True, cancel_requested=bool(flag))
-
-    def transition(
-        self,
-        run_id: int,
-        owner: str,
-        attempt: int,
-        to_state: str,
-        message: str | None = None,
-        **fields: object,
-    ) -> Run:
-        """Move a run we hold to another busy state (fenced); terminal states use ``finish``."""
-        if to_state not in BUSY_STATES:
-            raise ValueError(f"transition to {to_state!r}: only {BUSY_STATES} (use finish)")
-        _check_fields(fields)
-        with self._write() as conn:
-            now = db_now(conn)
-            self._fenced_update(
-                conn, run_id, owner, attempt, {"state": to_state, "updated_at": now, **fields}
-            )
-            self._append_event(
-                conn, run_id, attempt, "state", message or to_state, {"state": to_state}, now
-            )
-            return read_run(conn, run_id)
-
-    def update_run(self, run_id: int, owner: str, attempt: int, **fields: object) -> None:
-        """Record facts about a run we hold (SHAs, worktree, tokens, cost...), fenced."""
-        _check_fields(fields)
-        with self._write() as conn:
-            values = {"updated_at": db_now(conn), **fields}
-            self._fenced_update(conn, run_id, owner, attempt, values)
-
-    def append_event(
-        self,
-        run_id: int,
-        owner: str,
-        attempt: int,
-        kind: str,
-        message: str,
-        data: Mapping[str, object] | None = None,
-    ) -> None:
-        """Append to the timeline of a run we hold; ``LeaseLost`` when it is not ours."""
-        with self._write() as conn:
-            now = db_now(conn)
-            self._fenced_update(conn, run_id, owner, attempt, {"updated_at": now})
-            self._append_event(conn, run_id, attempt, kind, message, data, now)
-
-    @staticmethod
-    def _fenced_update(
-        conn: Connection, run_id: int, owner: str, attempt: int, values: Mapping[str, object]
-    ) -> None:
-        result = conn.execute(
-            update(RunRow).where(fenced(run_id, owner, attempt)).values(dict(values))
-        )
-        if result.rowcount != 1:
-            raise LeaseLost(f"run {run_id} attempt {attempt} is no longer held by {owner}")
-
-    def finish(
-        self,
-        run_id: int,
-        owner: str,
-        attempt: int,
-        state: str,
-        *,
-        error_class: str | None = None,
-        error: str | None = None,
-        summary: str | None = None,
-    ) -> Run:
-        """End a run we hold in a terminal state; clears owner and lease."""
-        if state not in TERMINAL_STATES:
-            raise ValueError(f"finish with {state!r}: a terminal state is one of {TERMINAL_STATES}")
-        values: dict[str, object] = {"error_class": error_class, "error": error}
-        if summary is not None:
-            values["summary"] = summary
-        with self._write() as conn:
-            now = db_now(conn)
-            self._fenced_update(conn, run_id, owner, attempt, {**self._ended(state, now), **values})
-            message = state if error is None else f"{state}: {error}"
-            self._append_event(
-                conn,
-                run_id,
-                attempt,
-                "state",
-                message,
-                {"state": state, "error_class": error_class},
-                now,
-            )
-            return read_run(conn, run_id)
-
-    @staticmethod
-    def _ended(state: str, now: datetime) -> dict[str, object]:
-        return {
-            "state": state,
-            "owner": None,
-            "lease_until": None,
-            "finished_at": now,
-            "updated_at": now,
-        }
-
-    def schedule_retry(
-        self, run_id: int, owner: str, attempt: int, *, delay_s: float, error_class: str, error: str
-    ) -> Run:
-        """Count a failure; back to ``retry_wait`` for ``delay_s``, or ``failed`` when used up."""
-        with self._write() as conn:
-            now = db_now(conn)
-            row = conn.execute(
-                select(RunRow.failures, RunRow.max_attempts).where(fenced(run_id, owner, attempt))
-            ).first()
-            if row is None:
-                raise LeaseLost(f"run {run_id} attempt {attempt} is no longer held by {owner}")
-            failures = int(row[0]) + 1
-            values: dict[str, object] = {
-                "failures": failures,
-                "error_class": error_class,
-                "error": error,
-            }
-            if failures >= int(row[1]):
-                values.update(self._ended("failed", now))
-                message = f"failed after {failures} attempts: {error}"
-            else:
-                values.update(
-                    state="retry_wait",
-                    owner=None,
-                    lease_until=None,
-                    updated_at=now,
-                    run_after=now + timedelta(seconds=delay_s),
-                    deadline_at=None,
-                )
-                message = f"retry in {delay_s:.1f} s ({failures}/{row[1]} failed): {error}"
-            self._fenced_update(conn, run_id, owner, attempt, values)
-            self._append_event(
-                conn,
-                run_id,
-                attempt,
-                "state",
-                message,
-                {
-                    "state": values["state"],
-                    "error_class": error_class,
-                    "delay_s": round(delay_s, 3),
-                },
-                now,
-            )
-            return read_run(conn, run_id)
-
     def cancel_run(self, run_id: int, by: str) -> Run:
         """Cancel: a waiting run ends at once, a busy one is flagged for its worker.
 
@@ -371,40 +191,27 @@ class RunsMixin(StoreBase):
             run = read_run(conn, run_id)
             now = db_now(conn)
             if run.state in WAITING_STATES:
-                conn.execute(
-                    update(RunRow)
-                    .where(RunRow.id == run_id)
-                    .values(
-                        **self._ended("cancelled", now),
-                        error_class="cancelled",
-                        error=f"cancelled by {by}",
-                    )
-                )
-                self._append_event(
-                    conn,
-                    run_id,
-                    run.attempt,
-                    "state",
-                    f"cancelled by {by}",
-                    {"state": "cancelled", "by": by},
-                    now,
-                )
+                self._cancel_waiting(conn, run, by, now)
             elif run.state in BUSY_STATES and not run.cancel_requested:
-                conn.execute(
-                    update(RunRow)
-                    .where(RunRow.id == run_id)
-                    .values(cancel_requested=True, updated_at=now)
-                )
-                self._append_event(
-                    conn,
-                    run_id,
-                    run.attempt,
-                    "cancel",
-                    f"cancel requested by {by}",
-                    {"by": by},
-                    now,
-                )
+                self._flag_cancel(conn, run, by, now)
             return read_run(conn, run_id)
+
+    def _cancel_waiting(self, conn: Connection, run: Run, by: str, now: datetime) -> None:
+        said = f"cancelled by {by}"
+        conn.execute(
+            update(RunRow)
+            .where(RunRow.id == run.id)
+            .values(**ended_values("cancelled", now), error_class="cancelled", error=said)
+        )
+        data = {"state": "cancelled", "by": by}
+        self._append_event(conn, run.id, run.attempt, "state", said, data, now)
+
+    def _flag_cancel(self, conn: Connection, run: Run, by: str, now: datetime) -> None:
+        conn.execute(
+            update(RunRow).where(RunRow.id == run.id).values(cancel_requested=True, updated_at=now)
+        )
+        said = f"cancel requested by {by}"
+        self._append_event(conn, run.id, run.attempt, "cancel", said, {"by": by}, now)
 
     def retry_run(self, run_id: int, by: str) -> EnqueueResult:
         """Queue a new run like a failed/escalated/cancelled one (the old run stays as it is)."""

@@ -68,17 +68,22 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, state: _State) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    allow_reuse_address = True
+
+    def __init__(self, state: _State, port: int) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.state = state
 
 
 class Receiver:
-    """Records every request; ``route()`` sets an answer, ``default_status`` the rest."""
+    """Records every request; ``route()`` sets an answer, ``default_status`` the rest.
 
-    def __init__(self, default_status: int = 200) -> None:
+    ``port`` 0 takes a free port; a given one brings a receiver back where it was.
+    """
+
+    def __init__(self, default_status: int = 200, port: int = 0) -> None:
         self._state = _State(default_status=default_status)
-        self._server = _Server(self._state)
+        self._server = _Server(self._state, port)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.store import EnqueueOptions, SeenIssue
 from tests.integration.api_harness import OWNER, TOKEN, ApiHarness, running_api
 
 pytestmark = pytest.mark.browser
@@ -73,13 +74,15 @@ def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
     with running_api(sqlite_url, tmp_path) as harness:
         issue = harness.store.upsert_issue(
             "alpha",
-            tracker="gh",
-            number=41,
-            title=XSS_TITLE,
-            author="mallory",
-            url="https://example.invalid/41",
+            SeenIssue(
+                tracker="gh",
+                number=41,
+                title=XSS_TITLE,
+                author="mallory",
+                url="https://example.invalid/41",
+            ),
         )
-        harness.store.enqueue("alpha", issue_id=issue.id)
+        harness.store.enqueue("alpha", EnqueueOptions(issue_id=issue.id))
         yield harness
 
 
@@ -94,7 +97,7 @@ def play_a_run(api: ApiHarness) -> None:
     run = api.claim()
     store, owner, attempt = api.store, OWNER, run.attempt
     store.transition(run.id, owner, attempt, "implementing", "agent started (claude)")
-    store.append_event(
+    store.append_event_fenced(
         run.id,
         owner,
         attempt,
@@ -102,7 +105,9 @@ def play_a_run(api: ApiHarness) -> None:
         "Edit src/greeter/core.py",
         {"tool": "Edit", "path": "src/greeter/core.py"},
     )
-    store.append_event(run.id, owner, attempt, "tool", "Bash: python -m unittest", {"tool": "Bash"})
+    store.append_event_fenced(
+        run.id, owner, attempt, "tool", "Bash: python -m unittest", {"tool": "Bash"}
+    )
     store.update_run(
         run.id,
         owner,
@@ -114,7 +119,7 @@ def play_a_run(api: ApiHarness) -> None:
         pushed_sha="4be1c0ffee1234567890abcdef",
     )
     store.transition(run.id, owner, attempt, "testing")
-    store.append_event(
+    store.append_event_fenced(
         run.id,
         owner,
         attempt,
@@ -123,9 +128,9 @@ def play_a_run(api: ApiHarness) -> None:
         {"exit_code": 0, "tail": "...\nRan 12 tests in 0.031s\n\nOK"},
     )
     store.transition(run.id, owner, attempt, "publishing")
-    store.append_event(run.id, owner, attempt, "publish", "pushed 4be1c0ffee12 to main")
+    store.append_event_fenced(run.id, owner, attempt, "publish", "pushed 4be1c0ffee12 to main")
     store.transition(run.id, owner, attempt, "watching")
-    store.append_event(
+    store.append_event_fenced(
         run.id,
         owner,
         attempt,
@@ -133,7 +138,7 @@ def play_a_run(api: ApiHarness) -> None:
         "CI passed for 4be1c0ffee12",
         {"state": "success", "checks": 3},
     )
-    store.append_event(
+    store.append_event_fenced(
         run.id,
         owner,
         attempt,
@@ -157,7 +162,7 @@ def test_new_run_appears_live_and_its_timeline_opens(driver: object, api: ApiHar
     assert XSS_TITLE in issue_cell.text  # shown as text, not run
     assert driver.execute_script("return window.__xss") is None
 
-    run = api.store.enqueue("beta", priority=3).run
+    run = api.store.enqueue("beta", EnqueueOptions(priority=3)).run
     row = wait(driver, ec.presence_of_element_located((By.ID, f"run-{run.id}")))
     assert "beta" in row.text and "queued" in row.text  # type: ignore[attr-defined]
     ARTIFACTS.mkdir(exist_ok=True)

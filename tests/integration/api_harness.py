@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from pipeline.config.settings import HttpSettings, SecretRef, Settings, TrackerSettings
-from pipeline.http.app import ServerHandle, create_app, serve
+from pipeline.http.app import AppOptions, ServerHandle, create_app, serve
 from pipeline.store import Run, Store
 
 TOKEN = "test-token-3f9a"
@@ -43,7 +43,7 @@ class ApiHarness:
         self.store.transition(run.id, OWNER, run.attempt, "implementing")
         if facts:
             self.store.update_run(run.id, OWNER, run.attempt, **facts)
-        self.store.append_event(
+        self.store.append_event_fenced(
             run.id, OWNER, run.attempt, "test", "tests passed", {"tail": "3 passed in 0.1s"}
         )
         return self.store.finish(run.id, OWNER, run.attempt, state)
@@ -82,7 +82,7 @@ def running_api(
     store.ensure_repo("beta", tracker="gh", slug="org/beta")
     settings = make_settings(database_url, tmp_path, token=token, **overrides)
     kwargs = {"sse_poll_s": 0.05, "sse_keepalive_s": 0.2, **(app_kwargs or {})}
-    handle = serve(create_app(store, settings, **kwargs))
+    handle = serve(create_app(store, settings, AppOptions(**kwargs)))
     client = httpx.Client(base_url=handle.url, timeout=10.0)
     try:
         yield ApiHarness(store, handle, client, settings)

@@ -11,7 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.http.app import create_app, serve
-from pipeline.store import Store
+from pipeline.run.recovery import FIX_FORWARD_PRIORITY
+from pipeline.store import EnqueueOptions, Store
 from tests.integration.api_harness import ApiHarness, make_settings, running_api
 
 
@@ -120,7 +121,7 @@ def test_runs_list_filters_and_pages(api: ApiHarness) -> None:
     """/api/runs filters by repo, state, kind and since, and pages with a total."""
     for _ in range(3):
         api.store.enqueue("alpha")
-    api.store.enqueue("beta", kind="fix_forward")
+    api.store.enqueue("beta", EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY))
     everything = api.client.get("/api/runs").json()
     assert everything["total"] == 4 and [r["id"] for r in everything["runs"]] == [4, 3, 2, 1]
     page = api.client.get("/api/runs", params={"repo": "alpha", "limit": 2, "offset": 1}).json()

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.run.recovery import FIX_FORWARD_PRIORITY
+from pipeline.store import EnqueueOptions, SeenIssue
 from tests.integration.api_harness import ApiHarness, running_api
 
 EVIL = "<script>alert('x')</script>"
@@ -16,10 +18,13 @@ EVIL = "<script>alert('x')</script>"
 def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
     with running_api(sqlite_url, tmp_path) as harness:
         issue = harness.store.upsert_issue(
-            "alpha", tracker="gh", number=7, title=EVIL, author="x", url="javascript:alert(1)"
+            "alpha",
+            SeenIssue(tracker="gh", number=7, title=EVIL, author="x", url="javascript:alert(1)"),
         )
-        harness.store.enqueue("alpha", issue_id=issue.id)
-        harness.store.enqueue("beta", kind="fix_forward")
+        harness.store.enqueue("alpha", EnqueueOptions(issue_id=issue.id))
+        harness.store.enqueue(
+            "beta", EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY)
+        )
         yield harness
 
 
@@ -102,3 +107,18 @@ def test_static_assets_are_served(api: ApiHarness) -> None:
     js = api.client.get("/static/live.js")
     assert css.status_code == 200 and "text/css" in css.headers["content-type"]
     assert js.status_code == 200 and "EventSource" in js.text
+
+
+def test_a_run_with_an_undelivered_notification_says_so(api: ApiHarness) -> None:
+    """A pending notification marks the run page and the run's JSON until it is delivered."""
+    from pipeline.store import Attempt, Channel, NotificationDraft
+
+    assert "undelivered" not in api.client.get("/runs/1").text
+    (row,) = api.store.add_notification(
+        NotificationDraft("escalation", "t", "b", run_id=1), [Channel("json://127.0.0.1", "k")]
+    )
+    assert 'class="badge undelivered"' in api.client.get("/runs/1").text
+    assert api.client.get("/api/runs/1").json()["notifications_undelivered"] == 1
+    api.store.record_attempt(Attempt(row, ok=True))
+    assert "undelivered" not in api.client.get("/runs/1").text
+    assert api.client.get("/api/runs/1").json()["notifications_undelivered"] == 0

@@ -18,6 +18,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from pipeline.http.openapi import openapi_description
+from pipeline.store import EnqueueOptions, SeenIssue
 from tests.integration.api_harness import AUTH, ApiHarness, running_api
 
 pytestmark = pytest.mark.slow
@@ -36,9 +37,12 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiHarness]:
     with running_api(url, tmp_path, max_queue_depth=50) as api:
         api.store.ensure_repo("demo")
         issue = api.store.upsert_issue(
-            "demo", tracker="gh", number=1, title="t", author="a", url="https://example.invalid/1"
+            "demo",
+            SeenIssue(
+                tracker="gh", number=1, title="t", author="a", url="https://example.invalid/1"
+            ),
         )
-        api.store.enqueue("demo", issue_id=issue.id)
+        api.store.enqueue("demo", EnqueueOptions(issue_id=issue.id))
         api.finish(api.claim(), cost_usd=0.1)
         api.store.enqueue("alpha")
         yield api

@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from pipeline.config.settings import HttpSettings
 from pipeline.core.masking import register_secret
-from pipeline.http.app import create_app, serve
+from pipeline.http.app import AppOptions, create_app, serve
 from pipeline.http.masking import MaskingMiddleware
 from pipeline.store import Store
 from tests.integration.api_harness import make_settings
@@ -127,7 +127,7 @@ def webhooks(database_url: str, tmp_path: Path) -> Iterator[tuple[str, Recorder]
     settings = make_settings(database_url, tmp_path)
     settings = replace(settings, http=HttpSettings(max_webhook_body_bytes=LIMIT))
     recorder = Recorder()
-    handle = serve(create_app(store, settings, webhook_handler=recorder))
+    handle = serve(create_app(store, settings, AppOptions(webhook_handler=recorder)))
     try:
         yield handle.url, recorder
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipeline.http.app import create_app, serve
+from pipeline.http.app import AppOptions, create_app, serve
 from pipeline.http.sse import EVENT_MAPPING, event_name
 from pipeline.store import RunEvent, Store
 from tests.integration.api_harness import (
@@ -186,7 +186,9 @@ def test_stream_ends_cleanly_when_the_database_fails(sqlite_url: str, tmp_path: 
     """A store failure ends the stream with a comment, so the client reconnects and resumes."""
     store = FailingStore(sqlite_url)
     store.upgrade()
-    handle = serve(create_app(store, make_settings(sqlite_url, tmp_path), sse_poll_s=0.05))
+    handle = serve(
+        create_app(store, make_settings(sqlite_url, tmp_path), AppOptions(sse_poll_s=0.05))
+    )
     try:
         with (
             httpx.Client(base_url=handle.url, timeout=10) as client,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.store import SeenIssue
 from tests.integration.api_harness import AUTH, TOKEN, ApiHarness, running_api
 
 WRITES = [
@@ -68,7 +69,9 @@ def test_enqueue_returns_202_with_the_run(api: ApiHarness) -> None:
 
 def test_enqueue_an_issue_dedupes_on_the_active_run(api: ApiHarness) -> None:
     """Enqueueing a known issue twice gives 202 then 200 with the same run."""
-    api.store.upsert_issue("alpha", tracker="gh", number=12, title="Fix it", author="a", url="u")
+    api.store.upsert_issue(
+        "alpha", SeenIssue(tracker="gh", number=12, title="Fix it", author="a", url="u")
+    )
     first = api.client.post("/api/runs", json={"repo": "alpha", "issue": 12}, headers=AUTH)
     again = api.client.post("/api/runs", json={"repo": "alpha", "issue": 12}, headers=AUTH)
     assert first.status_code == 202 and again.status_code == 200

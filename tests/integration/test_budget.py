@@ -18,7 +18,9 @@ from pipeline.store import Store
 class FakeNotifier:
     sent: list[tuple[str, str]] = field(default_factory=list)
 
-    def notify(self, title: str, body: str, *, kind: str, events: EventSink) -> None:
+    def notify(
+        self, title: str, body: str, *, kind: str, events: EventSink, run_id: int | None = None
+    ) -> None:
         self.sent.append((title, kind))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pipeline.http.app import ServerHandle, create_app, serve
+from pipeline.http.app import AppOptions, ServerHandle, create_app, serve
 from pipeline.store import Run
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab, send_webhook
 from pipeline.testing.forges.base import FakeForge
@@ -31,7 +31,7 @@ class Harness:
     def __init__(self, world: IntakeWorld, fake: FakeForge) -> None:
         self.world, self.fake = world, fake
         self.rejected: list[tuple[str, str]] = []
-        app = create_app(world.store, world.settings, webhook_handler=self.handle)
+        app = create_app(world.store, world.settings, AppOptions(webhook_handler=self.handle))
         self.metrics = app.state.metrics
         world.intake.on_webhook_rejected = self.on_rejected
         self.server: ServerHandle = serve(app, "127.0.0.1", 0)

@@ -32,7 +32,7 @@ from pipeline.config.settings import (
     TrackerSettings,
 )
 from pipeline.core.masking import clear_secrets, register_settings_secrets
-from pipeline.http.app import create_app, serve
+from pipeline.http.app import AppOptions, create_app, serve
 from pipeline.store import Run, Store
 
 OWNER = "worker-masking"
@@ -115,7 +115,7 @@ def write_history(store: Store) -> Run:
     assert run is not None and run.id == queued.id
     texts = hostile_texts()
     for text in texts:
-        store.append_event(
+        store.append_event_fenced(
             run.id,
             OWNER,
             run.attempt,
@@ -158,7 +158,7 @@ def raw_database(store: Store, database_url: str, tmp_path: Path) -> str:
 
 def served(store: Store, settings: Settings, run: Run) -> dict[str, str]:
     """What the API, the log, the pages and the event stream serve about ``run``."""
-    handle = serve(create_app(store, settings, sse_poll_s=0.05, sse_keepalive_s=0.2))
+    handle = serve(create_app(store, settings, AppOptions(sse_poll_s=0.05, sse_keepalive_s=0.2)))
     pages = (
         "/api/runs",
         f"/api/runs/{run.id}",

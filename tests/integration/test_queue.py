@@ -14,7 +14,7 @@ from sqlalchemy import update
 from pipeline.config.settings import SchedulerSettings
 from pipeline.core.errors import EscalationError, FatalError, RetryableError
 from pipeline.queue.scheduler import RunContext, Scheduler
-from pipeline.store import Run, Store
+from pipeline.store import EnqueueOptions, Run, Store
 from pipeline.store.models import RunRow
 from pipeline.testing.dummy_daemon import dummy_pipeline
 
@@ -131,7 +131,7 @@ def test_classified_errors_decide_the_outcome(
     def pipeline(ctx: RunContext) -> None:
         raise error
 
-    run_id = store.enqueue("alpha", max_attempts=2).run.id
+    run_id = store.enqueue("alpha", EnqueueOptions(max_attempts=2)).run.id
     scheduler_factory(pipeline)
     run = wait_for(lambda: terminal(store, run_id))
     assert (run.state, run.error_class, run.attempt) == (state, error_class, attempts)
@@ -174,7 +174,7 @@ def test_timeout_kills_the_agent_and_fails_when_attempts_are_used(
     store: Store, scheduler_factory: Any
 ) -> None:
     """An execution timeout kills the agent's group and counts as a retryable timeout."""
-    run_id = store.enqueue("alpha", timeout_s=1.0, max_attempts=1).run.id
+    run_id = store.enqueue("alpha", EnqueueOptions(timeout_s=1.0, max_attempts=1)).run.id
     scheduler_factory(dummy_pipeline(60))
     pid = wait_for(lambda: agent_pid(store, run_id))
     run = wait_for(lambda: terminal(store, run_id))
@@ -190,7 +190,7 @@ def test_queue_wait_does_not_count_toward_the_timeout(store: Store, scheduler_fa
         ctx.check()
 
     blocker = store.enqueue("alpha").run.id
-    patient = store.enqueue("alpha", timeout_s=1.5, max_attempts=1).run.id
+    patient = store.enqueue("alpha", EnqueueOptions(timeout_s=1.5, max_attempts=1)).run.id
     scheduler_factory(pipeline)
     run = wait_for(lambda: terminal(store, patient))
     blocked = store.get_run(blocker)

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.config.settings import SchedulerSettings
 from pipeline.queue.scheduler import RunContext, Scheduler
-from pipeline.store import Run, RunFilter, Store
+from pipeline.store import EnqueueOptions, Run, RunFilter, Store
 from pipeline.testing.daemons import DaemonProcess, start_daemon
 from pipeline.testing.invariants import InvariantMonitor
 
@@ -47,7 +47,8 @@ def enqueue_all(store: Store, repos: int, runs: int, seed: int) -> list[Run]:
     for name in names:
         store.ensure_repo(name)
     return [
-        store.enqueue(rng.choice(names), priority=rng.choice((0, 0, 1, 2))).run for _ in range(runs)
+        store.enqueue(rng.choice(names), EnqueueOptions(priority=rng.choice((0, 0, 1, 2)))).run
+        for _ in range(runs)
     ]
 
 

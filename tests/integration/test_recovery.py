@@ -12,7 +12,7 @@ import pytest
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import EscalationError
 from pipeline.run.recovery import FIX_FORWARD_PRIORITY, Recovery, Verdict
-from pipeline.store import Run, Store
+from pipeline.store import EnqueueOptions, Run, Store
 
 
 @dataclass
@@ -39,7 +39,9 @@ class Human:
     ) -> None:
         self.told.append(f"issue: {reason}: {resume}")
 
-    def notify(self, title: str, body: str, *, kind: str, events: Any) -> None:
+    def notify(
+        self, title: str, body: str, *, kind: str, events: Any, run_id: int | None = None
+    ) -> None:
         self.told.append(f"{kind}: {title}: {body}")
 
 
@@ -73,7 +75,10 @@ def test_a_fix_forward_ending_without_healing_freezes_the_repo(
     parent = store.enqueue("web").run
     chained = _finished(
         store,
-        store.enqueue("web", kind="fix_forward", parent_id=parent.id).run,
+        store.enqueue(
+            "web",
+            EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=parent.id),
+        ).run,
         "failed",
         "deploy_broken",
     )
@@ -81,7 +86,10 @@ def test_a_fix_forward_ending_without_healing_freezes_the_repo(
     assert not store.get_repo("web").frozen  # type: ignore[union-attr]
     crashed = _finished(
         store,
-        store.enqueue("web", kind="fix_forward", parent_id=chained.id).run,
+        store.enqueue(
+            "web",
+            EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=chained.id),
+        ).run,
         "failed",
         "agent_crash",
     )
@@ -98,7 +106,10 @@ def test_an_escalated_fix_forward_freezes_and_says_how_to_resume(
     human = Human()
     recovery, repo = _recovery(store, tmp_path, human)
     parent = store.enqueue("web").run
-    fix = store.enqueue("web", kind="fix_forward", parent_id=parent.id).run
+    fix = store.enqueue(
+        "web",
+        EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=parent.id),
+    ).run
     recovery.escalate(Ctx(fix), repo, None, EscalationError("blocked", "cannot see the cause"))  # type: ignore[arg-type]
     frozen = store.get_repo("web")
     assert frozen is not None and frozen.frozen

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import insert, update
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.store import RunFilter, Store, UnknownRepo
+from pipeline.store import RunFilter, SeenIssue, Store, UnknownRepo
 from pipeline.store.models import IssueRow, RunRow
 
 
@@ -132,8 +132,8 @@ def test_events_are_kept_in_order(store: Store) -> None:
     """A run's timeline comes back oldest first, and the live feed resumes after an id."""
     repo = store.ensure_repo("acme/web")
     run = _run(store, repo, None)
-    store.add_event(run, "state", "queued")
-    store.add_event(run, "tool", "Write tests/test_x.py", {"tool": "Write"})
+    store.record_event(run, "state", "queued")
+    store.record_event(run, "tool", "Write tests/test_x.py", {"tool": "Write"})
     events = store.run_events(run)
     assert [e.message for e in events] == ["queued", "Write tests/test_x.py"]
     assert events[1].data == {"tool": "Write"}
@@ -141,15 +141,17 @@ def test_events_are_kept_in_order(store: Store) -> None:
 
 
 def test_freeze_and_unfreeze_are_recorded_with_who_and_why(store: Store) -> None:
-    """Freezing records the reason and actor; unfreezing acknowledges the escalation."""
+    """Freezing records the reason, the actor and the caller's escalation; unfreezing
+    acknowledges it."""
     store.ensure_repo("acme/web")
-    assert store.freeze_repo("acme/web", "deploy broken", by="pipeline")
+    assert store.freeze_repo("acme/web", "deploy broken", by="pipeline", escalation="look")
     assert not store.freeze_repo("acme/web", "again", by="pipeline")
     repo = store.get_repo("acme/web")
     assert repo is not None and repo.frozen and repo.frozen_reason == "deploy broken"
     assert store.stats().frozen_repos == ("acme/web",)
     assert store.unfreeze_repo("acme/web", "fixed by hand", by="carol")
     escalation = store.list_escalations("acme/web")[0]
+    assert escalation.detail == "look" and escalation.reason == "frozen"
     assert escalation.acknowledged_by == "carol: fixed by hand"
     assert not store.unfreeze_repo("acme/web", "twice", by="carol")
 
@@ -165,20 +167,24 @@ def test_upsert_issue_keeps_one_row_per_repo_and_number(store: Store) -> None:
     store.ensure_repo("acme/web")
     first = store.upsert_issue(
         "acme/web",
-        tracker="github",
-        number=7,
-        title="Crash",
-        author="alice",
-        url="https://example.test/7",
-        labeller="bob",
+        SeenIssue(
+            tracker="github",
+            number=7,
+            title="Crash",
+            author="alice",
+            url="https://example.test/7",
+            labeller="bob",
+        ),
     )
     again = store.upsert_issue(
         "acme/web",
-        tracker="github",
-        number=7,
-        title="Crash on save",
-        author="alice",
-        url="https://example.test/7",
+        SeenIssue(
+            tracker="github",
+            number=7,
+            title="Crash on save",
+            author="alice",
+            url="https://example.test/7",
+        ),
     )
     assert again.id == first.id
     assert again.title == "Crash on save" and again.labeller == "bob"
@@ -207,3 +213,11 @@ def test_side_effects_and_deliveries_happen_once(store: Store) -> None:
     assert store.record_delivery("github", "abc")
     assert not store.record_delivery("github", "abc")
     assert store.record_delivery("gitea", "abc")
+
+
+def test_store_is_a_context_manager(database_url: str) -> None:
+    """`with Store(url) as store:` closes the store's connections on the way out."""
+    with Store(database_url) as opened:
+        opened.upgrade()
+        assert opened.ping()
+    assert opened.engine.pool.checkedout() == 0

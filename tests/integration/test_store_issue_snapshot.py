@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from pipeline.config.settings import RepoSettings
-from pipeline.store import Issue, IssueSnapshot, Store
+from pipeline.store import Issue, IssueSnapshot, SeenIssue, Store
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def store(database_url: str) -> Iterator[Store]:
 
 def _seen(store: Store, snapshot: IssueSnapshot | None) -> Issue:
     return store.upsert_issue(
-        "app", tracker="gh", number=7, title="t", author="a", url="u", snapshot=snapshot
+        "app", SeenIssue(tracker="gh", number=7, title="t", author="a", url="u", snapshot=snapshot)
     )
 
 

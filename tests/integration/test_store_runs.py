@@ -9,8 +9,16 @@ from datetime import timedelta
 import pytest
 
 from pipeline.core.errors import LeaseLost
-from pipeline.store import QueueFull, RunNotRetryable, Store, UnknownRepo, UnknownRun
-from pipeline.store.runs import FIX_FORWARD_PRIORITY
+from pipeline.run.recovery import FIX_FORWARD_PRIORITY
+from pipeline.store import (
+    EnqueueOptions,
+    QueueFull,
+    RunNotRetryable,
+    SeenIssue,
+    Store,
+    UnknownRepo,
+    UnknownRun,
+)
 
 LEASE_S = 30.0
 
@@ -28,11 +36,13 @@ def store(database_url: str) -> Iterator[Store]:
 def _issue(store: Store, number: int, repo: str = "alpha") -> int:
     return store.upsert_issue(
         repo,
-        tracker="local",
-        number=number,
-        title=f"issue {number}",
-        author="alice",
-        url=f"local://{number}",
+        SeenIssue(
+            tracker="local",
+            number=number,
+            title=f"issue {number}",
+            author="alice",
+            url=f"local://{number}",
+        ),
     ).id
 
 
@@ -45,8 +55,8 @@ def _claim(store: Store, owner: str = "w1", cap: int = 10, lease_s: float = LEAS
 def test_enqueue_dedupes_active_runs_of_an_issue(store: Store) -> None:
     """Labelling an issue twice enqueues once and returns the existing run."""
     issue = _issue(store, 1)
-    first = store.enqueue("alpha", issue_id=issue)
-    second = store.enqueue("alpha", issue_id=issue)
+    first = store.enqueue("alpha", EnqueueOptions(issue_id=issue))
+    second = store.enqueue("alpha", EnqueueOptions(issue_id=issue))
     assert first.created and not second.created
     assert second.run.id == first.run.id
     assert [e.kind for e in store.run_events(first.run.id)] == ["queued"]
@@ -60,7 +70,7 @@ def test_enqueue_dedupe_is_race_safe(store: Store) -> None:
 
     def go() -> None:
         barrier.wait()
-        results.append(store.enqueue("alpha", issue_id=issue).created)
+        results.append(store.enqueue("alpha", EnqueueOptions(issue_id=issue)).created)
 
     threads = [threading.Thread(target=go) for _ in range(8)]
     for t in threads:
@@ -74,10 +84,10 @@ def test_enqueue_refuses_unknown_repo_and_full_queue(store: Store) -> None:
     """An unenrolled repo and a full queue are refused with the reason."""
     with pytest.raises(UnknownRepo, match="nowhere"):
         store.enqueue("nowhere")
-    store.enqueue("alpha", max_queue_depth=2)
-    store.enqueue("alpha", max_queue_depth=2)
+    store.enqueue("alpha", EnqueueOptions(max_queue_depth=2))
+    store.enqueue("alpha", EnqueueOptions(max_queue_depth=2))
     with pytest.raises(QueueFull) as caught:
-        store.enqueue("alpha", max_queue_depth=2)
+        store.enqueue("alpha", EnqueueOptions(max_queue_depth=2))
     assert (caught.value.depth, caught.value.limit) == (2, 2)
     assert caught.value.retry_after_s > 0 and "max_queue_depth" in str(caught.value)
 
@@ -85,8 +95,10 @@ def test_enqueue_refuses_unknown_repo_and_full_queue(store: Store) -> None:
 def test_claim_order_is_priority_then_age_and_fix_forward_first(store: Store) -> None:
     """Claims take higher priority first, then the oldest; fix-forwards go first."""
     low = store.enqueue("alpha").run.id
-    high = store.enqueue("alpha", priority=5).run.id
-    fix = store.enqueue("alpha", kind="fix_forward", parent_id=low).run
+    high = store.enqueue("alpha", EnqueueOptions(priority=5)).run.id
+    fix = store.enqueue(
+        "alpha", EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=low)
+    ).run
     assert fix.priority >= FIX_FORWARD_PRIORITY
     order = []
     for _ in range(3):
@@ -113,7 +125,7 @@ def test_claim_is_serial_per_repo_and_capped(store: Store) -> None:
 def test_claim_skips_frozen_excluded_and_not_yet_due(store: Store) -> None:
     """Frozen repos, excluded repos and runs before their run_after are not claimed."""
     store.enqueue("alpha")
-    beta = store.enqueue("beta", run_after_s=3600).run
+    beta = store.enqueue("beta", EnqueueOptions(run_after_s=3600)).run
     store.freeze_repo("alpha", "broken deploy", by="test")
     assert store.claim_next("w1", max_concurrency=5, lease_s=LEASE_S) is None
     store.unfreeze_repo("alpha", "fixed", by="test")
@@ -127,7 +139,7 @@ def test_claim_skips_frozen_excluded_and_not_yet_due(store: Store) -> None:
 
 def test_claim_sets_lease_attempt_and_deadline_from_claim(store: Store) -> None:
     """A claim records owner, attempt, lease and a deadline counted from the claim."""
-    store.enqueue("alpha", timeout_s=120)
+    store.enqueue("alpha", EnqueueOptions(timeout_s=120))
     run = store.claim_next("w1", max_concurrency=5, lease_s=LEASE_S)
     assert run is not None and run.state == "preparing" and run.owner == "w1"
     assert run.attempt == 1 and run.started_at is not None and run.lease_until is not None
@@ -143,7 +155,7 @@ def test_writes_are_fenced_on_owner_and_attempt(store: Store) -> None:
         with pytest.raises(LeaseLost):
             store.transition(run_id, owner, attempt, "implementing")
         with pytest.raises(LeaseLost):
-            store.append_event(run_id, owner, attempt, "log", "nope")
+            store.append_event_fenced(run_id, owner, attempt, "log", "nope")
         with pytest.raises(LeaseLost):
             store.finish(run_id, owner, attempt, "succeeded")
         assert not store.heartbeat(run_id, owner, attempt, LEASE_S).alive
@@ -158,12 +170,12 @@ def test_writes_are_fenced_on_owner_and_attempt(store: Store) -> None:
     assert (done.state, done.owner, done.lease_until) == ("succeeded", None, None)
     assert done.summary == "ok"
     with pytest.raises(LeaseLost):
-        store.append_event(run_id, "w1", 1, "log", "after the end")
+        store.append_event_fenced(run_id, "w1", 1, "log", "after the end")
 
 
 def test_schedule_retry_backs_off_then_fails_when_attempts_are_used(store: Store) -> None:
     """Retryable failures go to retry_wait until max_attempts, then the run fails."""
-    run_id = store.enqueue("alpha", max_attempts=2).run.id
+    run_id = store.enqueue("alpha", EnqueueOptions(max_attempts=2)).run.id
     _claim(store)
     run = store.schedule_retry(run_id, "w1", 1, delay_s=0, error_class="network", error="reset")
     assert (run.state, run.failures, run.owner) == ("retry_wait", 1, None)
@@ -199,7 +211,7 @@ def test_sweep_ends_cancelled_overdue_and_exhausted_runs(store: Store) -> None:
     """Expired leases end cancelled if asked, failed on timeout, failed after max recoveries."""
     store.ensure_repo("gamma")
     cancelled = store.enqueue("alpha").run.id
-    overdue = store.enqueue("beta", timeout_s=0.0).run.id
+    overdue = store.enqueue("beta", EnqueueOptions(timeout_s=0.0)).run.id
     exhausted = store.enqueue("gamma").run.id
     for _ in range(3):
         store.claim_next("w1", max_concurrency=5, lease_s=-1)
@@ -243,7 +255,7 @@ def test_cancel_waiting_busy_and_terminal_runs(store: Store) -> None:
 def test_retry_run_queues_a_new_run_for_ended_runs_only(store: Store) -> None:
     """retry_run makes a new run like a failed one; a live run cannot be retried."""
     issue = _issue(store, 3)
-    run_id = store.enqueue("alpha", issue_id=issue, priority=2, timeout_s=60).run.id
+    run_id = store.enqueue("alpha", EnqueueOptions(issue_id=issue, priority=2, timeout_s=60)).run.id
     with pytest.raises(RunNotRetryable, match="queued"):
         store.retry_run(run_id, by="carol")
     _claim(store)

@@ -28,7 +28,7 @@ from pipeline.core.errors import RetryableError
 from pipeline.core.masking import register_secret
 from pipeline.core.proc import kill_stragglers
 from pipeline.intake.service import Intake
-from pipeline.store import Store
+from pipeline.store import SeenIssue, Store
 from pipeline.watch.deploy import command_probe
 
 
@@ -161,11 +161,11 @@ def test_upsert_issue_survives_another_replica_inserting_first(postgres_url: str
 
     def other_replica_first(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.lstrip().upper().startswith("INSERT INTO ISSUES") and not raced:
-            raced.append(second.upsert_issue("widgets", title="theirs", **fields).id)
+            raced.append(second.upsert_issue("widgets", SeenIssue(title="theirs", **fields)).id)
 
     event.listen(first.engine, "before_cursor_execute", other_replica_first)
     try:
-        mine = first.upsert_issue("widgets", title="mine", **fields)
+        mine = first.upsert_issue("widgets", SeenIssue(title="mine", **fields))
     finally:
         event.remove(first.engine, "before_cursor_execute", other_replica_first)
         first.close()

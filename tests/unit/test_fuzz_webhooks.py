@@ -191,9 +191,11 @@ def test_signed_deliveries_never_fail(
 @pytest.fixture(scope="module")
 def http(intake: Intake) -> Iterator[httpx.Client]:
     """The real app on a loopback port, its webhooks handed to the fuzzed intake."""
-    from pipeline.http.app import create_app, serve
+    from pipeline.http.app import AppOptions, create_app, serve
 
-    handle = serve(create_app(intake.store, intake.settings, webhook_handler=intake.handle_webhook))
+    handle = serve(
+        create_app(intake.store, intake.settings, AppOptions(webhook_handler=intake.handle_webhook))
+    )
     with httpx.Client(base_url=handle.url, timeout=10) as client:
         yield client
     handle.stop()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config.settings import NotifySettings, SecretRef
-from pipeline.notify.apprise import Notifier, describe_channel, escalation_message, parse_urls
+from pipeline.notify.apprise import EscalationNotice, Notifier, escalation_message
+from pipeline.notify.channels import describe_channel, parse_urls
 from pipeline.testing.sinks import RecordingSink
 
 
@@ -33,14 +34,16 @@ def test_url_list_skips_blanks_and_comments() -> None:
 def test_escalation_message_for_a_frozen_repo() -> None:
     """A freeze says what happened, what was kept where, and the unfreeze command."""
     title, body = escalation_message(
-        repo="web app",
-        run_id=42,
-        reason="deploy_broken",
-        what_happened="The deploy of abc123 failed its health probe twice after fix-forwards.",
-        kept={"evidence": "/vol/frozen/42", "worktree": "/vol/frozen/42/worktree"},
-        frozen=True,
-        issue_url="https://forge.invalid/o/r/issues/7",
-        sha="abc123",
+        EscalationNotice(
+            repo="web app",
+            run_id=42,
+            reason="deploy_broken",
+            what_happened="The deploy of abc123 failed its health probe twice after fix-forwards.",
+            kept={"evidence": "/vol/frozen/42", "worktree": "/vol/frozen/42/worktree"},
+            frozen=True,
+            issue_url="https://forge.invalid/o/r/issues/7",
+            sha="abc123",
+        )
     )
     assert "run 42 frozen (deploy_broken)" in title
     assert "failed its health probe" in body and "commit abc123" in body
@@ -52,12 +55,14 @@ def test_escalation_message_for_a_frozen_repo() -> None:
 def test_escalation_message_for_a_run() -> None:
     """An escalated run in an active repo resumes with runs retry."""
     _, body = escalation_message(
-        repo="api",
-        run_id=9,
-        reason="conflict",
-        what_happened="Rebase conflict in a.py.",
-        kept=[("branch", "afk/run-9")],
-        frozen=False,
+        EscalationNotice(
+            repo="api",
+            run_id=9,
+            reason="conflict",
+            what_happened="Rebase conflict in a.py.",
+            kept=[("branch", "afk/run-9")],
+            frozen=False,
+        )
     )
     assert "pipeline runs retry 9" in body and "unfreeze" not in body
     assert "  - branch: afk/run-9" in body
@@ -96,3 +101,12 @@ def test_invalid_url_is_retried_then_given_up_without_secrets(
     assert data == {"kind": "freeze", "channel": "notascheme://", "ok": False, "attempts": 3}
     assert "hunter2" not in repr(sink.events) and "s3cret" not in repr(sink.events)
     assert "failed after 3 attempts" in message
+
+
+def test_outbox_backoff_doubles_and_is_capped() -> None:
+    """A channel that keeps failing is tried again after 2, 4, 8 ... s, at most every 10 min."""
+    from pipeline.notify.outbox import MAX_BACKOFF_S, backoff_s
+
+    assert [backoff_s(2.0, n) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 16.0]
+    assert backoff_s(2.0, 40) == MAX_BACKOFF_S
+    assert backoff_s(0.0, 3) == 0.0

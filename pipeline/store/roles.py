@@ -1,0 +1,135 @@
+"""The store by role: each consumer sees only the verbs it uses.
+
+``Store`` has them all; the scheduler, intake and the HTTP API are typed
+against these narrower views, so what each of them may do to the history is
+written down here, and a fake for one of them needs only its few verbs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
+
+from pipeline.store.claim import SweepReport
+from pipeline.store.fenced import Heartbeat
+from pipeline.store.issues import SeenIssue
+from pipeline.store.outbox import NotificationCounts
+from pipeline.store.records import Issue, Repo, Run, RunEvent, RunFilter, Stats
+from pipeline.store.runs import EnqueueOptions, EnqueueResult
+
+
+class WorkerStore(Protocol):
+    """A worker's writes about the run it holds, each checked against its lease."""
+
+    def append_event_fenced(
+        self,
+        run_id: int,
+        owner: str,
+        attempt: int,
+        kind: str,
+        message: str,
+        data: Mapping[str, object] | None = None,
+    ) -> None: ...
+
+    def transition(
+        self,
+        run_id: int,
+        owner: str,
+        attempt: int,
+        to_state: str,
+        message: str | None = None,
+        **fields: object,
+    ) -> Run: ...
+
+    def update_run(self, run_id: int, owner: str, attempt: int, **fields: object) -> None: ...
+
+    def finish(
+        self,
+        run_id: int,
+        owner: str,
+        attempt: int,
+        state: str,
+        *,
+        error_class: str | None = None,
+        error: str | None = None,
+        summary: str | None = None,
+    ) -> Run: ...
+
+    def schedule_retry(
+        self, run_id: int, owner: str, attempt: int, *, delay_s: float, error_class: str, error: str
+    ) -> Run: ...
+
+
+class QueueStore(WorkerStore, Protocol):
+    """The scheduler: claim, renew leases, sweep, and its workers' fenced writes."""
+
+    def claim_next(
+        self,
+        owner: str,
+        *,
+        max_concurrency: int,
+        lease_s: float,
+        exclude_repo_ids: Collection[int] = (),
+    ) -> Run | None: ...
+
+    def heartbeat(self, run_id: int, owner: str, attempt: int, lease_s: float) -> Heartbeat: ...
+
+    def sweep(self, *, max_recoveries: int) -> SweepReport: ...
+
+
+class IntakeStore(Protocol):
+    """Intake: record what a tracker shows, queue it, drop replayed webhooks."""
+
+    def upsert_issue(self, repo: str, issue: SeenIssue) -> Issue: ...
+
+    def enqueue(self, repo: str, options: EnqueueOptions | None = None) -> EnqueueResult: ...
+
+    def record_delivery(self, tracker: str, delivery_id: str) -> bool: ...
+
+
+class ApiStore(Protocol):
+    """The HTTP API and dashboard: read the history, and the few operator writes."""
+
+    def ping(self) -> bool: ...
+
+    def stats(self) -> Stats: ...
+
+    def list_runs(self, flt: RunFilter | None = None) -> list[Run]: ...
+
+    def count_runs(self, flt: RunFilter | None = None) -> int: ...
+
+    def get_run(self, run_id: int) -> Run | None: ...
+
+    def run_events(self, run_id: int, after_id: int = 0, limit: int = 10_000) -> list[RunEvent]: ...
+
+    def events_since(self, after_id: int, limit: int = 500) -> list[RunEvent]: ...
+
+    def last_event_id(self) -> int: ...
+
+    def list_repos(self) -> list[Repo]: ...
+
+    def get_repo(self, name: str) -> Repo | None: ...
+
+    def find_issue(self, repo: str, number: int) -> Issue | None: ...
+
+    def duration_histogram(self, bounds: Sequence[float]) -> tuple[list[int], int, float]: ...
+
+    def notification_counts(self) -> NotificationCounts: ...
+
+    def enqueue(self, repo: str, options: EnqueueOptions | None = None) -> EnqueueResult: ...
+
+    def cancel_run(self, run_id: int, by: str) -> Run: ...
+
+    def retry_run(self, run_id: int, by: str) -> EnqueueResult: ...
+
+    def freeze_repo(
+        self,
+        name: str,
+        reason: str,
+        by: str,
+        run_id: int | None = None,
+        *,
+        escalation: str | None = None,
+    ) -> bool: ...
+
+    def unfreeze_repo(self, name: str, note: str, by: str) -> bool: ...
