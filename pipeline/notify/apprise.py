@@ -11,7 +11,6 @@ recorded (and for schemes whose "host" is itself a token, only the scheme).
 
 from __future__ import annotations
 
-import shlex
 import threading
 import time
 import warnings
@@ -176,44 +175,3 @@ def _record(events: EventSink, message: str, data: Mapping[str, object]) -> None
         events("notify", message, data)
     except Exception:
         pass
-
-
-def escalation_message(
-    *,
-    repo: str,
-    run_id: int,
-    reason: str,
-    what_happened: str,
-    kept: Mapping[str, str] | Sequence[tuple[str, str]],
-    frozen: bool,
-    issue_url: str | None = None,
-    sha: str | None = None,
-) -> tuple[str, str]:
-    """Title and body of an escalation: what happened, what was kept where, how to resume.
-
-    ``kept`` maps a label (``worktree``, ``branch``, ``evidence``, ``logs``) to
-    where it is. A frozen repo resumes with ``pipeline repos unfreeze``; an
-    escalated run in an active repo with ``pipeline runs retry``.
-    """
-    state = "frozen" if frozen else "escalated"
-    title = f"[afk-pipeline] {repo}: run {run_id} {state} ({reason})"
-    items = list(kept.items()) if isinstance(kept, Mapping) else list(kept)
-    lines = [
-        f"Repo {repo}, run {run_id}" + (f", commit {sha}" if sha else "") + ".",
-        "",
-        "What happened:",
-        f"  {what_happened.strip()}",
-    ]
-    if issue_url:
-        lines += ["", f"Issue: {issue_url}"]
-    lines += ["", "What was kept (nothing was reverted or deleted):"]
-    lines += [f"  - {label}: {where}" for label, where in items] or ["  - nothing to keep"]
-    lines += ["", "To resume, after fixing the cause:"]
-    if frozen:
-        lines.append(
-            f'  pipeline repos unfreeze {shlex.quote(repo)} --note "what you found and fixed"'
-        )
-        lines.append("  (the repo's queue stays stopped until then)")
-    else:
-        lines.append(f"  pipeline runs retry {run_id}")
-    return title, "\n".join(lines)

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.core.errors import LeaseLost
+from pipeline.core.states import FIX_FORWARD_PRIORITY, RETRYABLE_TERMINAL
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
 from pipeline.store.history import run_from_row, runs_query
@@ -24,8 +25,6 @@ from pipeline.store.models import BUSY_STATES, TERMINAL_STATES, WAITING_STATES, 
 from pipeline.store.records import Run
 from pipeline.store.repos import UnknownRepo
 
-# A fix-forward run goes ahead of every issue run of its repo (DESIGN.md).
-FIX_FORWARD_PRIORITY = 1_000_000
 QUEUE_FULL_RETRY_AFTER_S = 30.0
 UPDATABLE_FIELDS = frozenset(
     {
@@ -43,7 +42,6 @@ UPDATABLE_FIELDS = frozenset(
         "summary",
     }
 )
-RETRYABLE_TERMINAL = ("failed", "escalated", "cancelled")
 
 
 class QueueFull(Exception):

@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -28,6 +27,7 @@ from pipeline.config.settings import DeploySettings, ProbeSettings
 from pipeline.core.events import EventSink
 from pipeline.core.masking import mask
 from pipeline.core.proc import StopToken, run_command
+from pipeline.watch.pacing import Pacing
 
 Verdict = Literal["healthy", "broken", "inconclusive"]
 ProbeStatus = Literal["ok", "failed", "not_rolled_out"]
@@ -174,22 +174,22 @@ def measure(
     return "ok", output
 
 
+@dataclass
 class _Analysis:
-    def __init__(
-        self,
-        deploy: DeploySettings,
-        sha: str,
-        events: EventSink,
-        stop: StopToken | None,
-        clock: Callable[[], float],
-        sleep: Callable[[float], None],
-        runner: ProbeRunner,
-    ) -> None:
-        self.deploy, self.sha, self.events, self.stop = deploy, sha, events, stop
-        self.clock, self.sleep, self.runner = clock, sleep, runner
-        self.started = clock()
-        self.taken = self.failures = 0
-        self.last_output = ""
+    deploy: DeploySettings
+    sha: str
+    events: EventSink
+    stop: StopToken | None
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    runner: ProbeRunner
+    started: float = field(init=False)
+    taken: int = 0
+    failures: int = 0
+    last_output: str = ""
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
 
     def past_deadline(self) -> bool:
         return self.clock() - self.started >= self.deploy.progress_deadline_s
@@ -254,24 +254,13 @@ def watch_deploy(
     sha: str,
     events: EventSink,
     stop: StopToken | None,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], object] | None = None,
+    pacing: Pacing | None = None,
     probe_runner: ProbeRunner | None = None,
-    cwd: Path | None = None,
-    env: Mapping[str, str] | None = None,
 ) -> DeployOutcome:
     """Watch the deploy of ``sha`` with the repo's probes; never raises for a bad deploy."""
-    pause: Callable[[float], object] = sleep or (stop.wait if stop is not None else time.sleep)
-    runner = probe_runner or default_probe_runner(cwd=cwd, env=env, stop=stop)
-    return _Analysis(deploy, sha, events, stop, clock, _as_sleep(pause), runner).run()
-
-
-def _as_sleep(sleep: Callable[[float], object]) -> Callable[[float], None]:
-    def wrapped(seconds: float) -> None:
-        sleep(seconds)
-
-    return wrapped
+    pacing = pacing or Pacing()
+    runner = probe_runner or default_probe_runner(stop=stop)
+    return _Analysis(deploy, sha, events, stop, pacing.clock, pacing.pause(stop), runner).run()
 
 
 def probe_summary(probe: ProbeSettings) -> str:
