@@ -22,6 +22,7 @@ of a waiting run from the CLI, a replica that died mid-announcement).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
@@ -70,11 +71,16 @@ class Endings:
         self.since = datetime.now(UTC).replace(tzinfo=None) - LOOKBACK
         self._logged: set[int] = set()
         self._frozen: dict[str, bool] = {}
+        self._lock = threading.Lock()
 
     # -- one run ------------------------------------------------------------------
 
     def announce(self, run: Run) -> None:
         """Apply the ending policy to a terminal ``run``; a no-op once done."""
+        with self._lock:  # the worker's call and the periodic pass may meet here
+            self._announce(run)
+
+    def _announce(self, run: Run) -> None:
         if run.state not in TERMINAL_STATES or self.store.has_side_effect(_done_key(run)):
             return
         repo = self.settings.repo(run.repo_name)

@@ -123,7 +123,10 @@ class Lifecycle:
         if blocked:
             tracker.add_labels(repo.slug, number, [labels.blocked_label])
         tracker.remove_label(repo.slug, number, labels.working_label)
-        return self.comment_once(repo, number, f"run={run_id}:ended", body, run_id)
+        # Contended: the worker's announcement and the periodic pass (or another
+        # replica's) may race for the same ending; the store key lets one post.
+        key = f"run={run_id}:ended"
+        return self.comment_once(repo, number, key, body, run_id, contended=True)
 
     def ready_label(self, repo: RepoSettings) -> str:
         return self.tracker_settings[repo.tracker].ready_label

@@ -118,13 +118,6 @@ class Recovery:
             f"{_headline(verdict)}; fix-forward run {child.id} queued first in line",
             {"fix_forward_run": child.id, "sha": sha},
         )
-        log.warning(
-            "run %s: %s after the push of %s; fix-forward run %s queued",
-            run.id,
-            _headline(verdict),
-            sha[:12],
-            child.id,
-        )
         error = (
             f"{sha[:12]} is broken after its push ({_headline(verdict)}); "
             f"fix-forward run {child.id} is healing it"
@@ -226,9 +219,11 @@ class Recovery:
         return Decision(kind, Outcome(RunState.ESCALATED, exc.reason, str(exc)))
 
     def freeze(self, repo: str, reason: str, run_id: int) -> None:
-        """Freeze ``repo`` for ``run_id``; the caller records the escalation."""
-        if self.store.freeze_repo(repo, reason, by="afk-pipeline", run_id=run_id, escalate=False):
-            log.warning("repo %s frozen by run %s: %s", repo, run_id, reason)
+        """Freeze ``repo`` for ``run_id``; the caller records the escalation.
+
+        The log line is the endings pass's, which sees every freeze (a human's too).
+        """
+        self.store.freeze_repo(repo, reason, by="afk-pipeline", run_id=run_id, escalate=False)
 
     def freeze_unhealed(self, run: Run) -> bool:
         """A fix-forward that ended without healing (failed, cancelled) freezes its repo.
