@@ -187,7 +187,7 @@ class RunFlow:
             )
         deploy = watch_deploy(repo.deploy, sha, ctx.events, ctx.stop)
         deploy_text = f"{deploy.verdict} after {deploy.measurements} measurement(s)"
-        return Verdict(VerdictState(deploy.verdict), deploy.evidence, ci_text, deploy_text)
+        return Verdict(deploy.verdict, deploy.evidence, ci_text, deploy_text)
 
     @staticmethod
     def _phase(ctx: RunContext, phase: str) -> None:

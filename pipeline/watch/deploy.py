@@ -27,9 +27,9 @@ from pipeline.config.settings import DeploySettings, ProbeSettings
 from pipeline.core.events import EventSink
 from pipeline.core.masking import mask
 from pipeline.core.proc import StopToken, run_command
+from pipeline.core.states import VerdictState
 from pipeline.watch.pacing import Pacing
 
-Verdict = Literal["healthy", "broken", "inconclusive"]
 ProbeStatus = Literal["ok", "failed", "not_rolled_out"]
 OUTPUT_LIMIT = 1000
 SHA_VAR = "AFK_PUSHED_SHA"
@@ -47,7 +47,7 @@ class ProbeResult:
 
 @dataclass(frozen=True)
 class DeployOutcome:
-    verdict: Verdict
+    verdict: VerdictState
     evidence: str
     measurements: int = 0
     failures: int = 0
@@ -214,7 +214,7 @@ class _Analysis:
             },
         )
 
-    def outcome(self, verdict: Verdict, why: str) -> DeployOutcome:
+    def outcome(self, verdict: VerdictState, why: str) -> DeployOutcome:
         evidence = f"{why}\nlast probe output:\n{self.last_output}".strip()
         self.events("deploy", f"deploy {verdict}: {why}", {"verdict": verdict})
         return DeployOutcome(verdict, evidence, self.taken, self.failures)
@@ -222,7 +222,9 @@ class _Analysis:
     def run(self) -> DeployOutcome:
         deploy = self.deploy
         if not deploy.probes:
-            return self.outcome("healthy", "no deploy probes configured; nothing to watch")
+            return self.outcome(
+                VerdictState.HEALTHY, "no deploy probes configured; nothing to watch"
+            )
         if deploy.initial_delay_s > 0:
             self.sleep(deploy.initial_delay_s)
         attempt = 0
@@ -231,18 +233,20 @@ class _Analysis:
             self.observe(attempt)
             if self.failures > deploy.failure_limit:
                 return self.outcome(
-                    "broken",
+                    VerdictState.BROKEN,
                     f"{self.failures} of {self.taken} measurements "
                     f"failed (failure_limit {deploy.failure_limit})",
                 )
             if self.taken >= deploy.count:
-                return self.outcome("healthy", f"{self.taken} measurements, {self.failures} failed")
+                return self.outcome(
+                    VerdictState.HEALTHY, f"{self.taken} measurements, {self.failures} failed"
+                )
             if self.past_deadline():
                 break
             self.sleep(deploy.interval_s)
         why = "stopped" if self.stopped() else "progress deadline passed"
         return self.outcome(
-            "inconclusive",
+            VerdictState.INCONCLUSIVE,
             f"{why} after {self.taken} of {deploy.count} "
             f"measurements ({self.failures} failed, "
             f"{attempt - self.taken} not rolled out yet)",
