@@ -12,9 +12,7 @@ import logging
 import os
 import signal
 import threading
-import time
-from collections.abc import Callable, Collection
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,8 @@ from pipeline.intake.service import Intake
 from pipeline.notify.apprise import Notifier
 from pipeline.queue.periodic import Periodic
 from pipeline.queue.scheduler import Scheduler
+from pipeline.run.budget import DailyBudget
+from pipeline.run.endings import Endings
 from pipeline.run.flow import FlowDeps, RunFlow
 from pipeline.run.lifecycle import Lifecycle
 from pipeline.run.recovery import Recovery
@@ -62,52 +62,6 @@ def build_trackers(settings: Settings, store: Store) -> dict[str, Tracker]:
         else:
             trackers[tracker.name] = build_tracker(tracker)
     return trackers
-
-
-class BudgetGuard:
-    """Repos over their daily budget start no new runs today; one escalation says so."""
-
-    def __init__(self, settings: Settings, store: Store, notifier: Notifier) -> None:
-        self.settings = settings
-        self.store = store
-        self.notifier = notifier
-        self._cached: tuple[float, frozenset[int]] = (0.0, frozenset())
-
-    def over_budget(self) -> Collection[int]:
-        stamp, ids = self._cached
-        if time.monotonic() - stamp < 5.0:
-            return ids
-        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        over: set[int] = set()
-        for repo in self.settings.repos:
-            if repo.daily_budget_usd is None:
-                continue
-            record = self.store.get_repo(repo.name)
-            if record is None:
-                continue
-            spent = self.store.repo_cost_since(record.id, midnight.replace(tzinfo=None))
-            if spent >= repo.daily_budget_usd:
-                over.add(record.id)
-                self._escalate_once(repo, spent, midnight)
-        self._cached = (time.monotonic(), frozenset(over))
-        return self._cached[1]
-
-    def _escalate_once(self, repo: RepoSettings, spent: float, day: datetime) -> None:
-        key = f"budget:{repo.name}:{day.date().isoformat()}"
-        if not self.store.claim_side_effect(key):
-            return
-        detail = (
-            f"{repo.name} spent ${spent:.2f} today, over its daily budget of "
-            f"${repo.daily_budget_usd:.2f}; no new runs start until tomorrow (UTC). "
-            "Raise daily_budget_usd in the config to resume sooner."
-        )
-        self.store.add_escalation(repo.name, "daily_budget", detail)
-        self.notifier.notify(
-            f"{repo.name}: daily budget reached",
-            detail,
-            kind="escalation",
-            events=lambda *a, **k: None,
-        )
 
 
 class Daemon:
@@ -150,10 +104,9 @@ class Daemon:
             {t.name: t for t in settings.trackers},
             dashboard_url=self.dashboard_url if http else None,
         )
-        self.recovery = Recovery(
-            settings, self.store, self.lifecycle, self.workspaces, self.notifier
-        )
-        self.budget = BudgetGuard(settings, self.store, self.notifier)
+        self.recovery = Recovery(settings, self.store, self.lifecycle)
+        self.endings = Endings(settings, self.store, self.lifecycle, self.recovery, self.notifier)
+        self.budget = DailyBudget(settings, self.store, self.notifier)
         self.flow = RunFlow(
             FlowDeps(
                 settings=settings,
@@ -172,7 +125,7 @@ class Daemon:
             settings=settings.scheduler,
             max_concurrency=settings.max_concurrency,
             excluded_repos=self.budget.over_budget,
-            on_finished=self.recovery.on_finished,
+            on_finished=self.endings.announce,
         )
         self.intake = Intake(self.store, settings, self.trackers, self.lifecycle)
         self.periodic = Periodic(name="daemon")
@@ -243,6 +196,7 @@ class Daemon:
             lambda: self.workspaces.housekeeping(self.active_paths()),
             self.settings.workspace.housekeeping_interval_s,
         )
+        self.periodic.add("endings", self.endings.sweep, self.settings.scheduler.sweep_interval_s)
         if self.http_enabled:
             self._start_http()
         self.scheduler.start()

@@ -152,6 +152,15 @@ def check_process(name: str, command: CommandResult, result: AgentResult | None)
     return result
 
 
+def outcome_words(result: AgentResult) -> str:
+    """How an invocation ended, in words: never "success" for an error result (a 529 says so)."""
+    if result.api_error_status is not None:
+        return f"API error {result.api_error_status} ({result.subtype or 'no result'})"
+    if result.is_error:
+        return f"error ({result.subtype or 'no result'})"
+    return result.subtype or "no result"
+
+
 def classify_result(name: str, result: AgentResult, max_budget_usd: float | None) -> None:
     """Raise the classified error a failed or over-budget result stands for."""
     if max_budget_usd is not None and result.cost_usd > max_budget_usd:

@@ -21,6 +21,7 @@ from pipeline.agents.base import (
     AgentResult,
     blocked_reason,
     effective_budget,
+    outcome_words,
     result_data,
     summarise,
 )
@@ -188,7 +189,8 @@ class ClaudeAgent:
         )
         events(
             "agent",
-            f"claude finished: {result.subtype}, {result.num_turns} turns, ${result.cost_usd:.4f}",
+            f"claude finished: {outcome_words(result)}, {result.num_turns} turns, "
+            f"${result.cost_usd:.4f}",
             result_data(result),
         )
         return result

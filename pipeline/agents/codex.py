@@ -49,6 +49,7 @@ from pipeline.agents.base import (
     AgentRequest,
     AgentResult,
     effective_budget,
+    outcome_words,
     result_data,
 )
 from pipeline.agents.codex_stream import CodexStreamParser, CodexUsage
@@ -158,7 +159,7 @@ class CodexAgent:
         result = self._account(result, parser.usage, request, events)
         events(
             "agent",
-            f"codex finished: {result.subtype}, {result.tokens_in} in / {result.tokens_out} "
+            f"codex finished: {outcome_words(result)}, {result.tokens_in} in / {result.tokens_out} "
             f"out tokens, ${result.cost_usd:.4f}",
             result_data(result),
         )

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 
 class StopToken:
@@ -117,22 +118,39 @@ class _LineReader(threading.Thread):
                     self.on_line(line)
 
 
+class CommandOptions(TypedDict, total=False):
+    """How ``run_command`` bounds and feeds a child; every key is optional."""
+
+    timeout_s: float | None
+    idle_timeout_s: float | None
+    stop: StopToken | None
+    on_line: Callable[[str], None] | None
+    stdin_data: bytes | None
+    kill_grace_s: float
+    tail_lines: int
+    max_line_bytes: int
+    done: threading.Event | None
+    done_grace_s: float
+    pass_fds: Sequence[int]
+
+
+@dataclass(frozen=True)
+class _Options:
+    timeout_s: float | None = None
+    idle_timeout_s: float | None = None
+    stop: StopToken | None = None
+    on_line: Callable[[str], None] | None = None
+    stdin_data: bytes | None = None
+    kill_grace_s: float = 5.0
+    tail_lines: int = 200
+    max_line_bytes: int = 1 << 20
+    done: threading.Event | None = None
+    done_grace_s: float = 10.0
+    pass_fds: Sequence[int] = ()
+
+
 def run_command(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    timeout_s: float | None = None,
-    idle_timeout_s: float | None = None,
-    stop: StopToken | None = None,
-    on_line: Callable[[str], None] | None = None,
-    stdin_data: bytes | None = None,
-    kill_grace_s: float = 5.0,
-    tail_lines: int = 200,
-    max_line_bytes: int = 1 << 20,
-    done: threading.Event | None = None,
-    done_grace_s: float = 10.0,
-    pass_fds: Sequence[int] = (),
+    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], **options: Unpack[CommandOptions]
 ) -> CommandResult:
     """Run ``argv`` to completion or until a timeout or stop, whichever comes first.
 
@@ -140,30 +158,17 @@ def run_command(
     said all it will say; a child still alive ``done_grace_s`` later is killed
     and reported ``lingered`` rather than failed.
     """
+    opts = _Options(**options)
     started = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        pass_fds=tuple(pass_fds),
-    )
-    if stdin_data is not None:
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write(stdin_data)
-        except BrokenPipeError:
-            pass
-        finally:
-            proc.stdin.close()
-    reader = _LineReader(proc, on_line, tail_lines, max_line_bytes)
+    proc = _spawn(argv, cwd, env, opts)
+    reader = _LineReader(proc, opts.on_line, opts.tail_lines, opts.max_line_bytes)
     reader.start()
-    limits = _Limits(started, timeout_s, idle_timeout_s, stop, done, done_grace_s)
-    outcome = _supervise(proc, reader, limits, kill_grace_s)
-    reader.join(timeout=kill_grace_s)
+    limits = _Limits(
+        started, opts.timeout_s, opts.idle_timeout_s, opts.stop, opts.done, opts.done_grace_s
+    )
+    outcome = _supervise(proc, reader, limits, opts.kill_grace_s)
+    reader.join(timeout=opts.kill_grace_s)
+    stop = opts.stop
     return CommandResult(
         returncode=None if outcome else proc.returncode,
         output_tail="\n".join(reader.tail),
@@ -173,6 +178,31 @@ def run_command(
         stopped=stop.reason if outcome == "stop" and stop is not None else None,
         lingered=outcome == "lingered",
     )
+
+
+def _spawn(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str], opts: _Options
+) -> subprocess.Popen[bytes]:
+    """Start the child in its own session (so a stop kills its whole group), fed its stdin."""
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.PIPE if opts.stdin_data is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        pass_fds=tuple(opts.pass_fds),
+    )
+    if opts.stdin_data is not None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(opts.stdin_data)
+        except BrokenPipeError:
+            pass
+        finally:
+            proc.stdin.close()
+    return proc
 
 
 @dataclass

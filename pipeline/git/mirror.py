@@ -26,6 +26,7 @@ from pathlib import Path
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError, RetryableError
 from pipeline.core.proc import StopToken
+from pipeline.core.states import TRAILER
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import DEFAULT_LIMITS, HARDENING, UNTRUSTED, GitLimits, GitResult, GitRunner
 from pipeline.git.util import public_url
@@ -37,7 +38,6 @@ CHECKOUT_CONFIG = "checkout.gitconfig"
 ALL_BRANCHES = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
 TO_CHECKOUT = ("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
 RUN_REFS = "refs/afk/runs"
-TRAILER = "Afk-Run"
 SEARCH_DEPTH = 200
 AUTH_FAILURE = re.compile(
     r"Authentication failed|Permission denied \(publickey|could not read (Username|Password)|"

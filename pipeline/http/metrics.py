@@ -21,24 +21,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from pipeline.core.states import ALL_STATES
 from pipeline.store.outbox import NotificationCounts
 from pipeline.store.records import Repo, Stats
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-RUN_STATES = (
-    "queued",
-    "retry_wait",
-    "preparing",
-    "implementing",
-    "testing",
-    "publishing",
-    "watching",
-    "succeeded",
-    "failed",
-    "escalated",
-    "cancelled",
-)
+RUN_STATES = ALL_STATES
 # Seconds of execution: a run takes minutes to an hour or two.
 DURATION_BUCKETS = (30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0)
 

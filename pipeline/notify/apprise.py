@@ -13,12 +13,10 @@ only (``pipeline.notify.channels``).
 from __future__ import annotations
 
 import logging
-import shlex
 import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import apprise
@@ -194,50 +192,3 @@ def _record(events: EventSink, message: str, data: Mapping[str, object]) -> None
         events("notify", message, data)
     except Exception:
         pass
-
-
-@dataclass(frozen=True)
-class EscalationNotice:
-    """What an escalation says: ``kept`` maps a label (``worktree``, ``branch``,
-    ``evidence``, ``logs``) to where it is."""
-
-    repo: str
-    run_id: int
-    reason: str
-    what_happened: str
-    kept: Mapping[str, str] | Sequence[tuple[str, str]]
-    frozen: bool
-    issue_url: str | None = None
-    sha: str | None = None
-
-
-def escalation_message(notice: EscalationNotice) -> tuple[str, str]:
-    """Title and body of an escalation: what happened, what was kept where, how to resume.
-
-    A frozen repo resumes with ``pipeline repos unfreeze``; an escalated run in
-    an active repo with ``pipeline runs retry``.
-    """
-    repo, run_id = notice.repo, notice.run_id
-    state = "frozen" if notice.frozen else "escalated"
-    title = f"[afk-pipeline] {repo}: run {run_id} {state} ({notice.reason})"
-    kept = notice.kept
-    items = list(kept.items()) if isinstance(kept, Mapping) else list(kept)
-    lines = [
-        f"Repo {repo}, run {run_id}" + (f", commit {notice.sha}" if notice.sha else "") + ".",
-        "",
-        "What happened:",
-        f"  {notice.what_happened.strip()}",
-    ]
-    if notice.issue_url:
-        lines += ["", f"Issue: {notice.issue_url}"]
-    lines += ["", "What was kept (nothing was reverted or deleted):"]
-    lines += [f"  - {label}: {where}" for label, where in items] or ["  - nothing to keep"]
-    lines += ["", "To resume, after fixing the cause:"]
-    if notice.frozen:
-        lines.append(
-            f'  pipeline repos unfreeze {shlex.quote(repo)} --note "what you found and fixed"'
-        )
-        lines.append("  (the repo's queue stays stopped until then)")
-    else:
-        lines.append(f"  pipeline runs retry {run_id}")
-    return title, "\n".join(lines)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection
 
 from pipeline.config.settings import SchedulerSettings
 from pipeline.core.proc import StopToken
+from pipeline.core.states import Outcome
 from pipeline.queue.periodic import Periodic
 from pipeline.queue.worker import RunContext, Worker, stop_error, summarise_traceback, write_outcome
 from pipeline.store.claim import SweepReport
@@ -34,7 +35,7 @@ from pipeline.store.roles import QueueStore
 
 log = logging.getLogger(__name__)
 
-RunPipeline = Callable[[RunContext], str | None]
+RunPipeline = Callable[[RunContext], Outcome | str | None]
 # A stopped pipeline that has not returned this long after its kill grace is
 # abandoned: the monitor writes the outcome and frees the slot.
 STUCK_GRACE_S = 5.0
@@ -210,7 +211,7 @@ class Scheduler:
     # -- executing -----------------------------------------------------------------
 
     def _execute(self, worker: Worker) -> None:
-        result: str | None = None
+        result: Outcome | str | None = None
         error: BaseException | None = None
         try:
             result = self.pipeline(worker.ctx)
@@ -225,7 +226,9 @@ class Scheduler:
             self._forget(worker)
         self._claim_after_run()
 
-    def _settle(self, worker: Worker, result: str | None, error: BaseException | None) -> None:
+    def _settle(
+        self, worker: Worker, result: Outcome | str | None, error: BaseException | None
+    ) -> None:
         if not worker.claim_settlement():
             return
         try:

@@ -16,7 +16,7 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pipeline.config.settings import SchedulerSettings
 from pipeline.core.errors import (
@@ -28,11 +28,11 @@ from pipeline.core.errors import (
     RetryableError,
 )
 from pipeline.core.proc import StopToken
+from pipeline.core.states import TERMINAL_STATES, TIMEOUT_CLASS, Outcome, RunState
 from pipeline.store.records import Run
 
 log = logging.getLogger(__name__)
 
-TERMINAL = ("succeeded", "failed", "escalated", "cancelled")
 MAX_BACKOFF_EXPONENT = 30
 
 
@@ -68,16 +68,10 @@ class RunStore(Protocol):
     def update_run(self, run_id: int, owner: str, attempt: int, **fields: object) -> None: ...
 
     def finish(
-        self,
-        run_id: int,
-        owner: str,
-        attempt: int,
-        state: str,
-        *,
-        error_class: str | None = None,
-        error: str | None = None,
-        summary: str | None = None,
-    ) -> Run: ...
+        self, run_id: int, owner: str, attempt: int, state: str, *args: Any, **details: Any
+    ) -> Run:
+        """End the run in ``state``; ``details`` are ``error_class``, ``error``, ``summary``."""
+        ...
 
     def schedule_retry(
         self, run_id: int, owner: str, attempt: int, *, delay_s: float, error_class: str, error: str
@@ -103,14 +97,15 @@ def backoff_delay(
     return delay
 
 
-def stop_error(reason: str | None) -> PipelineError:
+def stop_error(reason: str | None, timeout_s: float | None = None) -> PipelineError:
     """The error a pipeline raises from ``RunContext.check`` for a stop reason."""
     if reason == "cancelled":
         return CancelRequested("the run was cancelled")
     if reason == "lease_lost":
         return LeaseLost("the run's lease was lost; another owner may hold it")
     if reason == "timeout":
-        return RetryableError("timeout", "the run exceeded its execution timeout")
+        limit = f" of {timeout_s:g} s" if timeout_s is not None else ""
+        return RetryableError(TIMEOUT_CLASS, f"the run hit its time limit{limit}")
     return ShuttingDown(f"the worker is stopping ({reason})")
 
 
@@ -196,34 +191,54 @@ def write_outcome(
     store: RunStore,
     worker: Worker,
     settings: SchedulerSettings,
-    result: str | None,
+    result: Outcome | str | None,
     exc: BaseException | None,
 ) -> Run | None:
-    """Write what the run's end means; None when nothing may be written (lease lost)."""
-    run, owner, attempt = worker.run, worker.ctx.owner, worker.ctx.attempt
-    reason = worker.stop.reason
+    """Write what the run's end means; None when nothing may be written (lease lost).
+
+    A run stopped by its time limit ends with the error class ``timeout``
+    (retried like any transient failure), never as ``cancelled``: whatever the
+    pipeline raised while being stopped, the stop's reason decides.
+    """
+    run, reason = worker.run, worker.stop.reason
     if reason == "lease_lost" or isinstance(exc, LeaseLost):
         return None
-    if exc is None and result is None:
-        return store.finish(run.id, owner, attempt, "succeeded")
-    if exc is None and result in TERMINAL:
-        return store.finish(run.id, owner, attempt, str(result))
-    if reason == "cancelled" or isinstance(exc, CancelRequested):
-        return store.finish(
-            run.id,
-            owner,
-            attempt,
-            "cancelled",
-            error_class="cancelled",
-            error="cancelled while running",
-        )
+    outcome = _as_outcome(result) if exc is None else None
+    if outcome is not None:
+        return _finish(store, worker, outcome)
     if reason == "timeout":
-        exc = stop_error("timeout")
+        exc = stop_error("timeout", run.timeout_s)
+    elif reason == "cancelled" or isinstance(exc, CancelRequested):
+        cancelled = Outcome(RunState.CANCELLED, "cancelled", "cancelled while running")
+        return _finish(store, worker, cancelled)
     elif reason is not None or isinstance(exc, ShuttingDown):
         return None  # shutting down: the lease expires and a sweep requeues the run
     if exc is None:
-        exc = RuntimeError(f"the run pipeline returned {result!r}, not None or a terminal state")
+        exc = RuntimeError(f"the run pipeline returned {result!r}, not an outcome")
     return _write_error(store, worker, settings, exc)
+
+
+def _finish(store: RunStore, worker: Worker, outcome: Outcome) -> Run:
+    return store.finish(
+        worker.run.id,
+        worker.ctx.owner,
+        worker.ctx.attempt,
+        outcome.state,
+        error_class=outcome.error_class,
+        error=outcome.error,
+        summary=outcome.summary,
+    )
+
+
+def _as_outcome(result: Outcome | str | None) -> Outcome | None:
+    """The pipeline's result as a terminal ``Outcome`` (``None`` is a plain success)."""
+    if result is None:
+        return Outcome(RunState.SUCCEEDED)
+    if isinstance(result, Outcome):
+        return result if result.state in TERMINAL_STATES else None
+    if result in TERMINAL_STATES:
+        return Outcome(RunState(result))
+    return None
 
 
 def _write_error(

@@ -16,20 +16,20 @@ after the branch is put back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.agents.base import Agent, AgentRequest, AgentResult, classify_result
+from pipeline.agents.base import AgentRequest, AgentResult, classify_result
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import CancelRequested, EscalationError
 from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
+from pipeline.core.states import TRAILER
 from pipeline.git.commits import Git
-from pipeline.git.repo import GitRepo
 from pipeline.git.run import FALLBACK_EMAIL, FALLBACK_NAME
 from pipeline.run.prompt import IssueInfo
-from pipeline.sandbox.jail import Jail
+from pipeline.run.scope import RunScope
 
 __all__ = ["ConflictResolver", "conflict_prompt", "resolve_conflict_with_agent"]
 
@@ -51,27 +51,38 @@ class ConflictResolver:
     the resolution was just verified green on the very same HEAD.
     """
 
-    run_id: int
-    issue: IssueInfo
-    repo: RepoSettings
-    agent: Agent
-    tree: GitRepo  # the run's tree, pinned (the daemon's git runs here)
-    workdir: Path  # where the agent runs
-    branch: str
-    env: Mapping[str, str]
-    home: Path
-    events: EventSink
-    stop: StopToken | None
+    scope: RunScope
     test_gate: Callable[[], bool]
     resume_session: str | None = None
-    spent_usd: float = 0.0  # what the run's agent invocations cost so far
-    jail: Jail | None = None
-    on_agent_result: Callable[[AgentResult], None] | None = None
     green_head: str | None = field(default=None, init=False)
 
     @property
+    def run_id(self) -> int:
+        return self.scope.run_id
+
+    @property
+    def repo(self) -> RepoSettings:
+        return self.scope.repo
+
+    @property
+    def issue(self) -> IssueInfo:
+        return self.scope.issue
+
+    @property
+    def branch(self) -> str:
+        return self.scope.ws.branch
+
+    @property
+    def events(self) -> EventSink:
+        return self.scope.events
+
+    @property
+    def stop(self) -> StopToken | None:
+        return self.scope.stop
+
+    @property
     def trailers(self) -> tuple[tuple[str, str], ...]:
-        return (("Afk-Run", str(self.run_id)), ("Refs", self.issue.url))
+        return ((TRAILER, str(self.run_id)), ("Refs", self.issue.url))
 
     @property
     def subject(self) -> str:
@@ -82,7 +93,7 @@ class ConflictResolver:
 
     def retest(self) -> bool:
         """The test gate, unless it was green on this HEAD right after the resolution."""
-        head = Git(self.tree, stop=self.stop).head()
+        head = Git(self.scope.tree, stop=self.stop).head()
         if head == self.green_head:
             self.events(
                 "test",
@@ -116,7 +127,7 @@ def conflict_prompt(description: str, resolver: ConflictResolver) -> str:
         "`git rebase --continue` until the rebase is done (GIT_EDITOR is `true`, so the "
         "commit message is kept).\n"
         "3. The commit message must still end with these two trailers:\n\n"
-        f"Afk-Run: {resolver.run_id}\nRefs: {issue.url}\n\n"
+        f"{TRAILER}: {resolver.run_id}\nRefs: {issue.url}\n\n"
         f"4. Run the whole test suite ({resolver.repo.test_command or 'the project tests'}) "
         "and keep it green.\n\n"
         f"Leave `{resolver.branch}` checked out and rebased, with no rebase in progress. "
@@ -131,25 +142,20 @@ def resolve_conflict_with_agent(description: str, resolver: ConflictResolver) ->
     Raises what ``classify_result`` raises for a failed agent invocation, and
     ``CancelRequested`` when stopped, with the branch put back first.
     """
-    git = Git(resolver.tree, stop=resolver.stop)
+    git = Git(resolver.scope.tree, stop=resolver.stop)
     target = git.run(
         "rev-parse", "--verify", f"refs/remotes/origin/{resolver.repo.default_branch}^{{commit}}"
     ).strip()
     original = git.head()
     untracked = git.untracked()  # test artefacts and such: never the agent's to commit
-    budget = _remaining_budget(resolver)
+    budget = resolver.scope.ledger.remaining()
     if budget is not None and budget <= 0:
         resolver.events(
             "agent", "the run's budget is spent; the conflict is not handed to the agent"
         )
         return False
     try:
-        result = _invoke(resolver, git, conflict_prompt(description, resolver), budget)
-        problem = (
-            f"the agent is blocked: {result.blocked_reason}"
-            if result.blocked_reason
-            else _verify(resolver, git, target, untracked)
-        )
+        problem = _attempt(resolver, git, description, target, untracked)
     except BaseException:
         _restore(resolver, git, original)
         raise
@@ -168,19 +174,25 @@ def resolve_conflict_with_agent(description: str, resolver: ConflictResolver) ->
     return True
 
 
-def _remaining_budget(resolver: ConflictResolver) -> float | None:
-    if resolver.repo.max_budget_usd is None:
-        return None
-    return resolver.repo.max_budget_usd - resolver.spent_usd
+def _attempt(
+    resolver: ConflictResolver, git: Git, description: str, target: str, untracked: set[str]
+) -> str | None:
+    """One agent attempt at the conflict: what is still wrong afterwards, or None."""
+    result = _invoke(resolver, git, conflict_prompt(description, resolver))
+    if result.blocked_reason:
+        return f"the agent is blocked: {result.blocked_reason}"
+    return _verify(resolver, git, target, untracked)
 
 
-def _invoke(resolver: ConflictResolver, git: Git, prompt: str, budget: float | None) -> AgentResult:
+def _invoke(resolver: ConflictResolver, git: Git, prompt: str) -> AgentResult:
     if resolver.stop is not None and resolver.stop.stopped:
         raise CancelRequested(f"stopped before the agent ran: {resolver.stop.reason}")
-    env = {**resolver.env, "GIT_EDITOR": "true"}
+    scope = resolver.scope
+    budget = scope.ledger.remaining()
+    env = {**scope.ws.env, "GIT_EDITOR": "true"}
     # Rebasing needs a committer; the agent's HOME may not hold the daemon's identity.
     has_env = "GIT_COMMITTER_EMAIL" in env or "EMAIL" in env
-    if not has_env and Git(git.tree, home=resolver.home).identity():
+    if not has_env and Git(git.tree, home=scope.home).identity():
         env.update(_IDENTITY_ENV)
     resolver.events(
         "agent",
@@ -190,19 +202,18 @@ def _invoke(resolver: ConflictResolver, git: Git, prompt: str, budget: float | N
     extra = {key: env[key] for key in ("GIT_EDITOR", *dict(_IDENTITY_ENV)) if key in env}
     request = AgentRequest(
         prompt,
-        resolver.workdir,
+        scope.workdir,
         env,
-        resolver.home,
+        scope.home,
         resolver.resume_session,
         budget,
-        jail=resolver.jail,
+        jail=scope.jail,
         extra_env=extra,
     )
-    result = resolver.agent.run(request, events=resolver.events, stop=resolver.stop)
-    resolver.spent_usd += result.cost_usd
-    if resolver.on_agent_result is not None:
-        resolver.on_agent_result(result)
-    classify_result(resolver.agent.name, result, budget)
+    agent = scope.agent()
+    result = agent.run(request, events=resolver.events, stop=resolver.stop)
+    scope.ledger.add(result)
+    classify_result(agent.name, result, budget)
     return result
 
 

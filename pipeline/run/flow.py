@@ -12,27 +12,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from pipeline.agents import Agent, AgentResult
+from pipeline.agents import Agent
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import EscalationError, FatalError
 from pipeline.core.events import EventSink
 from pipeline.core.faults import checkpoint
 from pipeline.core.masking import mask
+from pipeline.core.states import Decision, Outcome, Verdict, VerdictState
 from pipeline.intake.issue_text import Snapshot, trusted_issue
 from pipeline.queue.worker import RunContext
+from pipeline.run.budget import Spend, SpendLedger
 from pipeline.run.conflicts import ConflictResolver
 from pipeline.run.implement import ImplementOutcome, IssueInfo, implement, run_test_gate
 from pipeline.run.lifecycle import Lifecycle
-from pipeline.run.publish import find_pushed, publish
-from pipeline.run.recovery import Recovery, Verdict
-from pipeline.sandbox.jail import Jail
+from pipeline.run.publish import PublishHooks, PublishOptions, find_pushed, publish
+from pipeline.run.recovery import Recovery
+from pipeline.run.scope import RunScope, WorktreeLease
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
 from pipeline.watch.ci import ci_source, watch_ci
 from pipeline.watch.deploy import watch_deploy
-from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
+from pipeline.workspace.workspaces import Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,12 @@ class FlowDeps:
 
 
 class RunFlow:
-    """The run pipeline: ``flow(ctx)`` returns ``None`` on success or raises classified."""
+    """The run pipeline: ``flow(ctx)`` returns the run's ``Outcome`` or raises classified."""
 
     def __init__(self, deps: FlowDeps) -> None:
         self.deps = deps
 
-    def __call__(self, ctx: RunContext) -> str | None:
+    def __call__(self, ctx: RunContext) -> Outcome:
         run = ctx.run
         repo = self.deps.settings.repo(run.repo_name)
         if repo is None:
@@ -68,7 +69,8 @@ class RunFlow:
             self.deps.lifecycle.claimed(run, repo, ctx.events)
         if run.pushed_sha:
             ctx.events("publish", f"already pushed {run.pushed_sha[:12]}; watching again")
-            return self._watch_and_decide(ctx, repo, None, run.pushed_sha)
+            scope = self._scope(ctx, repo, issue, None)
+            return self._watch_and_decide(ctx, scope, run.pushed_sha).outcome
         ws = self.deps.workspaces.prepare(
             repo,
             run_id=run.id,
@@ -80,21 +82,36 @@ class RunFlow:
         ctx.update(
             base_sha=ws.base_sha, branch=ws.branch, worktree=str(ws.path), setup_s=ws.setup_s
         )
-        try:
-            sha = self._implement_and_publish(ctx, repo, ws, issue)
-        except EscalationError as exc:
-            self.deps.recovery.escalate(ctx, repo, ws, exc)
-            raise
-        except BaseException:
-            self.deps.workspaces.release(ws, succeeded=False)
-            raise
-        return self._watch_and_decide(ctx, repo, ws, sha)
+        with WorktreeLease(self.deps.workspaces, ws) as lease:
+            scope = self._scope(ctx, repo, issue, lease)
+            try:
+                sha = self._implement_and_publish(ctx, scope)
+            except EscalationError as exc:
+                return self.deps.recovery.escalate(scope, ctx.run, exc).outcome
+            return self._watch_and_decide(ctx, scope, sha).outcome
 
-    def _implement_and_publish(
-        self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace, issue: IssueInfo
-    ) -> str:
+    def _scope(
+        self, ctx: RunContext, repo: RepoSettings, issue: IssueInfo, lease: WorktreeLease | None
+    ) -> RunScope:
+        """The run's scope, built once: what every phase after preparing shares."""
         run = ctx.run
-        found = find_pushed(ws.mirror, f"refs/heads/{repo.default_branch}", run.id)
+        spent = Spend(run.cost_usd, run.tokens_in, run.tokens_out, run.num_turns)
+        return RunScope(
+            run_id=run.id,
+            repo=repo,
+            issue=issue,
+            events=ctx.events,
+            stop=ctx.stop,
+            ledger=SpendLedger(repo, spent, record=lambda fields: ctx.update(**fields)),
+            agent=lambda: self.deps.agent_factory(repo),
+            workspace=lease.ws if lease is not None else None,
+            lease=lease,
+            on_phase=lambda phase: self._phase(ctx, phase),
+        )
+
+    def _implement_and_publish(self, ctx: RunContext, scope: RunScope) -> str:
+        run, repo = ctx.run, scope.repo
+        found = find_pushed(scope.ws.mirror, f"refs/heads/{repo.default_branch}", run.id)
         if found:
             ctx.events(
                 "publish",
@@ -105,75 +122,28 @@ class RunFlow:
             return found
         ctx.set_state("implementing")
         checkpoint("implementing", run.id)
-        tally = _AgentTally(ctx)
-        outcome = implement(
-            run_id=run.id,
-            issue=issue,
-            repo=repo,
-            agent=self.deps.agent_factory(repo),
-            workdir=ws.workdir,
-            repo_root=ws.path,
-            tree=ws.git,
-            env=ws.env,
-            home=self._home(ws),
-            events=ctx.events,
-            stop=ctx.stop,
-            extra_prompt=self._evidence(run),
-            on_agent_result=tally,
-            on_phase=lambda phase: self._phase(ctx, phase),
-            jail=ws.jail,
-        )
-        ctx.update(head_sha=outcome.head_sha)  # spend is recorded per invocation by the tally
+        outcome = implement(scope, self._evidence(run))
+        ctx.update(head_sha=outcome.head_sha)  # spend is recorded per invocation by the ledger
         ctx.set_state("publishing")
         checkpoint("publishing", run.id)
-        resolver = self._conflict_resolver(ctx, repo, ws, issue, outcome, tally)
-        result = publish(
-            run_id=run.id,
-            repo=repo,
-            tree=ws.git,
-            mirror=ws.mirror,
-            branch=ws.branch,
-            base_sha=ws.base_sha,
-            events=ctx.events,
-            stop=ctx.stop,
-            retest=resolver.retest,
-            resolve_conflict=resolver,
-            record_pushed=lambda sha: self._record_push(ctx, sha),
-            open_pr=self._pull_request_opener(run, repo, issue),
-            title=f"{issue.title} ({issue.ref})",
-            limits=self.deps.workspaces.git_limits,
-        )
-        return result.pushed_sha
+        return self._publish(ctx, scope, outcome)
 
-    def _conflict_resolver(
-        self,
-        ctx: RunContext,
-        repo: RepoSettings,
-        ws: PreparedWorkspace,
-        issue: IssueInfo,
-        outcome: ImplementOutcome,
-        tally: _AgentTally,
-    ) -> ConflictResolver:
-        """The agent publish hands a rebase conflict to (its session resumed), and the gate."""
-        jail = self._jail(ws)
-        return ConflictResolver(
-            run_id=ctx.run.id,
-            issue=issue,
-            repo=repo,
-            agent=self.deps.agent_factory(repo),
-            tree=ws.git,
-            workdir=ws.workdir,
-            branch=ws.branch,
-            env=ws.env,
-            home=self._home(ws),
-            events=ctx.events,
-            stop=ctx.stop,
-            test_gate=lambda: run_test_gate(repo, ws.workdir, jail, ctx.events, ctx.stop).ok,
-            resume_session=outcome.agent.session_id,
-            spent_usd=outcome.cost_usd,
-            on_agent_result=tally,
-            jail=jail,
+    def _publish(self, ctx: RunContext, scope: RunScope, outcome: ImplementOutcome) -> str:
+        """Publish, a rebase conflict handed to the agent (its session resumed)."""
+
+        def test_gate() -> bool:
+            return run_test_gate(scope.repo, scope.workdir, scope.jail, ctx.events, ctx.stop).ok
+
+        resolver = ConflictResolver(scope, test_gate, resume_session=outcome.agent.session_id)
+        hooks = PublishHooks(
+            retest=resolver.retest,
+            record_pushed=lambda sha: self._record_push(ctx, sha),
+            resolve_conflict=resolver,
+            open_pr=self._pull_request_opener(ctx.run, scope.repo, scope.issue),
         )
+        title = f"{scope.issue.title} ({scope.issue.ref})"
+        options = PublishOptions(title=title, limits=self.deps.workspaces.git_limits)
+        return publish(scope, hooks, options).pushed_sha
 
     def _pull_request_opener(
         self, run: Run, repo: RepoSettings, issue: IssueInfo
@@ -193,20 +163,11 @@ class RunFlow:
 
         return open_pr
 
-    def _watch_and_decide(
-        self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace | None, sha: str
-    ) -> str | None:
+    def _watch_and_decide(self, ctx: RunContext, scope: RunScope, sha: str) -> Decision:
         ctx.set_state("watching")
         checkpoint("watching", ctx.run.id)
-        try:
-            verdict = self._watch(ctx, repo, sha)
-        except BaseException:
-            # Cancelled, lease lost or a CI error mid-watch: decide never runs,
-            # so give the worktree back here or its warm slot stays busy for good.
-            if ws is not None:
-                self.deps.workspaces.release(ws, succeeded=False)
-            raise
-        return self.deps.recovery.decide(ctx, repo, ws, sha, verdict)
+        verdict = self._watch(ctx, scope.repo, sha)
+        return self.deps.recovery.decide(scope, ctx.run, sha, verdict)
 
     def _watch(self, ctx: RunContext, repo: RepoSettings, sha: str) -> Verdict:
         tracker = self.deps.trackers.get(repo.tracker)
@@ -214,12 +175,16 @@ class RunFlow:
         ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop)
         ctx.check()  # a stop (cancel, lost lease, timeout) ended the watch early
         if ci.state == "failure":
-            return Verdict("broken", f"CI failed for {sha[:12]}: {ci.detail}", ci.detail, "-")
+            return Verdict(
+                VerdictState.BROKEN, f"CI failed for {sha[:12]}: {ci.detail}", ci.detail, "-"
+            )
         if ci.inconclusive and repo.ci.kind != "none":
-            return Verdict("inconclusive", f"CI: {ci.detail}", ci.detail, "not watched")
+            return Verdict(VerdictState.INCONCLUSIVE, f"CI: {ci.detail}", ci.detail, "not watched")
         ci_text = "no CI configured" if repo.ci.kind == "none" else f"green ({ci.detail})"
         if not repo.deploy.probes:
-            return Verdict("healthy", "no deploy probes configured", ci_text, "not configured")
+            return Verdict(
+                VerdictState.HEALTHY, "no deploy probes configured", ci_text, "not configured"
+            )
         deploy = watch_deploy(repo.deploy, sha, ctx.events, ctx.stop)
         deploy_text = f"{deploy.verdict} after {deploy.measurements} measurement(s)"
         return Verdict(deploy.verdict, deploy.evidence, ci_text, deploy_text)
@@ -274,46 +239,3 @@ class RunFlow:
         if run.kind != "fix_forward":
             return None
         return self.deps.recovery.evidence_for(run)
-
-    def _home(self, ws: PreparedWorkspace) -> Path:
-        return self._jail(ws).home
-
-    @staticmethod
-    def _jail(ws: PreparedWorkspace) -> Jail:
-        if ws.jail is None:
-            raise FatalError(
-                "sandbox",
-                f"the workspace of {ws.repo} was prepared without a "
-                "sandbox; the daemon never runs agents unconfined by accident",
-            )
-        return ws.jail
-
-
-class _AgentTally:
-    """Records each agent invocation on the run as it ends, totals included.
-
-    Recording per invocation (not only at the end) keeps the spend of a run
-    that escalates on its budget or is retried visible in the history.
-    """
-
-    def __init__(self, ctx: RunContext) -> None:
-        self.ctx = ctx
-        self.cost_usd = ctx.run.cost_usd
-        self.tokens_in = ctx.run.tokens_in
-        self.tokens_out = ctx.run.tokens_out
-        self.turns = ctx.run.num_turns
-
-    def __call__(self, result: AgentResult) -> None:
-        self.cost_usd += result.cost_usd
-        self.tokens_in += result.tokens_in
-        self.tokens_out += result.tokens_out
-        self.turns += result.num_turns
-        fields: dict[str, object] = {
-            "num_turns": self.turns,
-            "cost_usd": self.cost_usd,
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-        }
-        if result.session_id:
-            fields["agent_session"] = result.session_id
-        self.ctx.update(**fields)

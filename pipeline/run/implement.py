@@ -15,12 +15,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.agents.base import (
-    Agent,
     AgentRequest,
     AgentResult,
     classify_result,
@@ -30,9 +28,10 @@ from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import CancelRequested, EscalationError
 from pipeline.core.events import EventSink
 from pipeline.core.proc import CommandResult, StopToken, shell_argv
+from pipeline.core.states import TRAILER
 from pipeline.git.commits import Git
-from pipeline.git.repo import GitRepo
 from pipeline.run.prompt import IssueInfo, build_prompt, fix_prompt
+from pipeline.run.scope import RunScope
 from pipeline.sandbox.jail import Jail
 
 __all__ = ["ImplementOutcome", "IssueInfo", "implement", "run_test_gate"]
@@ -95,84 +94,46 @@ def _red_reason(result: CommandResult, timeout_s: float) -> str:
     return f"failed (exit {result.returncode})"
 
 
-@dataclass
 class _Run:
     """The state of one implement phase, so each step stays short."""
 
-    run_id: int
-    issue: IssueInfo
-    repo: RepoSettings
-    agent: Agent
-    workdir: Path
-    env: Mapping[str, str]
-    home: Path
-    events: EventSink
-    stop: StopToken | None
-    git: Git
-    base: str
-    on_agent_result: Callable[[AgentResult], None] | None
-    jail: Jail
-    on_phase: Callable[[str], None] | None = None
-    first_prompt: str = ""
-    cost_usd: float = 0.0
-    tokens_in: int = 0
-    tokens_out: int = 0
-
-    def phase(self, name: str) -> None:
-        """Tell the caller the run moved between ``implementing`` and ``testing``."""
-        if self.on_phase is not None:
-            self.on_phase(name)
+    def __init__(self, scope: RunScope) -> None:
+        self.scope = scope
+        self.repo = scope.repo
+        self.events = scope.events
+        self.stop = scope.stop
+        self.agent = scope.agent()
+        self.git = Git(scope.tree, stop=scope.stop)
+        self.base = self.git.head()
+        self.first_prompt = ""
 
     @property
     def trailers(self) -> tuple[tuple[str, str], ...]:
-        return (("Afk-Run", str(self.run_id)), ("Refs", self.issue.url))
+        return ((TRAILER, str(self.scope.run_id)), ("Refs", self.scope.issue.url))
 
     @property
     def subject(self) -> str:
-        return f"{self.issue.title} ({self.issue.ref})"
+        return f"{self.scope.issue.title} ({self.scope.issue.ref})"
 
     def invoke(self, prompt: str, resume: str | None) -> AgentResult:
         if self.stop is not None and self.stop.stopped:
             raise CancelRequested(f"stopped before the agent ran: {self.stop.reason}")
+        ledger, scope = self.scope.ledger, self.scope
+        budget = ledger.remaining()
+        if budget is not None and budget <= 0:
+            ledger.check(spent=True)
         request = AgentRequest(
-            prompt,
-            self.workdir,
-            self.env,
-            self.home,
-            resume,
-            self._remaining_budget(),
-            jail=self.jail,
+            prompt, scope.workdir, scope.ws.env, scope.home, resume, budget, jail=scope.jail
         )
         untracked_before = self.git.untracked()
         result = self.agent.run(request, events=self.events, stop=self.stop)
-        self.cost_usd += result.cost_usd
-        self.tokens_in += result.tokens_in
-        self.tokens_out += result.tokens_out
-        if self.on_agent_result is not None:
-            self.on_agent_result(result)
-        self._check_budget()
+        ledger.add(result)
+        ledger.check()
         classify_result(self.agent.name, result, request.max_budget_usd)
         if result.blocked_reason:
             raise EscalationError("blocked", f"the agent is blocked: {result.blocked_reason}")
         self.commit_pending(untracked_before)
         return result
-
-    def _remaining_budget(self) -> float | None:
-        if self.repo.max_budget_usd is None:
-            return None
-        remaining = self.repo.max_budget_usd - self.cost_usd
-        if remaining <= 0:
-            self._check_budget(force=True)
-        return remaining
-
-    def _check_budget(self, force: bool = False) -> None:
-        budget = self.repo.max_budget_usd
-        if budget is not None and (force or self.cost_usd > budget):
-            raise EscalationError(
-                "budget",
-                f"the run spent ${self.cost_usd:.4f} of its ${budget:.4f} budget "
-                f"(repos.{self.repo.name}.max_budget_usd)",
-            )
 
     def commit_pending(self, untracked_before: set[str]) -> None:
         if self.git.stage_changes(untracked_before, self.repo.keep_dirs):
@@ -197,71 +158,41 @@ class _Run:
         # A session-less agent (a plain command) needs the whole context again.
         return text if result.session_id else f"{self.first_prompt}\n\n{text}"
 
+    def gate(self) -> CommandResult:
+        return run_test_gate(self.repo, self.scope.workdir, self.scope.jail, self.events, self.stop)
 
-def implement(
-    *,
-    run_id: int,
-    issue: IssueInfo,
-    repo: RepoSettings,
-    agent: Agent,
-    workdir: Path,
-    repo_root: Path,
-    tree: GitRepo,
-    env: Mapping[str, str],
-    home: Path,
-    events: EventSink,
-    stop: StopToken | None,
-    extra_prompt: str | None = None,
-    on_agent_result: Callable[[AgentResult], None] | None = None,
-    on_phase: Callable[[str], None] | None = None,
-    jail: Jail | None = None,
-) -> ImplementOutcome:
+
+def implement(scope: RunScope, extra_prompt: str | None = None) -> ImplementOutcome:
     """Run the agent until the tests are green and one trailered commit is ready.
 
     Raises ``EscalationError`` (``blocked``, ``no_change``, ``tests_red``,
     ``budget``, ``max_turns``), ``RetryableError``, ``FatalError`` or
     ``CancelRequested`` as classified.
     """
-    git = Git(tree, stop=stop)
-    jail = jail or Jail.unconfined(workdir, env, home)
-    run = _Run(
-        run_id,
-        issue,
-        repo,
-        agent,
-        workdir,
-        env,
-        home,
-        events,
-        stop,
-        git,
-        git.head(),
-        on_agent_result,
-        jail,
-        on_phase,
-    )
+    run = _Run(scope)
     run.first_prompt = build_prompt(
-        issue,
-        run_id=run_id,
-        repo=repo,
-        repo_root=repo_root,
-        workdir=workdir,
+        scope.issue,
+        run_id=scope.run_id,
+        repo=scope.repo,
+        repo_root=scope.ws.path,
+        workdir=scope.workdir,
         extra_prompt=extra_prompt,
     )
     result = run.invoke(run.first_prompt, None)
     run.check_changed(result)
     result, gate, iterations = _gate_loop(run, result)
-    commits = git.squash(run.base, run.subject, run.trailers)
+    commits = run.git.squash(run.base, run.subject, run.trailers)
     run.events("agent", f"implemented in {len(commits)} commit(s), head {commits[-1][:12]}")
+    spent = scope.ledger.attempt
     return ImplementOutcome(
         head_sha=commits[-1],
         commits=commits,
         fix_iterations=iterations,
         agent=result,
         tests_output_tail=gate.output_tail[-TESTS_TAIL_CHARS:],
-        cost_usd=run.cost_usd,
-        tokens_in=run.tokens_in,
-        tokens_out=run.tokens_out,
+        cost_usd=spent.cost_usd,
+        tokens_in=spent.tokens_in,
+        tokens_out=spent.tokens_out,
     )
 
 
@@ -269,8 +200,8 @@ def _gate_loop(run: _Run, result: AgentResult) -> tuple[AgentResult, CommandResu
     """Test, and feed red output back to the same session, within the bound."""
     iterations = 0
     while True:
-        run.phase("testing")
-        gate = run_test_gate(run.repo, run.workdir, run.jail, run.events, run.stop)
+        run.scope.phase("testing")
+        gate = run.gate()
         if gate.ok:
             return result, gate, iterations
         if iterations >= run.repo.max_fix_iterations:
@@ -281,5 +212,5 @@ def _gate_loop(run: _Run, result: AgentResult) -> tuple[AgentResult, CommandResu
             )
         iterations += 1
         run.events("agent", f"tests red: fix attempt {iterations} of {run.repo.max_fix_iterations}")
-        run.phase("implementing")
+        run.scope.phase("implementing")
         result = run.invoke(run.fix_request(result, gate, iterations), result.session_id)

@@ -1,4 +1,4 @@
-"""An issue's labels and comments as its run moves: claimed, resolved, blocked.
+"""An issue's labels and comments as its run moves: claimed, resolved, ended.
 
 Every comment carries a hidden marker (``<!-- afk-pipeline:run=12:claimed -->``)
 and is posted only when no comment with that marker exists yet, so retries,
@@ -113,26 +113,23 @@ class Lifecycle:
         tracker.remove_label(repo.slug, number, labels.working_label)
         tracker.close(repo.slug, number, None)
 
-    def escalated(
-        self, run: Run, repo: RepoSettings, reason: str, message: str, resume: str | None = None
-    ) -> None:
-        """``agent-blocked`` and a comment with the reason and what a human must do."""
-        if run.issue_number is None:
-            return
+    def ended(
+        self, number: int, repo: RepoSettings, run_id: int, body: str, *, blocked: bool
+    ) -> bool:
+        """The issue after a run's ending: ``agent-working`` gone, ``agent-blocked`` if a human
+        is needed, and one comment saying what happened and what to do next. True if posted."""
         labels = self.tracker_settings[repo.tracker]
         tracker = self.trackers[repo.tracker]
-        tracker.add_labels(repo.slug, run.issue_number, [labels.blocked_label])
-        tracker.remove_label(repo.slug, run.issue_number, labels.working_label)
-        body = (
-            f"The agent needs a human (run {run.id}, {reason}).\n\n{message}\n\n"
-            f"To resume after fixing the cause: `{resume or f'pipeline runs retry {run.id}'}`"
-            + (
-                ""
-                if resume and "unfreeze" in resume
-                else f" or label the issue `{labels.ready_label}` again."
-            )
-        )
-        self.comment_once(repo, run.issue_number, f"run={run.id}:escalated", body, run.id)
+        if blocked:
+            tracker.add_labels(repo.slug, number, [labels.blocked_label])
+        tracker.remove_label(repo.slug, number, labels.working_label)
+        # Contended: the worker's announcement and the periodic pass (or another
+        # replica's) may race for the same ending; the store key lets one post.
+        key = f"run={run_id}:ended"
+        return self.comment_once(repo, number, key, body, run_id, contended=True)
+
+    def ready_label(self, repo: RepoSettings) -> str:
+        return self.tracker_settings[repo.tracker].ready_label
 
     def untrusted(self, repo: RepoSettings, number: int, actor: str | None) -> None:
         """One comment saying why an untrusted label is ignored."""

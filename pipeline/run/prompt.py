@@ -22,6 +22,7 @@ from string import Template
 
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import ConfigError
+from pipeline.core.states import TRAILER
 
 INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
 MAX_INSTRUCTIONS_CHARS = 20_000
@@ -34,11 +35,11 @@ Work test-first:
 2. Make the change that makes it pass.
 3. Run the whole test suite ($test_command) and keep it green."""
 
-CONTRACT = """\
+CONTRACT = f"""\
 When you are done, commit your work with a message that references the issue \
 and ends with these two trailers:
 
-Afk-Run: $run_id
+{TRAILER}: $run_id
 Refs: $url
 
 If you cannot proceed (the issue is unclear, contradictory or needs access you \

@@ -21,18 +21,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from pipeline.config.settings import PushSettings, RepoSettings
+from pipeline.config.settings import PushSettings
 from pipeline.core.errors import EscalationError, FatalError, RetryableError
-from pipeline.core.events import EventSink
-from pipeline.core.proc import StopToken
+from pipeline.core.states import TRAILER
 from pipeline.git.commits import Git
-from pipeline.git.mirror import TRAILER, Mirror, find_pushed
-from pipeline.git.repo import GitRepo
+from pipeline.git.mirror import Mirror, find_pushed
 from pipeline.git.run import DEFAULT_LIMITS, GitLimits, GitResult
+from pipeline.run.scope import RunScope
 
-__all__ = ["TRAILER", "PublishResult", "find_pushed", "publish"]
+__all__ = ["TRAILER", "PublishHooks", "PublishOptions", "PublishResult", "find_pushed", "publish"]
 
 
 @dataclass(frozen=True)
@@ -50,37 +48,41 @@ class _PushRace(Exception):
     """The remote moved under the push (non-fast-forward or a stale lease)."""
 
 
+@dataclass(frozen=True)
+class PublishHooks:
+    """What publish calls back: the re-test, the conflict resolver, the push record, the PR."""
+
+    retest: Callable[[], bool]
+    record_pushed: Callable[[str], None]
+    resolve_conflict: Callable[[str], bool] | None = None
+    open_pr: Callable[[str, str], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    """``remote_branch`` is pushed in mode ``branch`` (default: the run's branch);
+    ``title`` titles the pull request (default: the head subject)."""
+
+    remote_branch: str | None = None
+    title: str | None = None
+    limits: GitLimits = DEFAULT_LIMITS
+
+
 class _Publisher:
     """One publish attempt; holds the state the steps share."""
 
-    def __init__(
-        self,
-        *,
-        run_id: int,
-        repo: RepoSettings,
-        tree: GitRepo,
-        mirror: Mirror,
-        branch: str,
-        base_sha: str,
-        events: EventSink,
-        stop: StopToken | None,
-        retest: Callable[[], bool],
-        resolve_conflict: Callable[[str], bool] | None,
-        record_pushed: Callable[[str], None],
-        open_pr: Callable[[str, str], str | None] | None,
-        remote_branch: str | None,
-        title: str | None,
-    ) -> None:
-        self.run_id, self.repo, self.tree, self.branch = run_id, repo, tree, branch
-        self.mirror = mirror
-        self.root = tree.where
-        self.base = self.head = base_sha
-        self.target = base_sha  # the mirror's default branch, once fetched
-        self.events, self.stop = events, stop
-        self.retest, self.resolve_conflict = retest, resolve_conflict
-        self.record_pushed, self.open_pr = record_pushed, open_pr
-        self.remote_branch, self.title = remote_branch or branch, title
-        self.local = Git(tree, stop=stop, limits=mirror.limits)
+    def __init__(self, scope: RunScope, hooks: PublishHooks, options: PublishOptions) -> None:
+        ws, repo = scope.ws, scope.repo
+        self.run_id, self.repo, self.tree, self.branch = scope.run_id, repo, ws.git, ws.branch
+        self.mirror = Mirror(ws.mirror, repo, options.limits)
+        self.root = ws.git.where
+        self.base = self.head = ws.base_sha
+        self.target = ws.base_sha  # the mirror's default branch, once fetched
+        self.events, self.stop = scope.events, scope.stop
+        self.retest, self.resolve_conflict = hooks.retest, hooks.resolve_conflict
+        self.record_pushed, self.open_pr = hooks.record_pushed, hooks.open_pr
+        self.remote_branch, self.title = options.remote_branch or ws.branch, options.title
+        self.local = Git(ws.git, stop=scope.stop, limits=self.mirror.limits)
         self.push_settings: PushSettings = repo.push
         self.default = repo.default_branch
         self.rebased = self.retested = False
@@ -360,44 +362,11 @@ class _Publisher:
 
 
 def publish(
-    *,
-    run_id: int,
-    repo: RepoSettings,
-    tree: GitRepo,
-    mirror: Path,
-    branch: str,
-    base_sha: str,
-    events: EventSink,
-    stop: StopToken | None,
-    retest: Callable[[], bool],
-    resolve_conflict: Callable[[str], bool] | None,
-    record_pushed: Callable[[str], None],
-    open_pr: Callable[[str, str], str | None] | None = None,
-    remote_branch: str | None = None,
-    title: str | None = None,
-    limits: GitLimits = DEFAULT_LIMITS,
+    scope: RunScope, hooks: PublishHooks, options: PublishOptions | None = None
 ) -> PublishResult:
-    """Publish run ``run_id``'s commits on ``branch`` of ``tree`` (built on ``base_sha``).
+    """Publish the run's commits on its worktree's branch (built on its base SHA).
 
-    ``mirror`` is the repo's daemon-owned mirror (``PreparedWorkspace.mirror``).
-    ``record_pushed`` is called with the SHA right after a push succeeds (or
-    when an earlier push of this run is found), before anything else.
-    ``remote_branch`` names the branch pushed in mode ``branch`` (default:
-    ``branch``); ``title`` the pull request title (default: the head subject).
+    ``hooks.record_pushed`` is called with the SHA right after a push succeeds
+    (or when an earlier push of this run is found), before anything else.
     """
-    return _Publisher(
-        run_id=run_id,
-        repo=repo,
-        tree=tree,
-        mirror=Mirror(mirror, repo, limits),
-        branch=branch,
-        base_sha=base_sha,
-        events=events,
-        stop=stop,
-        retest=retest,
-        resolve_conflict=resolve_conflict,
-        record_pushed=record_pushed,
-        open_pr=open_pr,
-        remote_branch=remote_branch,
-        title=title,
-    ).run()
+    return _Publisher(scope, hooks, options or PublishOptions()).run()

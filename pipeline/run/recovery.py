@@ -13,66 +13,41 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal, Protocol
 
-from pipeline.config.settings import RepoSettings, Settings
-from pipeline.core.errors import EscalationError, FatalError, PipelineError
-from pipeline.core.events import EventSink
+from pipeline.config.settings import Settings
+from pipeline.core.errors import EscalationError, PipelineError
+from pipeline.core.states import (
+    DEPLOY_BROKEN_CLASS,
+    FIX_FORWARD_PRIORITY,
+    FROZEN_REASON,
+    Decision,
+    DecisionKind,
+    Outcome,
+    RunState,
+    Verdict,
+    VerdictState,
+)
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
-from pipeline.queue.worker import RunContext
 from pipeline.run.lifecycle import Lifecycle
+from pipeline.run.scope import RunScope
 from pipeline.store import EnqueueOptions, Run, Store
-from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 log = logging.getLogger(__name__)
 
-FIX_FORWARD_PRIORITY = 1_000_000
-NotifyKind = Literal["escalation", "freeze", "success"]
+__all__ = ["FIX_FORWARD_PRIORITY", "Recovery", "Verdict"]
+
 EVIDENCE_CHARS = 6_000
 DIFF_CHARS = 8_000
 
 
-class Notifies(Protocol):
-    def notify(
-        self,
-        title: str,
-        body: str,
-        *,
-        kind: NotifyKind,
-        events: EventSink,
-        run_id: int | None = None,
-    ) -> None: ...
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The watch's conclusion for one pushed SHA."""
-
-    state: str  # healthy | broken | inconclusive
-    evidence: str
-    ci: str
-    deploy: str
-
-
 class Recovery:
-    """Decides what follows a verdict and does the escalation bookkeeping."""
+    """Decides what follows a verdict or an escalation; returns the decision, never raises it."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: Store,
-        lifecycle: Lifecycle,
-        workspaces: Workspaces,
-        notifier: Notifies,
-    ) -> None:
+    def __init__(self, settings: Settings, store: Store, lifecycle: Lifecycle) -> None:
         self.settings = settings
         self.store = store
         self.lifecycle = lifecycle
-        self.workspaces = workspaces
-        self.notifier = notifier
 
     # The chain ------------------------------------------------------------------
 
@@ -104,104 +79,62 @@ class Recovery:
 
     # Verdicts -------------------------------------------------------------------
 
-    def decide(
-        self,
-        ctx: RunContext,
-        repo: RepoSettings,
-        ws: PreparedWorkspace | None,
-        sha: str,
-        verdict: Verdict,
-    ) -> str | None:
-        if verdict.state == "healthy":
-            self._healthy(ctx, repo, ws, sha, verdict)
-            return None
-        if verdict.state == "broken":
-            self._broken(ctx, repo, ws, sha, verdict)
+    def decide(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Decision:
+        """Resolved, fix-forward, frozen or escalated: what the watch's verdict means."""
+        if verdict.state == VerdictState.HEALTHY:
+            return self._resolved(scope, run, sha, verdict)
+        if verdict.state == VerdictState.BROKEN:
+            fix_forwards = sum(1 for r in self.chain(run) if r.kind == "fix_forward")
+            if fix_forwards >= scope.repo.max_fix_forwards:
+                return self._frozen(scope, run, sha, verdict, fix_forwards)
+            return self._fix_forward(scope, run, sha, verdict)
         exc = EscalationError(
             "deploy_inconclusive",
             f"The watch of {sha[:12]} was inconclusive: {verdict.evidence}\n"
             "Check CI and the deploy by hand; nothing was reverted.",
         )
-        self.escalate(ctx, repo, ws, exc)
-        raise exc
+        return self.escalate(scope, run, exc, {"broken_sha": sha})
 
-    def _healthy(
-        self,
-        ctx: RunContext,
-        repo: RepoSettings,
-        ws: PreparedWorkspace | None,
-        sha: str,
-        verdict: Verdict,
-    ) -> None:
-        run = ctx.run
-        if ws is not None:  # first: a tracker error below must not keep the slot busy
-            self.workspaces.release(ws, succeeded=True)
+    def _resolved(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Decision:
+        repo = scope.repo
+        if scope.lease is not None:  # first: a tracker error below must not keep the slot busy
+            scope.lease.succeeded()
         if run.kind == "issue":
             self.lifecycle.succeeded(run, repo, sha, verdict.ci, verdict.deploy)
         else:
             root = self.chain_root(run)
             if root.issue_number is not None:
+                healed = f"{verdict.deploy} (healed by fix-forward run {run.id})"
                 self.lifecycle.resolve_issue(
-                    root.id,
-                    root.issue_number,
-                    repo,
-                    sha,
-                    verdict.ci,
-                    f"{verdict.deploy} (healed by fix-forward run {run.id})",
+                    root.id, root.issue_number, repo, sha, verdict.ci, healed
                 )
-        ctx.update(summary=f"pushed {sha[:12]}; CI {verdict.ci}; deploy {verdict.deploy}")
-        if self.settings.notify.notify_success:
-            self.notifier.notify(
-                f"{repo.name}: run {run.id} succeeded",
-                f"Pushed {sha} to {repo.default_branch}. CI: {verdict.ci}. "
-                f"Deploy: {verdict.deploy}.",
-                kind="success",
-                events=self._notify_events(run.id),
-                run_id=run.id,
-            )
+        summary = f"pushed {sha[:12]}; CI {verdict.ci}; deploy {verdict.deploy}"
+        return Decision(DecisionKind.RESOLVED, Outcome(RunState.SUCCEEDED, summary=summary))
 
-    def _broken(
-        self,
-        ctx: RunContext,
-        repo: RepoSettings,
-        ws: PreparedWorkspace | None,
-        sha: str,
-        verdict: Verdict,
-    ) -> None:
-        run = ctx.run
-        fix_forwards = sum(1 for r in self.chain(run) if r.kind == "fix_forward")
-        if fix_forwards >= repo.max_fix_forwards:
-            self._freeze(ctx, repo, ws, sha, verdict, fix_forwards)
-        child = self._fix_forward_child(ctx, repo, ws, sha, verdict)
-        ctx.events(
+    def _fix_forward(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Decision:
+        child = self._fix_forward_child(scope, run, sha, verdict)
+        scope.events(
             "recovery",
             f"{_headline(verdict)}; fix-forward run {child.id} queued first in line",
             {"fix_forward_run": child.id, "sha": sha},
         )
-        if ws is not None:
-            self.workspaces.release(ws, succeeded=False)
-        raise FatalError(
-            "deploy_broken",
+        error = (
             f"{sha[:12]} is broken after its push ({_headline(verdict)}); "
-            f"fix-forward run {child.id} is healing it",
+            f"fix-forward run {child.id} is healing it"
         )
+        outcome = Outcome(RunState.FAILED, DEPLOY_BROKEN_CLASS, error)
+        return Decision(DecisionKind.FIX_FORWARD, outcome, child_run_id=child.id)
 
-    def _fix_forward_child(
-        self,
-        ctx: RunContext,
-        repo: RepoSettings,
-        ws: PreparedWorkspace | None,
-        sha: str,
-        verdict: Verdict,
-    ) -> Run:
+    def _fix_forward_child(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Run:
         """The run's fix-forward, queued once even if this watch is repeated after a crash."""
-        existing = [r for r in self.store.children(ctx.run.id) if r.kind == "fix_forward"]
+        existing = [r for r in self.store.children(run.id) if r.kind == "fix_forward"]
         if existing:
             return existing[0]
+        repo = scope.repo
         options = EnqueueOptions(
             kind="fix_forward",
             priority=FIX_FORWARD_PRIORITY,
-            parent_id=ctx.run.id,
+            parent_id=run.id,
             max_attempts=self.settings.scheduler.max_attempts,
             timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
             requested_by="afk-pipeline",
@@ -211,53 +144,42 @@ class Recovery:
             child.id,
             "evidence",
             f"deploy of {sha[:12]} broken: fix forward",
-            {"prompt": self._fix_prompt(repo, ws, sha, verdict), "broken_sha": sha},
+            {"prompt": self._fix_prompt(scope, sha, verdict), "broken_sha": sha},
         )
         return child
 
-    def _freeze(
-        self,
-        ctx: RunContext,
-        repo: RepoSettings,
-        ws: PreparedWorkspace | None,
-        sha: str,
-        verdict: Verdict,
-        fix_forwards: int,
-    ) -> None:
-        run = ctx.run
+    def _frozen(
+        self, scope: RunScope, run: Run, sha: str, verdict: Verdict, fix_forwards: int
+    ) -> Decision:
         reason = (
             f"deploy of {sha[:12]} still broken after {fix_forwards} fix-forward run(s) "
             f"(run {run.id})"
         )
-        self.freeze(repo, reason, run.id)
-        ctx.events("recovery", f"repo {repo.name} frozen: {reason}", {"frozen": True})
+        self.freeze(scope.repo.name, reason, run.id)
+        scope.events("recovery", f"repo {scope.repo.name} frozen: {reason}", {"frozen": True})
         exc = EscalationError(
-            "frozen",
+            FROZEN_REASON,
             f"{reason}.\nLast evidence:\n{verdict.evidence[-EVIDENCE_CHARS:]}\n"
-            f"The repo's queue is stopped and nothing was reverted. After fixing "
-            f"{repo.default_branch} by hand, resume with:\n"
-            f'  pipeline repos unfreeze {repo.name} --note "what you did"',
+            f"The repo's queue is stopped and nothing was reverted; fix "
+            f"{scope.repo.default_branch} by hand, then unfreeze the repo.",
         )
-        self.escalate(ctx, repo, ws, exc, extra={"broken_sha": sha, "frozen": True})
-        raise exc
+        return self.escalate(scope, run, exc, {"broken_sha": sha, "frozen": True})
 
-    def _fix_prompt(
-        self, repo: RepoSettings, ws: PreparedWorkspace | None, sha: str, verdict: Verdict
-    ) -> str:
-        diff = self._diff(ws, sha)
+    def _fix_prompt(self, scope: RunScope, sha: str, verdict: Verdict) -> str:
+        diff = self._diff(scope, sha)
         return (
-            f"Fix-forward: commit {sha} on {repo.default_branch} is broken after its push "
+            f"Fix-forward: commit {sha} on {scope.repo.default_branch} is broken after its push "
             f"({_headline(verdict)}).\n"
             "Do not revert it blindly: find the cause and fix it forward, test first.\n\n"
             f"Failure evidence (CI log tail or probe output):\n{verdict.evidence[-EVIDENCE_CHARS:]}"
             f"\n\nThe commit that broke it:\n{diff}"
         )
 
-    def _diff(self, ws: PreparedWorkspace | None, sha: str) -> str:
-        if ws is None:
+    def _diff(self, scope: RunScope, sha: str) -> str:
+        if scope.workspace is None:
             return f"(see `git show {sha}`)"
         try:
-            text = GitRunner(GitRepo.mirror(ws.mirror)).ok(
+            text = GitRunner(GitRepo.mirror(scope.ws.mirror)).ok(
                 "show", "--no-ext-diff", "--no-textconv", "--stat", "--patch", "-U3", sha
             )
         except PipelineError as exc:
@@ -268,98 +190,59 @@ class Recovery:
 
     def escalate(
         self,
-        ctx: RunContext,
-        repo: RepoSettings,
-        ws: PreparedWorkspace | None,
+        scope: RunScope,
+        run: Run,
         exc: EscalationError,
         extra: Mapping[str, object] | None = None,
-    ) -> None:
-        """Keep the evidence, record the escalation, label the issue, call a human."""
-        run = ctx.run
-        kept: Path | None = None
-        if ws is not None:
-            kept = self.workspaces.keep_evidence(
-                ws,
+    ) -> Decision:
+        """Keep the evidence and record the escalation; the run's ending tells the human.
+
+        A fix-forward that could not heal the deploy freezes the repo: the next
+        queued issue must not ship on top of a deploy known to be broken.
+        """
+        frozen = exc.reason == FROZEN_REASON
+        if run.kind == "fix_forward" and not frozen:
+            self.freeze(scope.repo.name, f"fix-forward run {run.id} ended {exc.reason}", run.id)
+            frozen = True
+        message = str(exc)
+        if scope.lease is not None:
+            kept = scope.lease.keep(
                 run_id=run.id,
-                repo=repo.name,
                 reason=f"{exc.reason}: {exc}",
                 head_sha=run.pushed_sha or run.head_sha,
                 extra=dict(extra or {}),
             )
-        where = f"\nEvidence kept in {kept}" if kept else ""
-        message = f"{exc}{where}"
-        frozen = exc.reason == "frozen"
-        if run.kind == "fix_forward" and not frozen:
-            # The deploy is known broken and this fix-forward could not heal it: the
-            # next queued issue must not ship on top of it.
-            frozen = self.freeze(repo, f"fix-forward run {run.id} ended {exc.reason}", run.id)
-        self.store.add_escalation(repo.name, exc.reason, message, run.id)
-        resume = (
-            f'pipeline repos unfreeze {repo.name} --note "what you did"'
-            if frozen
-            else f"pipeline runs retry {run.id}"
-        )
-        root = self.chain_root(run)
-        try:
-            self.lifecycle.escalated(root, repo, exc.reason, message, resume)
-        except Exception as err:  # the tracker being down must not hide the escalation
-            ctx.events("tracker", f"could not label the issue as blocked: {err}")
-        self.notifier.notify(
-            f"{repo.name}: run {run.id} needs a human ({exc.reason})",
-            f"{message}\n\nReview: pipeline runs show {run.id}\nResume once fixed: {resume}",
-            kind="freeze" if frozen else "escalation",
-            events=self._notify_events(run.id),
-            run_id=run.id,
-        )
+            scope.events("kept", f"worktree kept in {kept}", {"path": str(kept), "frozen": frozen})
+            message += f"\nThe run's worktree is kept in {kept}"
+        self.store.add_escalation(scope.repo.name, exc.reason, message, run.id)
+        kind = DecisionKind.FROZEN if frozen else DecisionKind.ESCALATED
+        return Decision(kind, Outcome(RunState.ESCALATED, exc.reason, str(exc)))
 
-    def freeze(self, repo: RepoSettings, reason: str, run_id: int) -> bool:
-        """Freeze ``repo`` for ``run_id``; the caller records the escalation. True if frozen."""
-        self.store.freeze_repo(repo.name, reason, by="afk-pipeline", run_id=run_id)
-        return True
+    def freeze(self, repo: str, reason: str, run_id: int) -> None:
+        """Freeze ``repo`` for ``run_id``; the caller records the escalation.
 
-    def on_finished(self, run: Run) -> None:
+        The log line is the endings pass's, which sees every freeze (a human's too).
+        """
+        self.store.freeze_repo(repo, reason, by="afk-pipeline", run_id=run_id)
+
+    def freeze_unhealed(self, run: Run) -> bool:
         """A fix-forward that ended without healing (failed, cancelled) freezes its repo.
 
         Escalated fix-forwards were frozen by ``escalate``; one that failed with
-        ``deploy_broken`` has queued the next fix-forward of its chain.
+        ``deploy_broken`` has queued the next fix-forward of its chain. True if
+        this call froze the repo.
         """
-        if run.kind != "fix_forward" or run.state not in ("failed", "cancelled"):
-            return
-        if run.error_class == "deploy_broken":
-            return
-        repo = self.settings.repo(run.repo_name)
-        if repo is None:
-            return
+        if run.kind != "fix_forward" or run.state not in (RunState.FAILED, RunState.CANCELLED):
+            return False
+        if run.error_class == DEPLOY_BROKEN_CLASS or self.settings.repo(run.repo_name) is None:
+            return False
+        record = self.store.get_repo(run.repo_name)
+        if record is not None and record.frozen:
+            return False
         reason = f"fix-forward run {run.id} ended {run.state} ({run.error_class or 'no cause'})"
-        self.store.freeze_repo(
-            repo.name,
-            reason,
-            by="afk-pipeline",
-            run_id=run.id,
-            escalation=f"frozen by afk-pipeline: {reason}",
-        )
-        self.notifier.notify(
-            f"{repo.name}: frozen, the deploy is still broken",
-            f"{reason}: {run.error or ''}\nThe repo's queue is stopped; nothing was reverted.\n"
-            f"Review: pipeline runs show {run.id}\n"
-            f'Resume once fixed: pipeline repos unfreeze {repo.name} --note "what you did"',
-            kind="freeze",
-            events=self._notify_events(run.id),
-            run_id=run.id,
-        )
-
-    def _notify_events(self, run_id: int) -> EventSink:
-        """Where a notification's outcome is recorded: the run's timeline, without the lease.
-
-        Sends run in the background and finish after the run has ended, when
-        its lease-fenced sink refuses every write; the store's unfenced
-        ``record_event`` keeps "each notification is a run event" true.
-        """
-
-        def record(kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
-            self.store.record_event(run_id, kind, message, data)
-
-        return record
+        self.freeze(run.repo_name, reason, run.id)
+        self.store.add_escalation(run.repo_name, FROZEN_REASON, f"{reason}: {run.error}", run.id)
+        return True
 
 
 def _headline(verdict: Verdict) -> str:

@@ -29,12 +29,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from pipeline.core.states import ALL_STATES as ALL_STATES
+from pipeline.core.states import BUSY_STATES as BUSY_STATES
+from pipeline.core.states import TERMINAL_STATES as TERMINAL_STATES
+from pipeline.core.states import WAITING_STATES as WAITING_STATES
 from pipeline.store.masked import MaskedJson, MaskedString, MaskedText
-
-TERMINAL_STATES = ("succeeded", "failed", "escalated", "cancelled")
-WAITING_STATES = ("queued", "retry_wait")
-BUSY_STATES = ("preparing", "implementing", "testing", "publishing", "watching")
-ALL_STATES = WAITING_STATES + BUSY_STATES + TERMINAL_STATES
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_STATES)
 _BUSY_SQL = ", ".join(f"'{s}'" for s in BUSY_STATES)

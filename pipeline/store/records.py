@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, TypeVar
 
+from pipeline.core.states import TERMINAL_STATES
+
 T = TypeVar("T")
 
 
@@ -99,7 +101,7 @@ class Run:
 
     @property
     def terminal(self) -> bool:
-        return self.state in ("succeeded", "failed", "escalated", "cancelled")
+        return self.state in TERMINAL_STATES
 
     @property
     def duration_s(self) -> float | None:

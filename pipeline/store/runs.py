@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from pipeline.core.states import RETRYABLE_TERMINAL
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
 from pipeline.store.history import run_from_row, runs_query
@@ -22,7 +23,6 @@ from pipeline.store.records import Run
 from pipeline.store.repos import UnknownRepo
 
 QUEUE_FULL_RETRY_AFTER_S = 30.0
-RETRYABLE_TERMINAL = ("failed", "escalated", "cancelled")
 
 
 class QueueFull(Exception):

@@ -10,7 +10,6 @@ all, or the overall timeout; the last two are inconclusive.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -22,6 +21,7 @@ from pipeline.core.errors import FatalError, RetryableError
 from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
 from pipeline.trackers.base import CiState, CiStatus
+from pipeline.watch.pacing import Pacing
 
 __all__ = [
     "CiOutcome",
@@ -145,6 +145,7 @@ def judge_woodpecker(
     return CiState("pending", details, link(newest))
 
 
+@dataclass
 class WoodpeckerCiSource:
     """Woodpecker's pipelines for a repo (``GET /api/repos/{repo_id}/pipelines``).
 
@@ -152,21 +153,16 @@ class WoodpeckerCiSource:
     the ``commit`` field here.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        token: SecretRef | str | None,
-        repo_id: str,
-        *,
-        pages: int = 2,
-        per_page: int = 50,
-        timeout_s: float = 15.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.token, self.repo_id = token, repo_id
-        self.pages, self.per_page, self.timeout_s = pages, per_page, timeout_s
-        self.transport = transport
+    base_url: str
+    token: SecretRef | str | None
+    repo_id: str
+    pages: int = 2
+    per_page: int = 50
+    timeout_s: float = 15.0
+    transport: httpx.BaseTransport | None = None
+
+    def __post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
 
     def _headers(self) -> dict[str, str]:
         token = self.token.resolve() if isinstance(self.token, SecretRef) else self.token
@@ -245,9 +241,7 @@ def watch_ci(
     ci: CiSettings,
     events: EventSink,
     stop: StopToken | None,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], object] | None = None,
+    pacing: Pacing | None = None,
 ) -> CiOutcome:
     """Poll ``source`` for ``sha`` until a verdict or a timeout.
 
@@ -257,44 +251,66 @@ def watch_ci(
     if isinstance(source, NoCi):
         events("ci", "no CI configured; skipping", {"sha": sha})
         return CiOutcome("skipped", "no CI configured")
-    pause = sleep or (stop.wait if stop is not None else time.sleep)
-    started, seen_any, last = clock(), False, ""
-    while not (stop is not None and stop.stopped):
+    return _CiWatch(source, sha, ci, events, stop, pacing or Pacing()).run()
+
+
+@dataclass
+class _CiWatch:
+    """One watch of one SHA's CI: its polls and what it has seen so far."""
+
+    source: CiSource
+    sha: str
+    ci: CiSettings
+    events: EventSink
+    stop: StopToken | None
+    pacing: Pacing
+    seen_any: bool = False
+    last: str = ""
+
+    def poll(self) -> CiState:
         try:
-            current = source.state(sha)
+            current = self.source.state(self.sha)
         except RetryableError as exc:
-            events("ci", f"CI source error (will poll again): {exc}", {"kind": exc.kind})
-            current = CiState("pending" if seen_any else "none")
-        if current.state != last:
-            last = current.state
-            events(
+            self.events("ci", f"CI source error (will poll again): {exc}", {"kind": exc.kind})
+            current = CiState("pending" if self.seen_any else "none")
+        if current.state != self.last:
+            self.last = current.state
+            self.events(
                 "ci",
-                f"CI for {sha[:12]}: {current.state}",
+                f"CI for {self.sha[:12]}: {current.state}",
                 {
                     "state": current.state,
                     "details": list(current.details)[:20],
                     "log_hint": current.log_hint,
                 },
             )
-        if current.state in ("success", "failure"):
-            return CiOutcome(current.state, "\n".join(current.details), current.log_hint)
-        seen_any = seen_any or current.state == "pending"
-        elapsed = clock() - started
-        if not seen_any and elapsed >= ci.appear_timeout_s:
-            return _give_up(
-                events,
-                "none_appeared",
-                f"no CI appeared for {sha[:12]} within {ci.appear_timeout_s:.0f}s",
-            )
+        self.seen_any = self.seen_any or current.state == "pending"
+        return current
+
+    def given_up(self, elapsed: float, current: CiState) -> CiOutcome | None:
+        ci, sha = self.ci, self.sha[:12]
+        if not self.seen_any and elapsed >= ci.appear_timeout_s:
+            detail = f"no CI appeared for {sha} within {ci.appear_timeout_s:.0f}s"
+            return _give_up(self.events, "none_appeared", detail)
         if elapsed >= ci.timeout_s:
-            return _give_up(
-                events,
-                "timeout",
-                f"CI for {sha[:12]} still pending after {ci.timeout_s:.0f}s:\n"
-                + "\n".join(current.details),
+            detail = f"CI for {sha} still pending after {ci.timeout_s:.0f}s:\n" + "\n".join(
+                current.details
             )
-        pause(ci.poll_interval_s)
-    return CiOutcome("stopped", f"stopped: {stop.reason if stop else ''}")
+            return _give_up(self.events, "timeout", detail)
+        return None
+
+    def run(self) -> CiOutcome:
+        pause, clock, stop = self.pacing.pause(self.stop), self.pacing.clock, self.stop
+        started = clock()
+        while not (stop is not None and stop.stopped):
+            current = self.poll()
+            if current.state in ("success", "failure"):
+                return CiOutcome(current.state, "\n".join(current.details), current.log_hint)
+            ended = self.given_up(clock() - started, current)
+            if ended is not None:
+                return ended
+            pause(self.ci.poll_interval_s)
+        return CiOutcome("stopped", f"stopped: {stop.reason if stop else ''}")
 
 
 def _give_up(events: EventSink, state: OutcomeState, detail: str) -> CiOutcome:

@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -28,8 +27,9 @@ from pipeline.config.settings import DeploySettings, ProbeSettings
 from pipeline.core.events import EventSink
 from pipeline.core.masking import mask
 from pipeline.core.proc import StopToken, run_command
+from pipeline.core.states import VerdictState
+from pipeline.watch.pacing import Pacing
 
-Verdict = Literal["healthy", "broken", "inconclusive"]
 ProbeStatus = Literal["ok", "failed", "not_rolled_out"]
 OUTPUT_LIMIT = 1000
 SHA_VAR = "AFK_PUSHED_SHA"
@@ -47,7 +47,7 @@ class ProbeResult:
 
 @dataclass(frozen=True)
 class DeployOutcome:
-    verdict: Verdict
+    verdict: VerdictState
     evidence: str
     measurements: int = 0
     failures: int = 0
@@ -174,22 +174,22 @@ def measure(
     return "ok", output
 
 
+@dataclass
 class _Analysis:
-    def __init__(
-        self,
-        deploy: DeploySettings,
-        sha: str,
-        events: EventSink,
-        stop: StopToken | None,
-        clock: Callable[[], float],
-        sleep: Callable[[float], None],
-        runner: ProbeRunner,
-    ) -> None:
-        self.deploy, self.sha, self.events, self.stop = deploy, sha, events, stop
-        self.clock, self.sleep, self.runner = clock, sleep, runner
-        self.started = clock()
-        self.taken = self.failures = 0
-        self.last_output = ""
+    deploy: DeploySettings
+    sha: str
+    events: EventSink
+    stop: StopToken | None
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    runner: ProbeRunner
+    started: float = field(init=False)
+    taken: int = 0
+    failures: int = 0
+    last_output: str = ""
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
 
     def past_deadline(self) -> bool:
         return self.clock() - self.started >= self.deploy.progress_deadline_s
@@ -214,7 +214,7 @@ class _Analysis:
             },
         )
 
-    def outcome(self, verdict: Verdict, why: str) -> DeployOutcome:
+    def outcome(self, verdict: VerdictState, why: str) -> DeployOutcome:
         evidence = f"{why}\nlast probe output:\n{self.last_output}".strip()
         self.events("deploy", f"deploy {verdict}: {why}", {"verdict": verdict})
         return DeployOutcome(verdict, evidence, self.taken, self.failures)
@@ -222,7 +222,9 @@ class _Analysis:
     def run(self) -> DeployOutcome:
         deploy = self.deploy
         if not deploy.probes:
-            return self.outcome("healthy", "no deploy probes configured; nothing to watch")
+            return self.outcome(
+                VerdictState.HEALTHY, "no deploy probes configured; nothing to watch"
+            )
         if deploy.initial_delay_s > 0:
             self.sleep(deploy.initial_delay_s)
         attempt = 0
@@ -231,18 +233,20 @@ class _Analysis:
             self.observe(attempt)
             if self.failures > deploy.failure_limit:
                 return self.outcome(
-                    "broken",
+                    VerdictState.BROKEN,
                     f"{self.failures} of {self.taken} measurements "
                     f"failed (failure_limit {deploy.failure_limit})",
                 )
             if self.taken >= deploy.count:
-                return self.outcome("healthy", f"{self.taken} measurements, {self.failures} failed")
+                return self.outcome(
+                    VerdictState.HEALTHY, f"{self.taken} measurements, {self.failures} failed"
+                )
             if self.past_deadline():
                 break
             self.sleep(deploy.interval_s)
         why = "stopped" if self.stopped() else "progress deadline passed"
         return self.outcome(
-            "inconclusive",
+            VerdictState.INCONCLUSIVE,
             f"{why} after {self.taken} of {deploy.count} "
             f"measurements ({self.failures} failed, "
             f"{attempt - self.taken} not rolled out yet)",
@@ -254,24 +258,13 @@ def watch_deploy(
     sha: str,
     events: EventSink,
     stop: StopToken | None,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], object] | None = None,
+    pacing: Pacing | None = None,
     probe_runner: ProbeRunner | None = None,
-    cwd: Path | None = None,
-    env: Mapping[str, str] | None = None,
 ) -> DeployOutcome:
     """Watch the deploy of ``sha`` with the repo's probes; never raises for a bad deploy."""
-    pause: Callable[[float], object] = sleep or (stop.wait if stop is not None else time.sleep)
-    runner = probe_runner or default_probe_runner(cwd=cwd, env=env, stop=stop)
-    return _Analysis(deploy, sha, events, stop, clock, _as_sleep(pause), runner).run()
-
-
-def _as_sleep(sleep: Callable[[float], object]) -> Callable[[float], None]:
-    def wrapped(seconds: float) -> None:
-        sleep(seconds)
-
-    return wrapped
+    pacing = pacing or Pacing()
+    runner = probe_runner or default_probe_runner(stop=stop)
+    return _Analysis(deploy, sha, events, stop, pacing.clock, pacing.pause(stop), runner).run()
 
 
 def probe_summary(probe: ProbeSettings) -> str:

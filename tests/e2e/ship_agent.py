@@ -14,6 +14,9 @@ prompt, making real edits the pipeline then tests, commits and ships:
   is pushed to the remote
 - ``afk-task: race-conflict`` -> edits ``GREETING``, while a commit changing the
   same line is pushed to the remote
+- ``afk-task: red`` -> breaks ``greeting`` so its test fails, every time it is asked
+- ``afk-task: crash`` -> exits 3 without a word (a crashing agent)
+- ``afk-task: sleep`` -> sleeps far longer than any run's time limit
 
 Only the standard library: it runs under the daemon's interpreter in the worktree.
 """
@@ -93,6 +96,13 @@ def do_task(wd: Path, world: dict[str, Any], task: str, argument: str | None) ->
         theirs = mine.replace('GREETING = "hi"', 'GREETING = "hey"')
         push_to_remote(world["remote"], {"lib.py": theirs}, "Greet with hey")
         return "greeting shortened"
+    if task == "red":
+        lib.write_text(lib.read_text().replace('f"{GREETING}, {name}"', 'f"{GREETING} {name}"'))
+        return "greeting reworded"
+    if task == "crash":
+        raise SystemExit(3)
+    if task == "sleep":
+        time.sleep(600)
     return f"BLOCKED: unknown afk-task {task!r}"
 
 

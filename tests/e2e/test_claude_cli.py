@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.agents import AgentResult, build_agent
+from pipeline.agents import Agent, AgentRequest, AgentResult, build_agent
 from pipeline.config.settings import AgentPreset, RepoSettings, SecretRef
 from pipeline.core.errors import EscalationError, RetryableError
+from pipeline.core.events import EventSink
+from pipeline.core.proc import StopToken
 from pipeline.run.implement import ImplementOutcome, implement
+from pipeline.testing.scopes import TreeSpec, scope_for
 from pipeline.testing.sinks import RecordingSink
 from tests.fakes.messages_api import MessagesApiServer, Turn, bash, overloaded, write
 from tests.fakes.messages_api import ToolUse as Tool
@@ -94,20 +97,26 @@ def _run(
     repo: RepoSettings | None = None,
     recorded: list[AgentResult] | None = None,
 ) -> ImplementOutcome:
-    return implement(
-        run_id=42,
-        issue=ISSUE,
-        repo=repo or project.repo(),
-        agent=build_agent(preset),
-        workdir=project.root,
-        repo_root=project.root,
-        tree=project.tree,
-        env=base_env(),
-        home=project.home,
-        events=sink,
-        stop=None,
-        on_agent_result=None if recorded is None else recorded.append,
-    )
+    repo = repo or project.repo()
+    spec = TreeSpec(project.root, project.tree, base_env(), project.home)
+    agent = build_agent(preset)
+    if recorded is not None:
+        agent = _Recording(agent, recorded)
+    return implement(scope_for(42, repo, spec.workspace(repo), sink, agent, ISSUE))
+
+
+class _Recording:
+    """An agent that keeps every result its inner agent returns."""
+
+    def __init__(self, inner: Agent, results: list[AgentResult]) -> None:
+        self.inner, self.results, self.name = inner, results, inner.name
+
+    def run(
+        self, request: AgentRequest, *, events: EventSink, stop: StopToken | None
+    ) -> AgentResult:
+        result = self.inner.run(request, events=events, stop=stop)
+        self.results.append(result)
+        return result
 
 
 def _read(project: Project, name: str) -> Tool:

@@ -180,7 +180,8 @@ def test_failed_fix_forwards_freeze_the_repo_and_unfreeze_resumes(
         assert {(e.reason, e.run_id) for e in escalations} == {("frozen", last.id)}
         issue = world.fake.issue(world.repos["web"].slug, breaking)
         assert BLOCKED in issue.labels and WORKING not in issue.labels and issue.state == "open"
-        blocked = [c for c in _comments(world, "web", breaking) if "needs a human" in c]
+        marker = f"afk-pipeline:run={last.id}:ended"
+        blocked = [c for c in _comments(world, "web", breaking) if marker in c]
         assert len(blocked) == 1 and "pipeline repos unfreeze web" in blocked[0], blocked
         # Another repo on the same daemon keeps running while this one is frozen.
         other = world.label("api", "Add a reports helper", "feature reports")
@@ -240,6 +241,7 @@ def test_conflicting_push_race_escalates_and_keeps_the_work(
             e.startswith("agent: the conflict is not resolved: the agent is blocked")
             for e in events
         ), events
+        world.wait_event(run.id, "notify: escalation sent to json://127.0.0.1")  # told
         evidence = tmp_path / "volume" / "frozen" / str(run.id)
         manifest = json.loads((evidence / "manifest.json").read_text())
         tree = evidence / manifest["worktree"]

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,15 @@ APP_FILES = {
 }
 
 AGENT_SCRIPT = Path(__file__).with_name("ship_agent.py")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Knobs a test turns: the history's database and how long and often a run may try."""
+
+    database_url: str | None = None  # default: SQLite under the world's root
+    run_timeout_s: float = 120
+    max_attempts: int = 3
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,11 @@ class ShipWorld:
         fix_mode: str = "heal",
         plan: Callable[[str, str, str], CheckPlan] = default_plan,
         max_fix_forwards: int = 2,
+        tuning: Tuning | None = None,
     ) -> ShipWorld:
+        tuning = tuning or Tuning(database_url=f"sqlite:///{root / 'history.db'}")
+        if tuning.database_url is None:
+            tuning = replace(tuning, database_url=f"sqlite:///{root / 'history.db'}")
         fake = FakeGitHub(token=TOKEN)
         fake.serve()
         receiver = Receiver()
@@ -169,7 +182,9 @@ class ShipWorld:
         notify_urls.write_text(f"json://127.0.0.1:{receiver.port}/afk-hook\n")
         (root / "volume").mkdir()
         config = root / "pipeline.toml"
-        config.write_text(_config(root, fake.url, specs, world_file, notify_urls, max_fix_forwards))
+        config.write_text(
+            _config(root, fake.url, specs, (world_file, notify_urls), max_fix_forwards, tuning)
+        )
         env = {**env, TOKEN_ENV: TOKEN}
         cli = Cli(config, env)
         cli("db", "upgrade")
@@ -177,7 +192,7 @@ class ShipWorld:
         feeder.start()
         desk = HumanDesk(agent_area / "human")
         desk.start()
-        store = Store(f"sqlite:///{root / 'history.db'}")
+        store = Store(str(tuning.database_url))
         return cls(root, fake, receiver, specs, cli, config, feeder, agent_log, store, desk)
 
     def close(self) -> None:
@@ -319,13 +334,14 @@ def _config(
     root: Path,
     forge_url: str,
     repos: dict[str, RepoSpec],
-    world_file: Path,
-    notify_urls: Path,
+    files: tuple[Path, Path],
     max_fix_forwards: int,
+    tuning: Tuning,
 ) -> str:
+    world_file, notify_urls = files
     python = json.dumps(sys.executable)
     head = f"""
-database_url = "sqlite:///{root / "history.db"}"
+database_url = {json.dumps(tuning.database_url)}
 volume = "{root / "volume"}"
 poll_interval_s = 0.5
 max_concurrency = 3
@@ -337,6 +353,7 @@ sweep_interval_s = 0.5
 claim_interval_s = 0.2
 backoff_base_s = 0.5
 backoff_max_s = 2
+max_attempts = {tuning.max_attempts}
 
 [workspace]
 fetch_debounce_s = 0
@@ -366,10 +383,10 @@ urls_file = "{notify_urls}"
 retries = 2
 retry_delay_s = 0.2
 """
-    return head + "".join(_repo(spec, max_fix_forwards) for spec in repos.values())
+    return head + "".join(_repo(spec, max_fix_forwards, tuning) for spec in repos.values())
 
 
-def _repo(spec: RepoSpec, max_fix_forwards: int) -> str:
+def _repo(spec: RepoSpec, max_fix_forwards: int, tuning: Tuning) -> str:
     return f"""
 [repos.{spec.name}]
 tracker = "gh"
@@ -380,7 +397,7 @@ test_timeout_s = 60
 agent = "scripted"
 max_fix_iterations = 1
 max_fix_forwards = {max_fix_forwards}
-run_timeout_s = 120
+run_timeout_s = {tuning.run_timeout_s}
 
 [repos.{spec.name}.ci]
 kind = "github"

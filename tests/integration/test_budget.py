@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.events import EventSink
-from pipeline.daemon import BudgetGuard
+from pipeline.run.budget import DailyBudget
 from pipeline.store import Store
 
 
@@ -55,7 +55,7 @@ def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
     settings = Settings(database_url=store.url, volume=tmp_path, repos=repos)
     store.sync_repos(repos)
     notifier = FakeNotifier()
-    guard = BudgetGuard(settings, store, notifier)  # type: ignore[arg-type]
+    guard = DailyBudget(settings, store, notifier)  # type: ignore[arg-type]
     assert guard.over_budget() == frozenset()
     _spend(store, "web", 0.6)
     _spend(store, "web", 0.6)

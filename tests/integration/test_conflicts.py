@@ -5,19 +5,20 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
-from pipeline.agents import AgentResult, build_agent
+from pipeline.agents import build_agent
 from pipeline.config.settings import AgentPreset, PushSettings, RepoSettings
 from pipeline.core.errors import EscalationError, RetryableError
 from pipeline.git.mirror import Mirror
 from pipeline.run.conflicts import ConflictResolver, resolve_conflict_with_agent
 from pipeline.run.implement import implement, run_test_gate
-from pipeline.run.publish import PublishResult, publish
+from pipeline.run.publish import PublishHooks, PublishResult, publish
 from pipeline.sandbox import Jail
+from pipeline.testing.scopes import TreeSpec, scope_for
 from pipeline.testing.sinks import RecordingSink
 from tests.fakes.project_repo import (
     FAILING_TEST,
@@ -75,7 +76,7 @@ class World:
     colleague: Path
     sink: RecordingSink = field(default_factory=RecordingSink)
     recorded: list[str] = field(default_factory=list)
-    results: list[AgentResult] = field(default_factory=list)
+    results: list[Mapping[str, object]] = field(default_factory=list)
 
     @property
     def agent_dir(self) -> Path:
@@ -130,52 +131,24 @@ class World:
         jail = Jail.unconfined(root, env, self.project.home)
         mirror = self.project.outside / "mirror.git"
         Mirror(mirror, repo).create(None)
-        outcome = implement(
-            run_id=42,
-            issue=ISSUE,
-            repo=repo,
-            agent=agent,
-            workdir=root,
-            repo_root=root,
-            tree=self.project.tree,
-            env=env,
-            home=self.project.home,
-            events=self.sink,
-            stop=None,
-            on_agent_result=self.results.append,
-        )
+        spec = TreeSpec(root, self.project.tree, env, self.project.home, branch=BRANCH)
+        ws = replace(spec.workspace(repo), mirror=mirror, base_sha=self.project.base)
+        scope = scope_for(42, repo, ws, self.sink, agent, ISSUE)
+        scope.ledger.record = self.results.append
+        outcome = implement(scope)
         resolver = ConflictResolver(
-            run_id=42,
-            issue=ISSUE,
-            repo=repo,
-            agent=agent,
-            tree=self.project.tree,
-            workdir=root,
-            branch=BRANCH,
-            env=env,
-            home=self.project.home,
-            events=self.sink,
-            stop=None,
+            scope,
             test_gate=lambda: run_test_gate(repo, root, jail, self.sink, None).ok,
             resume_session=outcome.agent.session_id,
-            spent_usd=outcome.cost_usd,
-            on_agent_result=self.results.append,
         )
         if before_publish is not None:
             before_publish()
-        return publish(
-            run_id=42,
-            repo=repo,
-            tree=self.project.tree,
-            mirror=mirror,
-            branch=BRANCH,
-            base_sha=self.project.base,
-            events=self.sink,
-            stop=None,
+        hooks = PublishHooks(
             retest=resolver.retest,
-            resolve_conflict=resolver,
             record_pushed=self.recorded.append,
+            resolve_conflict=resolver,
         )
+        return publish(scope, hooks)
 
     def remote_file(self, name: str) -> str:
         return git(self.project.remote, "show", f"main:{name}")
@@ -312,21 +285,10 @@ def test_spent_budget_escalates_without_asking_the_agent(world: World) -> None:
     root = world.project.root
     repo = world.project.repo(max_budget_usd=0.5)
     agent = build_agent(world.agent_preset(GOOD_RESOLUTION))
-    resolver = ConflictResolver(
-        run_id=42,
-        issue=ISSUE,
-        repo=repo,
-        agent=agent,
-        tree=world.project.tree,
-        workdir=root,
-        branch=BRANCH,
-        env=base_env(),
-        home=world.project.home,
-        events=world.sink,
-        stop=None,
-        test_gate=lambda: True,
-        spent_usd=0.5,
-    )
+    spec = TreeSpec(root, world.project.tree, base_env(), world.project.home, branch=BRANCH)
+    scope = scope_for(42, repo, spec.workspace(repo), world.sink, agent, ISSUE)
+    scope.ledger.attempt.cost_usd = 0.5  # what the implement phase spent
+    resolver = ConflictResolver(scope, test_gate=lambda: True)
     head = git(root, "rev-parse", "HEAD")
     assert resolve_conflict_with_agent("conflicts in calc.py", resolver) is False
     assert world.prompts() == [] and git(root, "rev-parse", "HEAD") == head

@@ -23,6 +23,7 @@ from pipeline.git.repo import GitRepo
 from pipeline.run.implement import implement
 from pipeline.run.prompt import IssueInfo, build_prompt
 from pipeline.testing.gitrepos import git
+from pipeline.testing.scopes import TreeSpec, scope_for
 from pipeline.testing.sinks import RecordingSink
 from pipeline.watch.deploy import http_probe
 
@@ -226,18 +227,9 @@ def test_the_implement_loop_keeps_the_agents_commit(
     assert repo is not None
     clone = _clone(repo, tmp_path / "greeter")
     sink = RecordingSink()
+    spec = TreeSpec(clone, GitRepo.plain(clone), dict(os.environ), tmp_path / "home")
     outcome = implement(
-        run_id=31,
-        issue=_issue(3),
-        repo=repo,
-        agent=_agent(settings),
-        workdir=clone,
-        repo_root=clone,
-        tree=GitRepo.plain(clone),
-        env=dict(os.environ),
-        home=tmp_path / "home",
-        events=sink,
-        stop=None,
+        scope_for(31, repo, spec.workspace(repo), sink, _agent(settings), _issue(3))
     )
     assert outcome.fix_iterations == 0 and len(outcome.commits) == 1
     message = git(clone, "log", "-1", "--format=%B")

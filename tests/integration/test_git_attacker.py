@@ -19,9 +19,10 @@ from pipeline.config.settings import PushSettings, RepoSettings, SecretRef, Work
 from pipeline.core.errors import FatalError
 from pipeline.git.commits import Git
 from pipeline.git.run import GitRunner
-from pipeline.run.publish import publish
+from pipeline.run.publish import PublishHooks, publish
 from pipeline.testing.git_http import GitHttpServer
 from pipeline.testing.gitrepos import commit_to_remote
+from pipeline.testing.scopes import scope_for
 from pipeline.testing.sinks import RecordingSink
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
@@ -84,17 +85,8 @@ class Scene:
     def publish(self, ws: PreparedWorkspace, run_id: int) -> str:
         recorded: list[str] = []
         result = publish(
-            run_id=run_id,
-            repo=self.repo,
-            tree=ws.git,
-            mirror=ws.mirror,
-            branch=ws.branch,
-            base_sha=ws.base_sha,
-            events=self.sink,
-            stop=None,
-            retest=lambda: True,
-            resolve_conflict=None,
-            record_pushed=recorded.append,
+            scope_for(run_id, self.repo, ws, self.sink),
+            PublishHooks(retest=lambda: True, record_pushed=recorded.append),
         )
         assert recorded == [result.pushed_sha]
         return result.pushed_sha

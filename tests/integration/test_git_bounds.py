@@ -16,8 +16,9 @@ from pipeline.core.errors import CancelRequested, LeaseLost, RetryableError
 from pipeline.core.proc import StopToken
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitLimits, GitRunner
-from pipeline.run.publish import publish
+from pipeline.run.publish import PublishHooks, PublishOptions, publish
 from pipeline.testing.git_http import GitHttpServer, SilentServer
+from pipeline.testing.scopes import scope_for
 from pipeline.testing.sinks import RecordingSink
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
@@ -181,18 +182,9 @@ def test_a_push_that_hangs_fails_as_git_push_naming_the_remote(
     recorded: list[str] = []
     with pytest.raises(RetryableError) as caught:
         publish(
-            run_id=1,
-            repo=repo,
-            tree=ws.git,
-            mirror=ws.mirror,
-            branch=ws.branch,
-            base_sha=ws.base_sha,
-            events=RecordingSink(),
-            stop=None,
-            retest=lambda: True,
-            resolve_conflict=None,
-            record_pushed=recorded.append,
-            limits=LIMITS,
+            scope_for(1, repo, ws, RecordingSink()),
+            PublishHooks(retest=lambda: True, record_pushed=recorded.append),
+            PublishOptions(limits=LIMITS),
         )
     assert caught.value.kind == "git_push" and recorded == []
     assert f"git push to {server.url('demo.git')} gave no data for 2s" in str(caught.value)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
 from pipeline.run.implement import ImplementOutcome, implement, run_test_gate
 from pipeline.sandbox import Jail
+from pipeline.testing.scopes import TreeSpec, scope_for
 from pipeline.testing.sinks import RecordingSink
 from tests.fakes.project_repo import (
     FAILING_TEST,
@@ -44,22 +46,15 @@ def _implement(
     agent: object,
     repo: RepoSettings | None = None,
     sink: EventSink | None = None,
-    **kwargs: object,
+    extra_prompt: str | None = None,
+    record: Callable[[Mapping[str, object]], None] | None = None,
 ) -> ImplementOutcome:
-    return implement(
-        run_id=42,
-        issue=ISSUE,
-        repo=repo or project.repo(),
-        agent=agent,  # type: ignore[arg-type]
-        workdir=project.root,
-        repo_root=project.root,
-        tree=project.tree,
-        env=base_env(),
-        home=project.home,
-        events=sink or RecordingSink(),
-        stop=None,
-        **kwargs,  # type: ignore[arg-type]
-    )
+    repo = repo or project.repo()
+    spec = TreeSpec(project.root, project.tree, base_env(), project.home)
+    agent_any: Any = agent
+    scope = scope_for(42, repo, spec.workspace(repo), sink or RecordingSink(), agent_any, ISSUE)
+    scope.ledger.record = record
+    return implement(scope, extra_prompt)
 
 
 def _scripted(project: Project, steps: list[Mapping[str, object]], **preset: object) -> object:
@@ -219,10 +214,10 @@ class _CostlyAgent:
 def test_run_budget_is_enforced_across_invocations(project: Project) -> None:
     """Cost adds up over fix attempts; the remaining budget is passed on; over it escalates."""
     agent = _CostlyAgent(0.6)
-    seen: list[AgentResult] = []
+    seen: list[Mapping[str, object]] = []
     with pytest.raises(EscalationError) as caught:
         repo = project.repo(max_budget_usd=1.0)
-        _implement(project, agent, repo=repo, on_agent_result=seen.append)
+        _implement(project, agent, repo=repo, record=seen.append)
     assert caught.value.reason == "budget" and "$1.2000" in str(caught.value)
     assert [request.max_budget_usd for request in agent.requests] == [1.0, pytest.approx(0.4)]
     assert agent.requests[1].resume_session == "s-1" and len(seen) == 2

@@ -98,13 +98,14 @@ def test_escalation_labels_blocked_and_says_what_to_do_once(
     assert run.issue_number is not None
     lifecycle = world.intake.lifecycle
     lifecycle.claimed(run, repo, NullSink())
-    for _ in range(2):
-        lifecycle.escalated(run, repo, "tests_never_green", "The tests failed 3 times.")
+    body = f"tests_never_green: The tests failed 3 times. Next: pipeline runs retry {run.id}"
+    posted = [lifecycle.ended(run.issue_number, repo, run.id, body, blocked=True) for _ in "ab"]
+    assert posted == [True, False]
     issue = fake.issue(SLUG, run.issue_number)
     assert issue.labels == [BLOCKED] and issue.state == "open"
-    [comment] = tagged(fake, run.issue_number, f"run={run.id}:escalated")
+    [comment] = tagged(fake, run.issue_number, f"run={run.id}:ended")
     assert "tests_never_green" in comment and "The tests failed 3 times." in comment
-    assert f"pipeline runs retry {run.id}" in comment and READY in comment
+    assert f"pipeline runs retry {run.id}" in comment
 
 
 def test_a_secret_in_an_escalation_never_reaches_the_issue_comment(
@@ -115,6 +116,9 @@ def test_a_secret_in_an_escalation_never_reaches_the_issue_comment(
     run = queued_run(fake, world)
     repo = world.settings.repos[0]
     assert run.issue_number is not None
-    world.intake.lifecycle.escalated(run, repo, "blocked", "needs SNTL-lifecycle-token-77aa now")
-    [comment] = tagged(fake, run.issue_number, f"run={run.id}:escalated")
+    lifecycle = world.intake.lifecycle
+    lifecycle.ended(
+        run.issue_number, repo, run.id, "needs SNTL-lifecycle-token-77aa now", blocked=True
+    )
+    [comment] = tagged(fake, run.issue_number, f"run={run.id}:ended")
     assert "needs *** now" in comment and "SNTL" not in comment

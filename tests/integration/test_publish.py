@@ -6,13 +6,21 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pipeline.config.settings import PushSettings, RepoSettings, WorkspaceSettings
 from pipeline.core.errors import EscalationError, RetryableError
 from pipeline.git.repo import GitRepo
-from pipeline.run.publish import PublishResult, find_pushed, publish
+from pipeline.run.publish import (
+    PublishHooks,
+    PublishOptions,
+    PublishResult,
+    find_pushed,
+    publish,
+)
+from pipeline.testing.scopes import scope_for
 from pipeline.testing.sinks import RecordingSink
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
@@ -81,25 +89,18 @@ class World:
     def remote_main(self) -> str:
         return git(self.remote, "rev-parse", "refs/heads/main")
 
-    def publish_as(self, repo: RepoSettings, **kw: object) -> PublishResult:
+    def publish_as(
+        self, repo: RepoSettings, remote_branch: str | None = None, **hooks: Any
+    ) -> PublishResult:
         """Publish run ``run_id`` from the slot through the mirror, as the flow does."""
-        fields: dict[str, object] = {
+        fields: dict[str, Any] = {
             "retest": lambda: True,
-            "resolve_conflict": None,
             "record_pushed": self.recorded.append,
-            **kw,
+            **hooks,
         }
-        return publish(
-            run_id=self.run_id,
-            repo=repo,
-            tree=self.tree,
-            mirror=self.ws.mirror,
-            branch=self.branch,
-            base_sha=self.base_sha,
-            events=self.events,
-            stop=None,
-            **fields,
-        )  # type: ignore[arg-type]
+        ws = replace(self.ws, base_sha=self.base_sha)
+        scope = scope_for(self.run_id, repo, ws, self.events)
+        return publish(scope, PublishHooks(**fields), PublishOptions(remote_branch=remote_branch))
 
     def publish(
         self,

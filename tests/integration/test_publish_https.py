@@ -11,9 +11,10 @@ import pytest
 from pipeline.config.settings import PushSettings, RepoSettings, SecretRef, WorkspaceSettings
 from pipeline.core.errors import FatalError
 from pipeline.git.cred import credential_env
-from pipeline.run.publish import publish
+from pipeline.run.publish import PublishHooks, publish
 from pipeline.testing.git_http import GitHttpServer
 from pipeline.testing.gitrepos import commit_to_remote
+from pipeline.testing.scopes import scope_for
 from pipeline.testing.sinks import RecordingSink
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
@@ -73,17 +74,8 @@ def run_publish(
     git(ws.path, "add", "-A")
     git(ws.path, "commit", "-q", "-m", f"Add f{run_id}\n\nAfk-Run: {run_id}")
     result = publish(
-        run_id=run_id,
-        repo=repo,
-        tree=ws.git,
-        mirror=ws.mirror,
-        branch=ws.branch,
-        base_sha=ws.base_sha,
-        events=sink,
-        stop=None,
-        retest=lambda: True,
-        resolve_conflict=None,
-        record_pushed=recorded.append,
+        scope_for(run_id, repo, ws, sink),
+        PublishHooks(retest=lambda: True, record_pushed=recorded.append),
     )
     return result.pushed_sha
 

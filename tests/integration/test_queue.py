@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import update
 
 from pipeline.config.settings import SchedulerSettings
-from pipeline.core.errors import EscalationError, FatalError, RetryableError
+from pipeline.core.errors import CancelRequested, EscalationError, FatalError, RetryableError
 from pipeline.queue.scheduler import RunContext, Scheduler
 from pipeline.store import EnqueueOptions, Run, Store
 from pipeline.store.models import RunRow
@@ -180,6 +180,21 @@ def test_timeout_kills_the_agent_and_fails_when_attempts_are_used(
     run = wait_for(lambda: terminal(store, run_id))
     assert (run.state, run.error_class) == ("failed", "timeout")
     assert not pid_alive(pid)
+
+
+def test_a_timeout_is_never_recorded_as_a_cancel(store: Store, scheduler_factory: Any) -> None:
+    """A pipeline that raises CancelRequested once stopped by its time limit ends ``timeout``."""
+
+    def stopped_agent(ctx: RunContext) -> str | None:
+        ctx.set_state("implementing")
+        ctx.stop.wait(60)
+        raise CancelRequested(f"tests stopped: {ctx.stop.reason}")  # as the test gate does
+
+    run_id = store.enqueue("alpha", EnqueueOptions(timeout_s=0.5, max_attempts=1)).run.id
+    scheduler_factory(stopped_agent)
+    run = wait_for(lambda: terminal(store, run_id))
+    assert (run.state, run.error_class) == ("failed", "timeout")
+    assert "time limit of 0.5 s" in (run.error or "")
 
 
 def test_queue_wait_does_not_count_toward_the_timeout(store: Store, scheduler_factory: Any) -> None:

@@ -1,23 +1,32 @@
-"""Recovery decisions on a real store: one fix-forward per broken run, evidence kept."""
+"""Recovery decisions on a real store: resolved, fix-forward, frozen or escalated, as values."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pipeline.config.settings import RepoSettings, Settings
+from pipeline.config.settings import RepoSettings, Settings, TrackerSettings
 from pipeline.core.errors import EscalationError
-from pipeline.run.recovery import FIX_FORWARD_PRIORITY, Recovery, Verdict
+from pipeline.core.states import (
+    FIX_FORWARD_PRIORITY,
+    DecisionKind,
+    RunState,
+    Verdict,
+    VerdictState,
+)
+from pipeline.run.budget import SpendLedger
+from pipeline.run.lifecycle import Lifecycle
+from pipeline.run.recovery import Recovery
+from pipeline.run.scope import RunScope
 from pipeline.store import EnqueueOptions, Run, Store
+from pipeline.testing.scopes import PLACEHOLDER_ISSUE
+from pipeline.testing.sinks import RecordingSink
+from pipeline.trackers.local import LocalTracker
 
-
-@dataclass
-class Ctx:
-    run: Run
+BROKEN = Verdict(VerdictState.BROKEN, "health: 500 Internal Server Error", "green", "broken")
 
 
 @pytest.fixture
@@ -28,50 +37,43 @@ def store(database_url: str) -> Iterator[Store]:
     s.close()
 
 
-@dataclass
-class Human:
-    """Records what a human would be told, through the tracker and the notifier."""
-
-    told: list[str] = field(default_factory=list)
-
-    def escalated(
-        self, run: Run, repo: RepoSettings, reason: str, message: str, resume: str | None = None
-    ) -> None:
-        self.told.append(f"issue: {reason}: {resume}")
-
-    def notify(
-        self, title: str, body: str, *, kind: str, events: Any, run_id: int | None = None
-    ) -> None:
-        self.told.append(f"{kind}: {title}: {body}")
-
-
-def _recovery(
-    store: Store, tmp_path: Path, human: Human | None = None
-) -> tuple[Recovery, RepoSettings]:
-    repo = RepoSettings(name="web", tracker="local", slug="acme/web", remote_url="x")
-    settings = Settings(database_url=store.url, volume=tmp_path, repos=(repo,))
+def _recovery(store: Store, tmp_path: Path, **repo: Any) -> tuple[Recovery, RepoSettings]:
+    settings_repo = RepoSettings(
+        name="web", tracker="local", slug="acme/web", remote_url="x", **repo
+    )
+    settings = Settings(database_url=store.url, volume=tmp_path, repos=(settings_repo,))
     store.sync_repos(settings.repos)
-    none: Any = None
-    human_any: Any = human
-    return Recovery(settings, store, human_any, none, human_any), repo
+    tracker = TrackerSettings(name="local", kind="local")
+    local = LocalTracker(tracker, store, {"acme/web": "web"})
+    lifecycle = Lifecycle(store, {"local": local}, {"local": tracker})
+    return Recovery(settings, store, lifecycle), settings_repo
+
+
+def _scope(run: Run, repo: RepoSettings) -> RunScope:
+    return RunScope(
+        run_id=run.id,
+        repo=repo,
+        issue=PLACEHOLDER_ISSUE,
+        events=RecordingSink(),
+        stop=None,
+        ledger=SpendLedger(repo),
+        agent=lambda: pytest.fail("no agent in a recovery test"),
+    )
 
 
 def _finished(store: Store, run: Run, state: str, error_class: str) -> Run:
     claimed = store.claim_next("tester", max_concurrency=5, lease_s=30)
     assert claimed is not None and claimed.id == run.id
-    if state in ("failed", "escalated", "cancelled", "succeeded"):
-        return store.finish(
-            run.id, "tester", claimed.attempt, state, error_class=error_class, error="boom"
-        )
-    raise AssertionError(state)
+    return store.finish(
+        run.id, "tester", claimed.attempt, state, error_class=error_class, error="boom"
+    )
 
 
 def test_a_fix_forward_ending_without_healing_freezes_the_repo(
     store: Store, tmp_path: Path
 ) -> None:
     """A failed fix-forward freezes its repo (deploy still broken); a chained one does not."""
-    human = Human()
-    recovery, _ = _recovery(store, tmp_path, human)
+    recovery, _ = _recovery(store, tmp_path)
     parent = store.enqueue("web").run
     chained = _finished(
         store,
@@ -82,7 +84,7 @@ def test_a_fix_forward_ending_without_healing_freezes_the_repo(
         "failed",
         "deploy_broken",
     )
-    recovery.on_finished(chained)
+    assert recovery.freeze_unhealed(chained) is False
     assert not store.get_repo("web").frozen  # type: ignore[union-attr]
     crashed = _finished(
         store,
@@ -93,38 +95,77 @@ def test_a_fix_forward_ending_without_healing_freezes_the_repo(
         "failed",
         "agent_crash",
     )
-    recovery.on_finished(crashed)
+    assert recovery.freeze_unhealed(crashed) is True
     repo = store.get_repo("web")
     assert repo is not None and repo.frozen and repo.frozen_run_id == crashed.id
-    assert any("unfreeze web" in line for line in human.told)
+    assert [e.reason for e in store.list_escalations("web")] == ["frozen"]
+    assert recovery.freeze_unhealed(crashed) is False  # frozen once
 
 
-def test_an_escalated_fix_forward_freezes_and_says_how_to_resume(
-    store: Store, tmp_path: Path
-) -> None:
-    """A blocked fix-forward freezes the repo, one escalation row, and names `repos unfreeze`."""
-    human = Human()
-    recovery, repo = _recovery(store, tmp_path, human)
+def test_an_escalated_fix_forward_freezes_and_decides_frozen(store: Store, tmp_path: Path) -> None:
+    """A blocked fix-forward freezes the repo, records one escalation and returns FROZEN."""
+    recovery, repo = _recovery(store, tmp_path)
     parent = store.enqueue("web").run
     fix = store.enqueue(
         "web",
         EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=parent.id),
     ).run
-    recovery.escalate(Ctx(fix), repo, None, EscalationError("blocked", "cannot see the cause"))  # type: ignore[arg-type]
+    exc = EscalationError("blocked", "cannot see the cause")
+    decision = recovery.escalate(_scope(fix, repo), fix, exc)
+    assert decision.kind == DecisionKind.FROZEN and decision.needs_human
+    assert decision.outcome.state == RunState.ESCALATED
+    assert decision.outcome.error_class == "blocked"
     frozen = store.get_repo("web")
     assert frozen is not None and frozen.frozen
     assert [e.reason for e in store.list_escalations("web")] == ["blocked"]
-    assert human.told[0] == 'issue: blocked: pipeline repos unfreeze web --note "what you did"'
-    assert human.told[1].startswith("freeze: ")
+
+
+def test_an_escalated_issue_run_is_not_frozen(store: Store, tmp_path: Path) -> None:
+    """An issue run's escalation records one row and decides ESCALATED, the repo stays active."""
+    recovery, repo = _recovery(store, tmp_path)
+    run = store.enqueue("web").run
+    decision = recovery.escalate(_scope(run, repo), run, EscalationError("tests_red", "red"))
+    assert decision.kind == DecisionKind.ESCALATED
+    assert not store.get_repo("web").frozen  # type: ignore[union-attr]
+
+
+def test_a_broken_deploy_decides_fix_forward_then_frozen(store: Store, tmp_path: Path) -> None:
+    """Broken with fix-forwards left queues one; broken at the bound freezes, never raising."""
+    recovery, repo = _recovery(store, tmp_path, max_fix_forwards=1)
+    parent = store.enqueue("web").run
+    first = recovery.decide(_scope(parent, repo), parent, "a" * 40, BROKEN)
+    assert first.kind == DecisionKind.FIX_FORWARD and first.child_run_id is not None
+    assert first.outcome.state == RunState.FAILED
+    assert first.outcome.error_class == "deploy_broken"
+    child = store.get_run(first.child_run_id)
+    assert child is not None
+    last = recovery.decide(_scope(child, repo), child, "b" * 40, BROKEN)
+    assert last.kind == DecisionKind.FROZEN and last.outcome.error_class == "frozen"
+    assert store.get_repo("web").frozen  # type: ignore[union-attr]
+
+
+def test_healthy_and_inconclusive_verdicts(store: Store, tmp_path: Path) -> None:
+    """Healthy resolves with a summary; inconclusive escalates ``deploy_inconclusive``."""
+    recovery, repo = _recovery(store, tmp_path)
+    run = store.enqueue("web").run
+    healthy = Verdict(VerdictState.HEALTHY, "ok", "green", "healthy")
+    resolved = recovery.decide(_scope(run, repo), run, "c" * 40, healthy)
+    assert resolved.kind == DecisionKind.RESOLVED and not resolved.needs_human
+    assert resolved.outcome.state == RunState.SUCCEEDED and "cccccccccccc" in (
+        resolved.outcome.summary or ""
+    )
+    unsure = Verdict(VerdictState.INCONCLUSIVE, "CI: none appeared", "-", "not watched")
+    escalated = recovery.decide(_scope(run, repo), run, "c" * 40, unsure)
+    assert escalated.kind == DecisionKind.ESCALATED
+    assert escalated.outcome.error_class == "deploy_inconclusive"
 
 
 def test_a_repeated_watch_queues_one_fix_forward(store: Store, tmp_path: Path) -> None:
     """Judging the same broken run twice (a crash mid-watch) queues one fix-forward."""
     recovery, repo = _recovery(store, tmp_path)
     parent = store.enqueue("web").run
-    verdict = Verdict("broken", "health: 500 Internal Server Error", "green", "broken")
-    first = recovery._fix_forward_child(Ctx(parent), repo, None, "a" * 40, verdict)  # type: ignore[arg-type]
-    again = recovery._fix_forward_child(Ctx(parent), repo, None, "a" * 40, verdict)  # type: ignore[arg-type]
+    first = recovery._fix_forward_child(_scope(parent, repo), parent, "a" * 40, BROKEN)
+    again = recovery._fix_forward_child(_scope(parent, repo), parent, "a" * 40, BROKEN)
     assert first.id == again.id
     assert [r.id for r in store.children(parent.id)] == [first.id]
     assert first.kind == "fix_forward" and first.priority == FIX_FORWARD_PRIORITY

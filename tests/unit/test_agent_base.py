@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.agents import AgentRequest, AgentResult, build_agent, classify_result
-from pipeline.agents.base import blocked_reason, check_process, summarise
+from pipeline.agents.base import blocked_reason, check_process, outcome_words, summarise
 from pipeline.agents.claude import ClaudeAgent, claude_argv, tool_summary
 from pipeline.agents.codex import CodexAgent, codex_argv
 from pipeline.agents.command import CommandAgent, command_argv
@@ -249,3 +249,11 @@ def test_request_repr_hides_the_environment(tmp_path: Path) -> None:
     """A request printed in a log never shows the env it carries."""
     request = AgentRequest("p", tmp_path, {"ANTHROPIC_API_KEY": "sk-secret"}, tmp_path)
     assert "sk-secret" not in repr(request)
+
+
+def test_an_api_error_is_never_told_as_success() -> None:
+    """A 529 result whose subtype says "success" is described as the API error it is."""
+    overloaded = AgentResult(subtype="success", is_error=True, api_error_status=529)
+    assert outcome_words(overloaded) == "API error 529 (success)"
+    assert outcome_words(AgentResult(subtype="error_exit", is_error=True)) == "error (error_exit)"
+    assert outcome_words(AgentResult(subtype="success")) == "success"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config.settings import NotifySettings, SecretRef
-from pipeline.notify.apprise import EscalationNotice, Notifier, escalation_message
+from pipeline.notify.apprise import Notifier
 from pipeline.notify.channels import describe_channel, parse_urls
+from pipeline.notify.escalation import EndingText, ending_message
 from pipeline.testing.sinks import RecordingSink
 
 
@@ -31,15 +32,16 @@ def test_url_list_skips_blanks_and_comments() -> None:
     assert parse_urls(None) == []
 
 
-def test_escalation_message_for_a_frozen_repo() -> None:
+def test_ending_message_for_a_frozen_repo() -> None:
     """A freeze says what happened, what was kept where, and the unfreeze command."""
-    title, body = escalation_message(
-        EscalationNotice(
+    title, body = ending_message(
+        EndingText(
             repo="web app",
             run_id=42,
+            headline="frozen",
             reason="deploy_broken",
-            what_happened="The deploy of abc123 failed its health probe twice after fix-forwards.",
-            kept={"evidence": "/vol/frozen/42", "worktree": "/vol/frozen/42/worktree"},
+            what_happened="The deploy of abc123 failed its health probe after fix-forwards.",
+            kept=(("evidence", "/vol/frozen/42"), ("worktree", "/vol/frozen/42/worktree")),
             frozen=True,
             issue_url="https://forge.invalid/o/r/issues/7",
             sha="abc123",
@@ -52,20 +54,21 @@ def test_escalation_message_for_a_frozen_repo() -> None:
     assert "pipeline runs retry" not in body
 
 
-def test_escalation_message_for_a_run() -> None:
-    """An escalated run in an active repo resumes with runs retry."""
-    _, body = escalation_message(
-        EscalationNotice(
+def test_ending_message_for_a_run() -> None:
+    """An escalated run in an active repo resumes with runs retry, or with its label."""
+    _, body = ending_message(
+        EndingText(
             repo="api",
             run_id=9,
+            headline="escalated",
             reason="conflict",
             what_happened="Rebase conflict in a.py.",
-            kept=[("branch", "afk/run-9")],
-            frozen=False,
+            kept=(("branch", "afk/run-9"),),
+            ready_label="ready-for-agent",
         )
     )
     assert "pipeline runs retry 9" in body and "unfreeze" not in body
-    assert "  - branch: afk/run-9" in body
+    assert "  - branch: afk/run-9" in body and "`ready-for-agent` again" in body
 
 
 def test_success_is_not_sent_unless_enabled(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ from pipeline.watch.ci import (
     judge_woodpecker,
     watch_ci,
 )
+from pipeline.watch.pacing import Pacing
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 GREEN = "6dcb09b5b57875f334f61aebed695e2e4193db5e"
@@ -186,7 +187,7 @@ def test_watch_returns_the_verdict_once_ci_finishes() -> None:
         CiState("pending"),
         CiState("failure", ("check test: failure",), "https://ci/1"),
     )
-    outcome = watch_ci(source, GREEN, CI, sink, None, clock=clock, sleep=clock.sleep)
+    outcome = watch_ci(source, GREEN, CI, sink, None, pacing=Pacing(clock, clock.sleep))
     assert (outcome.state, outcome.log_hint) == ("failure", "https://ci/1")
     assert clock.now == 30
     assert [data["state"] for _, _, data in sink.of_kind("ci")] == ["none", "pending", "failure"]
@@ -196,7 +197,12 @@ def test_no_ci_appearing_is_inconclusive() -> None:
     """Nothing reported within appear_timeout_s ends the watch as none_appeared."""
     clock = FakeClock()
     outcome = watch_ci(
-        Scripted(CiState("none")), GREEN, CI, RecordingSink(), None, clock=clock, sleep=clock.sleep
+        Scripted(CiState("none")),
+        GREEN,
+        CI,
+        RecordingSink(),
+        None,
+        pacing=Pacing(clock, clock.sleep),
     )
     assert outcome.state == "none_appeared" and outcome.inconclusive
     assert clock.now == 60
@@ -211,8 +217,7 @@ def test_ci_pending_forever_times_out_inconclusive() -> None:
         CI,
         RecordingSink(),
         None,
-        clock=clock,
-        sleep=clock.sleep,
+        pacing=Pacing(clock, clock.sleep),
     )
     assert outcome.state == "timeout" and outcome.inconclusive
     assert "check test: in_progress" in outcome.detail and clock.now == 600
@@ -222,7 +227,7 @@ def test_transient_errors_are_polled_through() -> None:
     """A retryable source error is recorded and the watch keeps polling."""
     clock, sink = FakeClock(), RecordingSink()
     source = Scripted(RetryableError("ci_network", "connection reset"), CiState("success"))
-    outcome = watch_ci(source, GREEN, CI, sink, None, clock=clock, sleep=clock.sleep)
+    outcome = watch_ci(source, GREEN, CI, sink, None, pacing=Pacing(clock, clock.sleep))
     assert outcome.state == "success"
     assert any("connection reset" in message for _, message, _ in sink.of_kind("ci"))
 

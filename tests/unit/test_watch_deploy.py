@@ -13,6 +13,7 @@ from pipeline.watch.deploy import (
     version_matches,
     watch_deploy,
 )
+from pipeline.watch.pacing import Pacing
 
 PROBE = ProbeSettings(kind="http", url="http://127.0.0.1:9/health")
 SHA = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -59,8 +60,7 @@ def analyse(
         SHA,
         sink,
         None,  # type: ignore[arg-type]
-        clock=clock,
-        sleep=clock.sleep,
+        pacing=Pacing(clock, clock.sleep),
         probe_runner=scripted(*statuses),
     )
     return outcome, clock, sink
@@ -118,7 +118,7 @@ def test_stop_ends_the_analysis_inconclusive() -> None:
         SHA,
         RecordingSink(),
         stop,
-        sleep=lambda s: None,
+        pacing=Pacing(sleep=lambda s: None),
         probe_runner=scripted("ok"),
     )
     assert outcome.verdict == "inconclusive" and "stopped" in outcome.evidence

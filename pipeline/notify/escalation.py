@@ -1,0 +1,85 @@
+"""Every text that tells a human how a run ended, built by one function.
+
+The issue comment and the notification of a run's ending say the same
+three things: what happened, what was kept and where, and the exact next
+step (``pipeline runs retry N``, or ``pipeline repos unfreeze`` when the repo
+is frozen). ``ending_message`` builds both, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from pipeline.core.events import EventSink
+
+NotifyKind = Literal["escalation", "freeze", "success"]
+
+
+class Notifies(Protocol):
+    """The notify entry point (``pipeline.notify.apprise.Notifier`` provides it)."""
+
+    def notify(
+        self,
+        title: str,
+        body: str,
+        *,
+        kind: NotifyKind,
+        events: EventSink,
+        run_id: int | None = None,
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class EndingText:
+    """The facts of one ending; ``ending_message`` turns them into words."""
+
+    repo: str
+    run_id: int
+    headline: str  # succeeded | failed | escalated | cancelled | timed out | frozen
+    reason: str  # the error class or escalation reason ("" for a success)
+    what_happened: str
+    kept: tuple[tuple[str, str], ...] = ()  # (what, where)
+    frozen: bool = False
+    retryable: bool = True  # False for a success: there is nothing to retry
+    ready_label: str | None = None  # labelling the issue again also retries it
+    issue_url: str | None = None
+    sha: str | None = None
+
+
+def unfreeze_command(repo: str) -> str:
+    return f'pipeline repos unfreeze {shlex.quote(repo)} --note "what you found and fixed"'
+
+
+def next_step(text: EndingText) -> str:
+    """The exact command a human runs next, in one line."""
+    if text.frozen:
+        return unfreeze_command(text.repo)
+    if not text.retryable:
+        return f"pipeline runs show {text.run_id}"
+    return f"pipeline runs retry {text.run_id}"
+
+
+def ending_title(text: EndingText) -> str:
+    why = f" ({text.reason})" if text.reason else ""
+    return f"[afk-pipeline] {text.repo}: run {text.run_id} {text.headline}{why}"
+
+
+def ending_message(text: EndingText) -> tuple[str, str]:
+    """Title and body: what happened, what was kept where, and the next step."""
+    head = f"Repo {text.repo}, run {text.run_id}" + (f", commit {text.sha}" if text.sha else "")
+    lines = [f"{head}: {text.headline}.", "", "What happened:", f"  {text.what_happened.strip()}"]
+    if text.issue_url:
+        lines += ["", f"Issue: {text.issue_url}"]
+    if text.retryable:
+        lines += ["", "What was kept (nothing was reverted or deleted):"]
+        lines += [f"  - {label}: {where}" for label, where in text.kept] or ["  - nothing"]
+    lines += ["", "Next step:" if not text.retryable else "Next step, after fixing the cause:"]
+    lines.append(f"  {next_step(text)}")
+    if text.frozen:
+        lines.append("  (the repo's queue stays stopped until then)")
+    elif text.retryable and text.ready_label:
+        lines.append(f"  (or label the issue `{text.ready_label}` again)")
+    lines.append(f"  Review: pipeline runs show {text.run_id}")
+    return ending_title(text), "\n".join(lines)

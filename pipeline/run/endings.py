@@ -1,0 +1,278 @@
+"""One ending policy for every terminal run, whoever ended it.
+
+A run ends succeeded, failed, escalated, cancelled, timed out (``failed``
+with the error class ``timeout``) or frozen (escalated with its repo
+frozen). Whether the worker, the sweeper, a cancel or recovery wrote that
+ending, ``Endings.announce`` then does the same four things once:
+
+1. one log line an operator can grep (``run 12 ended failed ...``), at
+   WARNING or ERROR when a human is needed;
+2. the issue's labels: ``agent-working`` removed, ``agent-blocked`` added
+   when a human is needed;
+3. one comment (marked, so never posted twice) saying what happened, what was
+   kept where, and the exact next command;
+4. one notification with the same text (claimed in the store first, so a
+   second replica or a repeated pass never sends it twice).
+
+The scheduler calls ``announce`` as each of its runs ends; ``sweep`` runs
+periodically and announces endings written elsewhere (the sweeper, a cancel
+of a waiting run from the CLI, a replica that died mid-announcement).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+from pipeline.config.settings import RepoSettings, Settings
+from pipeline.core.events import EventSink
+from pipeline.core.states import (
+    DEPLOY_BROKEN_CLASS,
+    TERMINAL_STATES,
+    TIMEOUT_CLASS,
+    RunState,
+)
+from pipeline.notify.escalation import (
+    EndingText,
+    Notifies,
+    NotifyKind,
+    ending_message,
+    next_step,
+)
+from pipeline.run.lifecycle import Lifecycle
+from pipeline.run.recovery import Recovery
+from pipeline.store import Run, RunFilter, Store
+
+log = logging.getLogger(__name__)
+
+# At start-up, endings this recent that were never announced are announced.
+LOOKBACK = timedelta(hours=1)
+SWEEP_LIMIT = 200
+
+
+class Endings:
+    """Tells the log, the issue and the humans how each run ended, exactly once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        lifecycle: Lifecycle,
+        recovery: Recovery,
+        notifier: Notifies,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.lifecycle = lifecycle
+        self.recovery = recovery
+        self.notifier = notifier
+        self.since = datetime.now(UTC).replace(tzinfo=None) - LOOKBACK
+        self._logged: set[int] = set()
+        self._frozen: dict[str, bool] = {}
+        self._lock = threading.Lock()
+
+    # -- one run ------------------------------------------------------------------
+
+    def announce(self, run: Run) -> None:
+        """Apply the ending policy to a terminal ``run``; a no-op once done."""
+        with self._lock:  # the worker's call and the periodic pass may meet here
+            self._announce(run)
+
+    def _announce(self, run: Run) -> None:
+        if run.state not in TERMINAL_STATES or self.store.has_side_effect(_done_key(run)):
+            return
+        repo = self.settings.repo(run.repo_name)
+        if repo is None:
+            log.warning(
+                "run %s ended %s; repo %s is no longer configured", run.id, run.state, run.repo_name
+            )
+            return
+        self.recovery.freeze_unhealed(run)
+        text = self.describe(run, repo)
+        self._log(run, text)
+        if text is not None:
+            self._record_escalation(run, text)
+            self._tell_issue(run, repo, text)
+            self._notify(run, text)
+        self.store.claim_side_effect(_done_key(run), run_id=run.id)
+
+    def describe(self, run: Run, repo: RepoSettings) -> EndingText | None:
+        """The facts of ``run``'s ending; None for a link in a fix-forward chain."""
+        if run.state == RunState.FAILED and run.error_class == DEPLOY_BROKEN_CLASS:
+            return None  # its fix-forward child carries the story on
+        record = self.store.get_repo(repo.name)
+        frozen = record is not None and record.frozen
+        root = self.recovery.chain_root(run)
+        return EndingText(
+            repo=repo.name,
+            run_id=run.id,
+            headline=_headline(
+                run, frozen and record is not None and record.frozen_run_id == run.id
+            ),
+            reason=_reason(run),
+            what_happened=_what_happened(run),
+            kept=self._kept(run),
+            frozen=frozen and run.state != RunState.SUCCEEDED,
+            retryable=run.state != RunState.SUCCEEDED,
+            ready_label=self.lifecycle.ready_label(repo) if root.issue_number else None,
+            issue_url=root.issue_url,
+            sha=run.pushed_sha,
+        )
+
+    def _kept(self, run: Run) -> tuple[tuple[str, str], ...]:
+        if run.state == RunState.SUCCEEDED:
+            return ()
+        kept = [
+            ("worktree", str(e.data.get("path")))
+            for e in self.store.run_events(run.id)
+            if e.kind == "kept"
+        ]
+        if not kept and run.branch:
+            kept.append(("branch", f"{run.branch} (in the repo's checkout)"))
+        if run.pushed_sha:
+            kept.append(("pushed commit", f"{run.pushed_sha} on {run.repo_name}"))
+        return tuple(kept)
+
+    def _log(self, run: Run, text: EndingText | None) -> None:
+        if run.id in self._logged:
+            return
+        self._logged.add(run.id)
+        if text is None:
+            log.warning(
+                "run %s ended failed (%s): %s", run.id, run.error_class, _first_line(run.error)
+            )
+            return
+        level = logging.INFO
+        if text.retryable and run.state != RunState.CANCELLED:
+            level = logging.ERROR if text.frozen else logging.WARNING
+        why = f" ({text.reason})" if text.reason else ""
+        log.log(
+            level,
+            "run %s ended %s%s: repo %s: %s; next: %s",
+            run.id,
+            text.headline,
+            why,
+            text.repo,
+            _first_line(text.what_happened),
+            next_step(text),
+        )
+
+    def _record_escalation(self, run: Run, text: EndingText) -> None:
+        """Failed runs get an escalation row too (escalated ones got theirs from recovery)."""
+        if run.state != RunState.FAILED:
+            return
+        if self.store.claim_side_effect(f"escalation:run={run.id}", run_id=run.id):
+            self.store.add_escalation(
+                text.repo, text.reason or "failed", text.what_happened, run.id
+            )
+
+    def _tell_issue(self, run: Run, repo: RepoSettings, text: EndingText) -> None:
+        if run.state == RunState.SUCCEEDED:
+            return  # recovery posted the resolution and closed the issue
+        root = self.recovery.chain_root(run)
+        if root.issue_number is None:
+            return
+        _, body = ending_message(text)
+        blocked = run.state != RunState.CANCELLED
+        self.lifecycle.ended(root.issue_number, repo, run.id, body, blocked=blocked)
+
+    def _notify(self, run: Run, text: EndingText) -> None:
+        kind: NotifyKind = "success" if not text.retryable else "escalation"
+        if text.frozen:
+            kind = "freeze"
+        if kind == "success" and not self.settings.notify.notify_success:
+            return
+        if not self.store.claim_side_effect(f"notify:run={run.id}:ended", run_id=run.id):
+            return
+        title, body = ending_message(text)
+        self.notifier.notify(title, body, kind=kind, events=self._events(run.id), run_id=run.id)
+
+    def _events(self, run_id: int) -> EventSink:
+        """The run's timeline without the lease: the run has ended, its fenced sink refuses."""
+
+        def record(kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
+            self.store.record_event(run_id, kind, message, data)
+
+        return record
+
+    # -- periodically ---------------------------------------------------------------
+
+    def sweep(self) -> int:
+        """Announce recent endings nobody announced; log freezes and unfreezes. How many."""
+        self._watch_freezes()
+        done = 0
+        for state in TERMINAL_STATES:
+            for run in self.store.list_runs(RunFilter(state=state, limit=SWEEP_LIMIT)):
+                if run.finished_at is None or run.finished_at < self.since:
+                    continue
+                if self.store.has_side_effect(_done_key(run)):
+                    continue
+                try:
+                    self.announce(run)
+                    done += 1
+                except Exception as exc:  # the tracker may be down: the next pass retries
+                    log.warning("run %s: ending not announced yet (%s)", run.id, exc)
+        return done
+
+    def _watch_freezes(self) -> None:
+        for repo in self.settings.repos:
+            record = self.store.get_repo(repo.name)
+            if record is None:
+                continue
+            before = self._frozen.get(repo.name)
+            self._frozen[repo.name] = record.frozen
+            if record.frozen and before is not True:
+                log.error(
+                    "repo %s frozen by %s (run %s): %s; resume with: "
+                    'pipeline repos unfreeze %s --note "..."',
+                    repo.name,
+                    record.frozen_by,
+                    record.frozen_run_id,
+                    _first_line(record.frozen_reason),
+                    repo.name,
+                )
+            elif before and not record.frozen:
+                log.warning("repo %s unfrozen; its queue runs again", repo.name)
+
+
+def _done_key(run: Run) -> str:
+    return f"ending:run={run.id}"
+
+
+def _headline(run: Run, frozen_here: bool) -> str:
+    if frozen_here and run.state != RunState.SUCCEEDED:
+        return "frozen"
+    if run.error_class == TIMEOUT_CLASS:
+        return "timed out"
+    return str(run.state)
+
+
+def _reason(run: Run) -> str:
+    if run.state == RunState.SUCCEEDED or run.error_class in (None, run.state):
+        return ""
+    return run.error_class or ""
+
+
+def _what_happened(run: Run) -> str:
+    error = (run.error or "").strip()
+    if run.state == RunState.SUCCEEDED:
+        return run.summary or "the run succeeded"
+    if run.error_class == TIMEOUT_CLASS:
+        limit = f" of {run.timeout_s:g} s" if run.timeout_s else ""
+        return f"The run hit its time limit{limit} ({_attempts(run)}): {error}"
+    if run.state == RunState.FAILED:
+        return f"The run failed for good ({_attempts(run)}): {error}"
+    if run.state == RunState.CANCELLED:
+        return f"The run was {error or 'cancelled'}."
+    return error or "the run needs a human"
+
+
+def _attempts(run: Run) -> str:
+    count = max(run.failures, 1)
+    return f"{count} attempt{'s' if count != 1 else ''}"
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""

@@ -1,0 +1,167 @@
+"""The ending policy on a real store and the local tracker: one comment, one notice, labels."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pipeline.config.settings import RepoSettings, Settings, TrackerSettings
+from pipeline.core.events import EventSink
+from pipeline.run.endings import Endings
+from pipeline.run.lifecycle import Lifecycle
+from pipeline.run.recovery import Recovery
+from pipeline.store import EnqueueOptions, Run, SeenIssue, Store
+from pipeline.trackers.local import LocalTracker
+
+WORKING, BLOCKED = "agent-working", "agent-blocked"
+
+
+@dataclass
+class Inbox:
+    """Every notification sent, as (kind, title, body)."""
+
+    sent: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def notify(
+        self, title: str, body: str, *, kind: str, events: EventSink, run_id: int | None = None
+    ) -> None:
+        self.sent.append((kind, title, body))
+
+
+@dataclass
+class World:
+    store: Store
+    endings: Endings
+    inbox: Inbox
+    recovery: Recovery
+
+    def issue_run(self, **enqueue: object) -> tuple[int, Run]:
+        """A local issue labelled ``agent-working`` and its run, claimed by a worker."""
+        local = self.store.add_local_issue("web", "Add a thing", labels=(WORKING,))
+        issue = self.store.upsert_issue(
+            "web",
+            SeenIssue(
+                tracker="local",
+                number=local.id,
+                title=local.title,
+                author="alice",
+                url=f"local://web/issues/{local.id}",
+            ),
+        )
+        options = EnqueueOptions(issue_id=issue.id, **enqueue)  # type: ignore[arg-type]
+        run = self.store.enqueue("web", options).run
+        claimed = self.store.claim_next("w", max_concurrency=5, lease_s=60)
+        assert claimed is not None and claimed.id == run.id
+        return local.id, claimed
+
+    def finish(self, run: Run, state: str, error_class: str | None, error: str) -> Run:
+        return self.store.finish(
+            run.id, "w", run.attempt, state, error_class=error_class, error=error
+        )
+
+    def labels(self, number: int) -> tuple[str, ...]:
+        issue = self.store.get_local_issue(number)
+        assert issue is not None
+        return tuple(issue.labels)
+
+    def comments(self, number: int) -> list[str]:
+        return [c.body for c in self.store.local_comments(number)]
+
+
+@pytest.fixture
+def world(database_url: str, tmp_path: Path) -> Iterator[World]:
+    store = Store(database_url)
+    store.upgrade()
+    repo = RepoSettings(name="web", tracker="local", slug="acme/web", remote_url="x")
+    tracker = TrackerSettings(name="local", kind="local")
+    settings = Settings(database_url=store.url, volume=tmp_path, repos=(repo,), trackers=(tracker,))
+    store.sync_repos(settings.repos)
+    local = LocalTracker(tracker, store, {"acme/web": "web"})
+    lifecycle = Lifecycle(store, {"local": local}, {"local": tracker})
+    recovery = Recovery(settings, store, lifecycle)
+    inbox = Inbox()
+    yield World(store, Endings(settings, store, lifecycle, recovery, inbox), inbox, recovery)
+    store.close()
+
+
+def test_a_failed_run_tells_once_and_unlabels(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Failed for good: blocked not working, one comment with the cause and retry, one notice."""
+    number, run = world.issue_run(max_attempts=1)
+    ended = world.finish(run, "failed", "push_auth", "the remote refused the token")
+    with caplog.at_level(logging.INFO, logger="pipeline.run.endings"):
+        world.endings.announce(ended)
+        world.endings.announce(ended)
+        world.endings.sweep()
+    assert WORKING not in world.labels(number) and BLOCKED in world.labels(number)
+    (comment,) = world.comments(number)
+    assert "refused the token" in comment and f"pipeline runs retry {run.id}" in comment
+    assert "frozen" not in comment
+    (notice,) = world.inbox.sent
+    assert notice[0] == "escalation" and f"run {run.id} failed (push_auth)" in notice[1]
+    assert [e.reason for e in world.store.list_escalations("web")] == ["push_auth"]
+    lines = [r for r in caplog.records if f"run {run.id} ended" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+
+
+def test_a_timed_out_run_says_so(world: World) -> None:
+    """A run stopped by its time limit is told as timed out, never as cancelled."""
+    number, run = world.issue_run(max_attempts=1, timeout_s=30)
+    ended = world.finish(run, "failed", "timeout", "the run hit its time limit of 30 s")
+    world.endings.announce(ended)
+    (comment,) = world.comments(number)
+    assert "timed out" in comment and "time limit of 30 s" in comment
+    assert "cancel" not in comment
+    assert f"run {run.id} timed out (timeout)" in world.inbox.sent[0][1]
+
+
+def test_a_cancelled_run_is_unlabelled_but_not_blocked(world: World) -> None:
+    """Cancelled: agent-working goes, no agent-blocked; the comment names the retry."""
+    number, run = world.issue_run()
+    ended = world.finish(run, "cancelled", "cancelled", "cancelled while running")
+    world.endings.announce(ended)
+    assert world.labels(number) == ()
+    (comment,) = world.comments(number)
+    assert "cancelled" in comment and f"pipeline runs retry {run.id}" in comment
+    assert len(world.inbox.sent) == 1
+
+
+def test_a_frozen_ending_names_the_unfreeze(world: World) -> None:
+    """Escalated with the repo frozen by this run: the next step is the unfreeze command."""
+    number, run = world.issue_run()
+    world.recovery.freeze("web", "deploy still broken", run.id)
+    ended = world.finish(run, "escalated", "frozen", "deploy of abc still broken")
+    world.endings.announce(ended)
+    (comment,) = world.comments(number)
+    assert "pipeline repos unfreeze web" in comment and "runs retry" not in comment
+    kind, title, _ = world.inbox.sent[0]
+    assert kind == "freeze" and f"run {run.id} frozen (frozen)" in title
+
+
+def test_a_broken_deploy_link_of_a_chain_posts_nothing(world: World) -> None:
+    """A run whose fix-forward child carries on (deploy_broken) is only logged."""
+    number, run = world.issue_run()
+    ended = world.finish(run, "failed", "deploy_broken", "fix-forward run 9 is healing it")
+    world.endings.announce(ended)
+    assert world.comments(number) == [] and world.inbox.sent == []
+    assert WORKING in world.labels(number)
+
+
+def test_the_sweep_announces_endings_written_elsewhere(world: World) -> None:
+    """A waiting run cancelled from the CLI (no worker) is announced by the periodic sweep."""
+    local = world.store.add_local_issue("web", "Queued thing", labels=(WORKING,))
+    issue = world.store.upsert_issue(
+        "web",
+        SeenIssue(tracker="local", number=local.id, title="Queued thing", author="a", url="u"),
+    )
+    run = world.store.enqueue("web", EnqueueOptions(issue_id=issue.id)).run
+    world.store.cancel_run(run.id, by="cli")
+    assert world.endings.sweep() == 1
+    assert world.endings.sweep() == 0
+    assert world.labels(local.id) == () and len(world.comments(local.id)) == 1
+    assert "cancelled by cli" in world.comments(local.id)[0]
