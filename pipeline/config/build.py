@@ -197,5 +197,7 @@ def _overrides(
         return ()
     base = preset or BUILTIN_AGENTS["claude"]
     built = _agent(base.name, options, where, problems, base)
-    keys = {"api_key" if k.startswith("api_key_") else k for k in options.model_fields_set}
+    keys = {
+        "api_key" if k in ("api_key_env", "api_key_file") else k for k in options.model_fields_set
+    }
     return tuple((key, getattr(built, key)) for key in sorted(keys))

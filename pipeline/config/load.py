@@ -58,54 +58,35 @@ def _database(raw: str) -> str:
     return f"sqlite:///{Path.cwd() / rest}" if relative and rest != ":memory:" else raw
 
 
-# Variable: (help, key path it overrides, how its text becomes a TOML value).
-_ENV: dict[str, tuple[str, tuple[str, ...], Callable[[str], object]]] = {
-    "PIPELINE_DATABASE_URL": (
-        "history database: sqlite:///PATH or postgresql://USER@HOST/DB (overrides database_url)",
-        ("database_url",),
-        _database,
-    ),
-    "PIPELINE_VOLUME": (
-        "directory for checkouts, caches and evidence (overrides volume)",
-        ("volume",),
-        lambda raw: str(Path(raw).expanduser().absolute()),
-    ),
-    "PIPELINE_LOG_LEVEL": (
-        "debug, info, warning or error (overrides log_level)",
-        ("log_level",),
-        str.lower,
-    ),
-    "PIPELINE_LOG_FORMAT": ("text or json (overrides log_format)", ("log_format",), str.lower),
-    "PIPELINE_MAX_CONCURRENCY": (
-        "runs executing at once on this host, >= 1 (overrides max_concurrency)",
-        ("max_concurrency",),
-        _number(int),
-    ),
-    "PIPELINE_MAX_QUEUE_DEPTH": (
-        "queued runs accepted before new work is refused, >= 1 (overrides max_queue_depth)",
-        ("max_queue_depth",),
-        _number(int),
-    ),
-    "PIPELINE_POLL_INTERVAL_S": (
-        "seconds between tracker polls, > 0 (overrides poll_interval_s)",
-        ("poll_interval_s",),
-        _number(float),
-    ),
-    "PIPELINE_HTTP_LISTEN": (
-        "host:port of the HTTP server (overrides [http] listen)",
-        ("http", "listen"),
-        str,
-    ),
-    "PIPELINE_RUN_MIGRATIONS": (
-        "true or false: upgrade the database schema at start (overrides run_migrations)",
-        ("run_migrations",),
-        _flag,
-    ),
-}
-ENV_VARS: dict[str, str] = {name: text for name, (text, _, _) in _ENV.items()} | {
+ENV_VARS: dict[str, str] = {
     "PIPELINE_CONFIG": "configuration file to read when no path is given on the command line",
     "PIPELINE_DATA_DIR": "data directory for the default history database and volume "
     "(default $XDG_DATA_HOME/afk-pipeline or ~/.local/share/afk-pipeline)",
+    "PIPELINE_DATABASE_URL": "history database: sqlite:///PATH or postgresql://USER@HOST/DB "
+    "(overrides database_url)",
+    "PIPELINE_VOLUME": "directory for checkouts, caches and evidence (overrides volume)",
+    "PIPELINE_LOG_LEVEL": "debug, info, warning or error (overrides log_level)",
+    "PIPELINE_LOG_FORMAT": "text or json (overrides log_format)",
+    "PIPELINE_MAX_CONCURRENCY": "runs executing at once on this host, >= 1 "
+    "(overrides max_concurrency)",
+    "PIPELINE_MAX_QUEUE_DEPTH": "queued runs accepted before new work is refused, >= 1 "
+    "(overrides max_queue_depth)",
+    "PIPELINE_POLL_INTERVAL_S": "seconds between tracker polls, > 0 (overrides poll_interval_s)",
+    "PIPELINE_HTTP_LISTEN": "host:port of the HTTP server (overrides [http] listen)",
+    "PIPELINE_RUN_MIGRATIONS": "true or false: upgrade the database schema at start "
+    "(overrides run_migrations)",
+}
+# Variable: the key path it overrides, and how its text becomes a TOML value.
+_ENV: dict[str, tuple[tuple[str, ...], Callable[[str], object]]] = {
+    "PIPELINE_DATABASE_URL": (("database_url",), _database),
+    "PIPELINE_VOLUME": (("volume",), lambda raw: str(Path(raw).expanduser().absolute())),
+    "PIPELINE_LOG_LEVEL": (("log_level",), str.lower),
+    "PIPELINE_LOG_FORMAT": (("log_format",), str.lower),
+    "PIPELINE_MAX_CONCURRENCY": (("max_concurrency",), _number(int)),
+    "PIPELINE_MAX_QUEUE_DEPTH": (("max_queue_depth",), _number(int)),
+    "PIPELINE_POLL_INTERVAL_S": (("poll_interval_s",), _number(float)),
+    "PIPELINE_HTTP_LISTEN": (("http", "listen"), str),
+    "PIPELINE_RUN_MIGRATIONS": (("run_migrations",), _flag),
 }
 
 
@@ -162,7 +143,7 @@ def _data_dir(env: Mapping[str, str]) -> Path:
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[tuple[str, ...], str]:
     """Put each set override into ``data``; which key path each variable replaced."""
     applied: dict[tuple[str, ...], str] = {}
-    for name, (_, where, parse) in _ENV.items():
+    for name, (where, parse) in _ENV.items():
         raw = env.get(name, "").strip()
         table = data if len(where) == 1 else data.setdefault(where[0], {})
         if raw and isinstance(table, dict):
