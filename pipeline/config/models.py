@@ -13,33 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.config.values import (
-    Command,
-    Count,
-    Delay,
-    EnvName,
-    FilePath,
-    Host,
-    HttpUrl,
-    Label,
-    Network,
-    Positive,
-    Ref,
-    Regex,
-    Relative,
-    RepoId,
-    RepoName,
-    SafeEnv,
-    Seconds,
-    Size,
-    Text,
-    Usd,
-    check,
-    database,
-    keyed,
-    parse_listen,
-    remote,
-)
+from pipeline.config import values as v
 
 
 class Table(BaseModel):
@@ -49,41 +23,41 @@ class Table(BaseModel):
 
 
 class Scheduler(Table):
-    lease_s: Seconds | None = None
-    heartbeat_s: Seconds | None = None
-    sweep_interval_s: Seconds | None = None
-    claim_interval_s: Seconds | None = None
-    max_attempts: Positive | None = None
-    max_recoveries: Count | None = None
-    backoff_base_s: Seconds | None = None
-    backoff_max_s: Seconds | None = None
-    run_timeout_s: Seconds | None = None
-    kill_grace_s: Seconds | None = None
-    cancel_check_s: Seconds | None = None
+    lease_s: v.Seconds | None = None
+    heartbeat_s: v.Seconds | None = None
+    sweep_interval_s: v.Seconds | None = None
+    claim_interval_s: v.Seconds | None = None
+    max_attempts: v.Positive | None = None
+    max_recoveries: v.Count | None = None
+    backoff_base_s: v.Seconds | None = None
+    backoff_max_s: v.Seconds | None = None
+    run_timeout_s: v.Seconds | None = None
+    kill_grace_s: v.Seconds | None = None
+    cancel_check_s: v.Seconds | None = None
 
     @model_validator(mode="after")
     def _order(self) -> Scheduler:
         lease, beat = self.lease_s or 60.0, self.heartbeat_s or 10.0
         base, top = self.backoff_base_s or 10.0, self.backoff_max_s or 600.0
         if beat >= lease:
-            raise keyed("heartbeat_s", f"must be less than lease_s ({lease:g})")
+            raise v.keyed("heartbeat_s", f"must be less than lease_s ({lease:g})")
         if base > top:
-            raise keyed("backoff_base_s", f"must not exceed backoff_max_s ({top:g})")
+            raise v.keyed("backoff_base_s", f"must not exceed backoff_max_s ({top:g})")
         return self
 
 
 class Workspace(Table):
-    fetch_debounce_s: Delay | None = None
-    housekeeping_interval_s: Seconds | None = None
+    fetch_debounce_s: v.Delay | None = None
+    housekeeping_interval_s: v.Seconds | None = None
     high_watermark: Annotated[float, Field(gt=0, le=1)] | None = None
     low_watermark: Annotated[float, Field(gt=0, le=1)] | None = None
-    capacity_bytes: Size | None = Field(default=None, validation_alias="capacity")
+    capacity_bytes: v.Size | None = Field(default=None, validation_alias="capacity")
 
     @model_validator(mode="after")
     def _order(self) -> Workspace:
         low, high = self.low_watermark or 0.8, self.high_watermark or 0.9
         if not low < high:
-            raise keyed(
+            raise v.keyed(
                 "low_watermark",
                 f"must be less than high_watermark ({high:g}); "
                 "need 0 < low_watermark < high_watermark <= 1",
@@ -92,83 +66,83 @@ class Workspace(Table):
 
 
 class Http(Table):
-    listen: Annotated[str, check(parse_listen, "must be host:port with a port 0-65535")] | None = (
-        None
-    )
-    api_token_env: EnvName | None = None
-    api_token_file: FilePath | None = None
-    max_webhook_body_bytes: Size | None = None
+    listen: (
+        Annotated[str, v.check(v.parse_listen, "must be host:port with a port 0-65535")] | None
+    ) = None
+    api_token_env: v.EnvName | None = None
+    api_token_file: v.FilePath | None = None
+    max_webhook_body_bytes: v.Size | None = None
 
 
 class Notify(Table):
-    urls_env: EnvName | None = None
-    urls_file: FilePath | None = None
+    urls_env: v.EnvName | None = None
+    urls_file: v.FilePath | None = None
     notify_success: bool | None = None
-    retries: Count | None = None
-    retry_delay_s: Delay | None = None
+    retries: v.Count | None = None
+    retry_delay_s: v.Delay | None = None
 
 
 class Sandbox(Table):
     mode: Literal["bwrap", "none"] | None = None
-    bwrap_path: FilePath | None = Field(default=None, validation_alias="bwrap")
-    network: Network | None = None
-    allow_hosts: list[Host] | None = None
-    pass_env: list[SafeEnv] | None = None
-    read_only_paths: list[FilePath] | None = None
-    writable_paths: list[FilePath] | None = None
-    hidden_paths: list[FilePath] | None = None
+    bwrap_path: v.FilePath | None = Field(default=None, validation_alias="bwrap")
+    network: v.Network | None = None
+    allow_hosts: list[v.Host] | None = None
+    pass_env: list[v.SafeEnv] | None = None
+    read_only_paths: list[v.FilePath] | None = None
+    writable_paths: list[v.FilePath] | None = None
+    hidden_paths: list[v.FilePath] | None = None
 
 
 class Budgets(Table):
-    default_max_run_usd: Usd | None = None
-    default_daily_usd_per_repo: Usd | None = None
+    default_max_run_usd: v.Usd | None = None
+    default_daily_usd_per_repo: v.Usd | None = None
 
 
 class Tracker(Table):
     kind: Literal["github", "gitea", "forgejo", "gitlab", "local"]
-    base_url: HttpUrl | None = None
-    token_env: EnvName | None = None
-    token_file: FilePath | None = None
-    webhook_secret_env: EnvName | None = None
-    webhook_secret_file: FilePath | None = None
-    trusted_actors: list[Text] | None = None
+    base_url: v.HttpUrl | None = None
+    token_env: v.EnvName | None = None
+    token_file: v.FilePath | None = None
+    webhook_secret_env: v.EnvName | None = None
+    webhook_secret_file: v.FilePath | None = None
+    trusted_actors: list[v.Text] | None = None
     trust_write_permission: bool | None = None
-    ready_label: Label | None = None
-    working_label: Label | None = None
-    blocked_label: Label | None = None
-    poll_interval_s: Seconds | None = None
+    ready_label: v.Label | None = None
+    working_label: v.Label | None = None
+    blocked_label: v.Label | None = None
+    poll_interval_s: v.Seconds | None = None
     untrusted_text: Literal["omit", "quote"] | None = None
 
     @model_validator(mode="after")
     def _base(self) -> Tracker:
         if self.base_url is None and self.kind in ("gitea", "forgejo", "gitlab"):
-            raise keyed("base_url", "missing required value")
+            raise v.keyed("base_url", "missing required value")
         return self
 
 
 class AgentOptions(Table):
     """What an ``[agents.NAME]`` preset sets, and a repository's ``agent_options`` changes."""
 
-    command: Command | None = None
-    model: Text | None = None
-    allowed_tools: list[Text] | None = None
-    append_system_prompt: Text | None = None
+    command: v.Command | None = None
+    model: v.Text | None = None
+    allowed_tools: list[v.Text] | None = None
+    append_system_prompt: v.Text | None = None
     max_turns: Annotated[int, Field(ge=1, le=10**6)] | None = None
-    max_budget_usd: Usd | None = None
-    mcp_config: FilePath | None = None
-    extra_args: Command | None = None
-    api_key_env: EnvName | None = None
-    api_key_file: FilePath | None = None
-    api_key_var: EnvName | None = None
-    env: dict[SafeEnv, str] | None = None
-    idle_timeout_s: Seconds | None = None
-    exit_grace_s: Delay | None = None
-    network: Network | None = None
-    allow_hosts: list[Host] | None = None
-    pass_env: list[SafeEnv] | None = None
-    price_input_usd_per_mtok: Usd | None = None
-    price_cached_input_usd_per_mtok: Usd | None = None
-    price_output_usd_per_mtok: Usd | None = None
+    max_budget_usd: v.Usd | None = None
+    mcp_config: v.FilePath | None = None
+    extra_args: v.Command | None = None
+    api_key_env: v.EnvName | None = None
+    api_key_file: v.FilePath | None = None
+    api_key_var: v.EnvName | None = None
+    env: dict[v.SafeEnv, str] | None = None
+    idle_timeout_s: v.Seconds | None = None
+    exit_grace_s: v.Delay | None = None
+    network: v.Network | None = None
+    allow_hosts: list[v.Host] | None = None
+    pass_env: list[v.SafeEnv] | None = None
+    price_input_usd_per_mtok: v.Usd | None = None
+    price_cached_input_usd_per_mtok: v.Usd | None = None
+    price_output_usd_per_mtok: v.Usd | None = None
 
 
 class Agent(AgentOptions):
@@ -176,87 +150,87 @@ class Agent(AgentOptions):
 
 
 class CopyFile(Table):
-    source: FilePath = Field(validation_alias="from")
-    target: Relative = Field(validation_alias="to")
+    source: v.FilePath = Field(validation_alias="from")
+    target: v.Relative = Field(validation_alias="to")
 
 
 class Push(Table):
     mode: Literal["default-branch", "branch"] | None = None
-    token_env: EnvName | None = None
-    token_file: FilePath | None = None
-    ssh_key_file: FilePath | None = None
-    max_race_retries: Count | None = None
-    conflict_agent_attempts: Count | None = None
+    token_env: v.EnvName | None = None
+    token_file: v.FilePath | None = None
+    ssh_key_file: v.FilePath | None = None
+    max_race_retries: v.Count | None = None
+    conflict_agent_attempts: v.Count | None = None
 
 
 class Ci(Table):
     kind: Literal["github", "gitea", "gitlab", "woodpecker", "none"] | None = None
-    base_url: HttpUrl | None = None
-    token_env: EnvName | None = None
-    token_file: FilePath | None = None
-    repo_id: RepoId | None = None
-    appear_timeout_s: Seconds | None = None
-    timeout_s: Seconds | None = None
-    poll_interval_s: Seconds | None = None
+    base_url: v.HttpUrl | None = None
+    token_env: v.EnvName | None = None
+    token_file: v.FilePath | None = None
+    repo_id: v.RepoId | None = None
+    appear_timeout_s: v.Seconds | None = None
+    timeout_s: v.Seconds | None = None
+    poll_interval_s: v.Seconds | None = None
 
     @model_validator(mode="after")
     def _woodpecker(self) -> Ci:
         for key in ("base_url", "repo_id"):
             if self.kind == "woodpecker" and getattr(self, key) is None:
-                raise keyed(key, "missing required value")
+                raise v.keyed(key, "missing required value")
         return self
 
 
 class Probe(Table):
     kind: Literal["http", "command"]
-    url: HttpUrl | None = None
+    url: v.HttpUrl | None = None
     expect_status: Annotated[int, Field(ge=100, le=599)] | None = None
-    body_regex: Regex | None = None
-    json_field: Text | None = None
-    command: Command | None = None
-    timeout_s: Seconds | None = None
+    body_regex: v.Regex | None = None
+    json_field: v.Text | None = None
+    command: v.Command | None = None
+    timeout_s: v.Seconds | None = None
 
     @model_validator(mode="after")
     def _needs(self) -> Probe:
         key = "url" if self.kind == "http" else "command"
         if not getattr(self, key):
-            raise keyed(key, "missing required value")
+            raise v.keyed(key, "missing required value")
         return self
 
 
 class Deploy(Table):
     probes: list[Probe] | None = None
-    initial_delay_s: Delay | None = None
-    interval_s: Seconds | None = None
-    count: Positive | None = None
-    failure_limit: Count | None = None
-    progress_deadline_s: Seconds | None = None
+    initial_delay_s: v.Delay | None = None
+    interval_s: v.Seconds | None = None
+    count: v.Positive | None = None
+    failure_limit: v.Count | None = None
+    progress_deadline_s: v.Seconds | None = None
 
 
 class Repo(Table):
-    tracker: Text
+    tracker: v.Text
     slug: Annotated[
-        str, check(re.compile(r"^[\w.-]+(/[\w.-]+)+$").match, "must look like owner/name")
+        str, v.check(re.compile(r"^[\w.-]+(/[\w.-]+)+$").match, "must look like owner/name")
     ]
-    remote_url: Annotated[Text, AfterValidator(remote)] | None = None
-    default_branch: Ref | None = None
-    test_command: Text | None = None
-    test_timeout_s: Seconds | None = None
-    setup_commands: list[Text] | None = None
-    workdir: Relative | None = None
-    agent: Text | None = None
+    remote_url: Annotated[v.Text, AfterValidator(v.remote)] | None = None
+    default_branch: v.Ref | None = None
+    test_command: v.Text | None = None
+    test_timeout_s: v.Seconds | None = None
+    setup_commands: list[v.Text] | None = None
+    workdir: v.Relative | None = None
+    agent: v.Text | None = None
     agent_options: AgentOptions | None = None
     workspace: Literal["worktree", "clone"] | None = None
-    git_crypt_key_env: EnvName | None = None
-    git_crypt_key_file: FilePath | None = None
-    keep_dirs: list[Text] | None = None
+    git_crypt_key_env: v.EnvName | None = None
+    git_crypt_key_file: v.FilePath | None = None
+    keep_dirs: list[v.Text] | None = None
     copy_files: list[CopyFile] | None = None
-    prompt_template: FilePath | None = None
-    max_fix_iterations: Count | None = None
-    max_fix_forwards: Count | None = None
-    max_budget_usd: Usd | None = None
-    daily_budget_usd: Usd | None = None
-    run_timeout_s: Seconds | None = None
+    prompt_template: v.FilePath | None = None
+    max_fix_iterations: v.Count | None = None
+    max_fix_forwards: v.Count | None = None
+    max_budget_usd: v.Usd | None = None
+    daily_budget_usd: v.Usd | None = None
+    run_timeout_s: v.Seconds | None = None
     push: Push = Push()
     ci: Ci = Ci()
     deploy: Deploy = Deploy()
@@ -265,20 +239,22 @@ class Repo(Table):
     def _git_crypt(self) -> Repo:
         keyed_by = self.git_crypt_key_env or self.git_crypt_key_file
         if keyed_by is not None and self.workspace != "clone":
-            raise keyed("git_crypt_key_env", 'needs workspace = "clone" (worktrees share the key)')
+            raise v.keyed(
+                "git_crypt_key_env", 'needs workspace = "clone" (worktrees share the key)'
+            )
         return self
 
 
 class ConfigFile(Table):
     """The whole file (``pipeline config schema`` prints its JSON Schema)."""
 
-    database_url: Annotated[Text, AfterValidator(database)] | None = None
-    volume: FilePath | None = None
+    database_url: Annotated[v.Text, AfterValidator(v.database)] | None = None
+    volume: v.FilePath | None = None
     log_level: Literal["debug", "info", "warning", "error"] | None = None
     log_format: Literal["text", "json"] | None = None
-    max_concurrency: Positive | None = None
+    max_concurrency: v.Positive | None = None
     max_queue_depth: Annotated[int, Field(ge=1, le=10**6)] | None = None
-    poll_interval_s: Seconds | None = None
+    poll_interval_s: v.Seconds | None = None
     run_migrations: bool | None = None
     scheduler: Scheduler = Scheduler()
     workspace: Workspace = Workspace()
@@ -286,6 +262,6 @@ class ConfigFile(Table):
     notify: Notify = Notify()
     sandbox: Sandbox = Sandbox()
     budgets: Budgets = Budgets()
-    trackers: dict[Text, Tracker] = {}
-    agents: dict[Text, Agent] = {}
-    repos: dict[RepoName, Repo] = {}
+    trackers: dict[v.Text, Tracker] = {}
+    agents: dict[v.Text, Agent] = {}
+    repos: dict[v.RepoName, Repo] = {}

@@ -13,13 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (
-    AfterValidator,
-    BeforeValidator,
-    Field,
-    ValidationInfo,
-    WithJsonSchema,
-)
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
