@@ -13,10 +13,10 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TextIO
 
 from pipeline import __version__
+from pipeline.cli import config as cli_config
 from pipeline.cli import ops as cli_ops
 from pipeline.cli import render
 from pipeline.cli.common import (
@@ -45,18 +45,6 @@ def cmd_db_upgrade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         store.close()
     out.write(f"database {redact_url(settings.database_url)} is at the latest schema\n")
     return EXIT_OK
-
-
-def cmd_config_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.config.load import check_command
-
-    return check_command(args.file or args.config, out, err)
-
-
-def cmd_config_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.config.load import show_command
-
-    return show_command(args.file or args.config, out, err, as_json=args.json)
 
 
 def _since(value: str | None) -> datetime | None:
@@ -163,16 +151,6 @@ def cmd_repos_unfreeze(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     return EXIT_OK
 
 
-def _env_help() -> str:
-    try:
-        from pipeline.config.load import ENV_VARS
-    except ImportError:
-        return ""
-    lines = ["environment variables:"]
-    lines += [f"  {name:<28}{text}" for name, text in sorted(ENV_VARS.items())]
-    return "\n".join(lines)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pipeline",
@@ -187,20 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         db, "upgrade", cmd_db_upgrade, "apply migrations up to the latest schema (idempotent)"
     )
 
-    cfg_parser = top.add_parser(
-        "config",
-        help="check or show the configuration",
-        epilog=_env_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    cfg = cfg_parser.add_subparsers(dest="sub", metavar="SUB")
-    check = add_command(
-        cfg, "check", cmd_config_check, "validate a config file; exit 2 on problems"
-    )
-    check.add_argument("file", nargs="?", type=Path, help="config file")
-    show = add_command(cfg, "show", cmd_config_show, "print the effective config, secrets redacted")
-    show.add_argument("file", nargs="?", type=Path, help="config file")
-    show.add_argument("--json", action="store_true", help="print JSON")
+    cli_config.register(top)
 
     runs = top.add_parser("runs", help="review and steer runs").add_subparsers(
         dest="sub", metavar="SUB"

@@ -21,10 +21,15 @@ from pipeline.cli.common import (
 def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from dataclasses import replace
 
+    from pipeline.config.door import door_problems
     from pipeline.core import logs
+    from pipeline.core.errors import ConfigError
     from pipeline.daemon import Daemon
 
     settings = load(args)
+    problems = door_problems(settings, create=True)  # before the database is touched
+    if problems:
+        raise ConfigError(problems)
     if args.no_migrate:
         settings = replace(settings, run_migrations=False)
     logs.configure(settings.log_level, "json" if args.json_logs else settings.log_format)
@@ -65,6 +70,11 @@ def cmd_issue_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             body = Path(args.body_file).read_text(encoding="utf-8")
         except OSError as exc:
             raise CliError(f"--body-file {args.body_file}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise CliError(
+                f"--body-file {args.body_file}: not UTF-8 text (byte {exc.start}); "
+                "save the file as UTF-8"
+            ) from None
     store = open_store(args)
     try:
         issue = store.add_local_issue(

@@ -1,3 +1,4 @@
-"""The configuration: TOML files and PIPELINE_* overrides loaded, validated and rendered into
-frozen settings.
+"""The configuration: the TOML file's pydantic models (``models``, ``values``), loading with
+PIPELINE_* overrides (``load``, ``build``) into frozen settings (``settings``), ``config show``
+(``render``) and what ``config check`` and ``pipeline run`` verify on the host (``door``).
 """

@@ -1,28 +1,62 @@
-"""Load ``config/*.toml`` plus ``PIPELINE_*`` overrides into frozen ``Settings``.
+"""Load a TOML file plus ``PIPELINE_*`` overrides into frozen ``Settings``.
 
-Every problem is collected, not just the first, and reported as one line
-``FILE:key.path: what is wrong`` inside a ``ConfigError``; environment problems
-name the variable instead. ``check_command`` and ``show_command`` are the
-bodies of ``pipeline config check`` and ``pipeline config show``.
+The file is validated by the models of ``pipeline.config.models``; every problem
+is collected, not just the first, and reported as one line ``FILE:key.path: what
+is wrong`` inside a ``ConfigError``; a bad override names its variable instead.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
-from urllib.parse import urlsplit
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pipeline.config import sections
-from pipeline.config.reader import Problems, Table
-from pipeline.config.render import render_json, render_toml
-from pipeline.config.repos import RepoContext, repo
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from pipeline.config.build import build
+from pipeline.config.models import ConfigFile
 from pipeline.config.settings import Settings
 from pipeline.core.errors import ConfigError
+
+DEFAULTS_SOURCE = "<built-in defaults>"
+# Keys that would put a secret in the file itself.
+SECRET_KEYS = frozenset(
+    {"token", "api_key", "webhook_secret", "password", "urls", "api_token", "git_crypt_key"}
+)
+_SECRET_HINT = (
+    "secrets must not be written in the file; put it in an environment variable "
+    "and set {0}_env, or in a file and set {0}_file"
+)
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _number(kind: Callable[[str], object]) -> Callable[[str], object]:
+    def parse(raw: str) -> object:
+        try:
+            return kind(raw)
+        except ValueError:
+            return raw
+
+    return parse
+
+
+def _flag(raw: str) -> object:
+    lowered = raw.lower()
+    return lowered in _TRUE if lowered in _TRUE + _FALSE else raw
+
+
+def _database(raw: str) -> str:
+    """A relative SQLite path in the variable is relative to the working directory."""
+    rest = raw.removeprefix("sqlite:///")
+    relative = raw.startswith("sqlite:///") and rest and not rest.startswith("/")
+    return f"sqlite:///{Path.cwd() / rest}" if relative and rest != ":memory:" else raw
+
 
 ENV_VARS: dict[str, str] = {
     "PIPELINE_CONFIG": "configuration file to read when no path is given on the command line",
@@ -42,9 +76,18 @@ ENV_VARS: dict[str, str] = {
     "PIPELINE_RUN_MIGRATIONS": "true or false: upgrade the database schema at start "
     "(overrides run_migrations)",
 }
-DEFAULTS_SOURCE = "<built-in defaults>"
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
+# Variable: the key path it overrides, and how its text becomes a TOML value.
+_ENV: dict[str, tuple[tuple[str, ...], Callable[[str], object]]] = {
+    "PIPELINE_DATABASE_URL": (("database_url",), _database),
+    "PIPELINE_VOLUME": (("volume",), lambda raw: str(Path(raw).expanduser().absolute())),
+    "PIPELINE_LOG_LEVEL": (("log_level",), str.lower),
+    "PIPELINE_LOG_FORMAT": (("log_format",), str.lower),
+    "PIPELINE_MAX_CONCURRENCY": (("max_concurrency",), _number(int)),
+    "PIPELINE_MAX_QUEUE_DEPTH": (("max_queue_depth",), _number(int)),
+    "PIPELINE_POLL_INTERVAL_S": (("poll_interval_s",), _number(float)),
+    "PIPELINE_HTTP_LISTEN": (("http", "listen"), str),
+    "PIPELINE_RUN_MIGRATIONS": (("run_migrations",), _flag),
+}
 
 
 def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -55,38 +98,39 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     env: Mapping[str, str] = os.environ if environ is None else environ
     if path is None and env.get("PIPELINE_CONFIG"):
         path = Path(env["PIPELINE_CONFIG"])
-    problems = Problems(str(path) if path is not None else DEFAULTS_SOURCE)
-    data: dict[str, Any] = {}
-    base = Path.cwd()
-    if path is not None:
-        data = _read_toml(path, problems)
-        base = path.absolute().parent
-    settings = _build(Table(data, "", problems, base), env, path)
-    settings = _apply_env(settings, env, problems)
-    if problems.items:
-        raise ConfigError(problems.items)
+    source = DEFAULTS_SOURCE if path is None else str(path)
+    data = {} if path is None else read_toml(path)
+    applied = _apply_env(data, env)
+    base = Path.cwd() if path is None else path.absolute().parent
+    context = {"base": base, "env": set(applied.values())}
+    try:
+        file = ConfigFile.model_validate(data, context=context)
+    except ValidationError as exc:
+        raise ConfigError([_line(error, source, applied) for error in exc.errors()]) from None
+    problems: list[tuple[str, str]] = []
+    settings = build(file, path, _data_dir(env), problems)
+    if problems:
+        raise ConfigError([f"{source}:{key}: {message}" for key, message in problems])
     return settings
 
 
-def _read_toml(path: Path, problems: Problems) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, Any]:
+    """The file's tables; a ``ConfigError`` naming the file (and line) when it cannot be."""
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        problems.add_raw(f"{path}: cannot read the file: {reason}")
-        return {}
+        raise ConfigError(f"{path}: cannot read the file: {reason}") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        problems.add_raw(_syntax_line(path, str(exc)))
-        return {}
-
-
-def _syntax_line(path: Path, message: str) -> str:
-    found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
-    if found is None:
-        return f"{path}: invalid TOML: {message}"
-    return f"{path}:{found[1]}:{found[2]}: invalid TOML: {message[: found.start()]}"
+        found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", str(exc))
+        if found is None:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        where, message = f"{found[1]}:{found[2]}", str(exc)[: found.start()]
+        raise ConfigError(f"{path}:{where}: invalid TOML: {message}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: values nested too deeply") from None
 
 
 def _data_dir(env: Mapping[str, str]) -> Path:
@@ -96,206 +140,127 @@ def _data_dir(env: Mapping[str, str]) -> Path:
     return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "afk-pipeline"
 
 
-def _build(root: Table, env: Mapping[str, str], path: Path | None) -> Settings:
-    data_dir = _data_dir(env)
-    url = root.string("database_url")
-    top: dict[str, Any] = {
-        "database_url": _database_url(root, url) if url else f"sqlite:///{data_dir / 'history.db'}",
-        "volume": root.path("volume") or data_dir / "volume",
-        "log_level": root.choice("log_level", sections.LOG_LEVELS, "info") or "info",
-        "log_format": root.choice("log_format", sections.LOG_FORMATS, "text") or "text",
-        "max_concurrency": root.integer("max_concurrency", 10, 1),
-        "max_queue_depth": root.integer("max_queue_depth", 100, 1),
-        "poll_interval_s": root.number("poll_interval_s", 60.0),
-        "run_migrations": root.boolean("run_migrations", True),
-        "scheduler": sections.scheduler(root.table("scheduler")),
-        "workspace": sections.workspace(root.table("workspace")),
-        "http": sections.http(root.table("http")),
-        "notify": sections.notify(root.table("notify")),
-        "sandbox": sections.sandbox(root.table("sandbox")),
-    }
-    trackers = _named(root, "trackers", sections.builtin_trackers(), sections.tracker)
-    agents = _named(root, "agents", sections.builtin_agents(), sections.agent)
-    ctx = _repo_context(root, trackers, agents)
-    repos = [repo(name, table, ctx) for name, table in root.table("repos").named()]
-    root.finish()
-    return Settings(
-        source=path,
-        trackers=tuple(trackers.values()),
-        agents=tuple(agents.values()),
-        repos=tuple(repos),
-        **top,
-    )
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[tuple[str, ...], str]:
+    """Put each set override into ``data``; which key path each variable replaced."""
+    applied: dict[tuple[str, ...], str] = {}
+    for name, (where, parse) in _ENV.items():
+        raw = env.get(name, "").strip()
+        table = data if len(where) == 1 else data.setdefault(where[0], {})
+        if raw and isinstance(table, dict):
+            table[where[-1]] = parse(raw)
+            applied[where] = name
+    return applied
 
 
-def _repo_context(root: Table, trackers: dict[str, Any], agents: dict[str, Any]) -> RepoContext:
-    budgets = root.table("budgets")
-    ctx = RepoContext(
-        trackers=trackers,
-        agents=agents,
-        default_max_run_usd=budgets.optional_number("default_max_run_usd"),
-        default_daily_usd=budgets.optional_number("default_daily_usd_per_repo"),
-    )
-    budgets.finish()
-    return ctx
-
-
-def _named(root: Table, section: str, builtins: dict[str, Any], build: Any) -> dict[str, Any]:
-    """Built-in entries, then ``[section.NAME]`` tables replacing or adding to them."""
-    result = dict(builtins)
-    for name, table in root.table(section).named():
-        result[name] = build(name, table)
-    return result
-
-
-def check_database_url(value: str, base: Path) -> tuple[str | None, str | None]:
-    """``(url, None)`` with a relative SQLite path made absolute, or ``(None, problem)``."""
-    parts = urlsplit(value)
-    if value.startswith("sqlite:///"):
-        rest = value[len("sqlite:///") :]
-        if not rest:
-            return None, "names no database file after sqlite:///"
-        if rest == ":memory:" or rest.startswith("/"):
-            return value, None
-        return f"sqlite:///{base / rest}", None
-    if parts.scheme in ("postgresql", "postgresql+psycopg"):
-        return (value, None) if parts.hostname else (None, f"names no host: {_redact(value)!r}")
-    return None, f"must start with sqlite:/// or postgresql://, got {_redact(value)!r}"
-
-
-def _database_url(root: Table, value: str) -> str:
-    checked, problem = check_database_url(value, root.base)
-    if urlsplit(value).password:
-        problem = (
-            "must not carry a password in the file; set PIPELINE_DATABASE_URL "
-            "or use a ~/.pgpass file"
-        )
-    if problem is not None or checked is None:
-        root.error("database_url", problem or "is invalid")
-        return value
-    return checked
-
-
-def _redact(url: str) -> str:
-    """The URL with any password replaced, safe to print."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
-
-
-def _apply_env(settings: Settings, env: Mapping[str, str], problems: Problems) -> Settings:
-    changes: dict[str, Any] = {}
-    for name, (field, parse) in _ENV_PARSERS.items():
-        raw = env.get(name)
-        if raw is None or raw == "":
-            continue
-        value, problem = parse(raw)
-        if problem is not None:
-            problems.add_raw(f"{name}: {problem}")
-        else:
-            changes[field] = value
-    if "http" in changes:
-        host, port = changes.pop("http")
-        changes["http"] = dataclasses.replace(settings.http, listen_host=host, listen_port=port)
-    return dataclasses.replace(settings, **changes)
-
-
-def _env_int(raw: str) -> tuple[int | None, str | None]:
-    value = raw.strip()
-    if value.isdigit() and int(value) >= 1:
-        return int(value), None
-    return None, f"must be an integer >= 1, got {raw!r}"
-
-
-def _env_float(raw: str) -> tuple[float | None, str | None]:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value > 0 and value != float("inf"):
-        return value, None
-    return None, f"must be a number > 0, got {raw!r}"
-
-
-def _env_choice(choices: tuple[str, ...]) -> Any:
-    def parse(raw: str) -> tuple[str | None, str | None]:
-        value = raw.strip().lower()
-        if value in choices:
-            return value, None
-        return None, f"must be one of {', '.join(choices)}, got {raw!r}"
-
-    return parse
-
-
-def _env_bool(raw: str) -> tuple[bool | None, str | None]:
-    value = raw.strip().lower()
-    if value in _TRUE or value in _FALSE:
-        return value in _TRUE, None
-    return None, f"must be true or false, got {raw!r}"
-
-
-def _env_listen(raw: str) -> tuple[tuple[str, int] | None, str | None]:
-    parsed = sections.parse_listen(raw.strip())
-    if parsed is None:
-        return None, f"must be host:port with a port 0-65535, got {raw!r}"
-    return parsed, None
-
-
-def _env_database(raw: str) -> tuple[str | None, str | None]:
-    return check_database_url(raw.strip(), Path.cwd())
-
-
-def _env_path(raw: str) -> tuple[Path | None, str | None]:
-    return Path(raw).expanduser().absolute(), None
-
-
-_ENV_PARSERS: dict[str, tuple[str, Any]] = {
-    "PIPELINE_DATABASE_URL": ("database_url", _env_database),
-    "PIPELINE_VOLUME": ("volume", _env_path),
-    "PIPELINE_LOG_LEVEL": ("log_level", _env_choice(sections.LOG_LEVELS)),
-    "PIPELINE_LOG_FORMAT": ("log_format", _env_choice(sections.LOG_FORMATS)),
-    "PIPELINE_MAX_CONCURRENCY": ("max_concurrency", _env_int),
-    "PIPELINE_MAX_QUEUE_DEPTH": ("max_queue_depth", _env_int),
-    "PIPELINE_POLL_INTERVAL_S": ("poll_interval_s", _env_float),
-    "PIPELINE_HTTP_LISTEN": ("http", _env_listen),
-    "PIPELINE_RUN_MIGRATIONS": ("run_migrations", _env_bool),
+_RANGES = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+_WANT = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "a boolean (true or false)",
+    "list_type": "an array",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "finite_number": "a finite number",
+    "greater_than": "> {gt}",
+    "greater_than_equal": ">= {ge}",
+    "less_than": "< {lt}",
+    "less_than_equal": "<= {le}",
+    "too_short": "at least {min_length} long",
+    "too_long": "at most {max_length} long",
 }
 
 
-def _load_for_command(path: Path | None, err: TextIO) -> Settings | None:
-    try:
-        return load_settings(path)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem, file=err)
-        return None
+def _line(error: ErrorDetails, source: str, applied: dict[tuple[str, ...], str]) -> str:
+    ctx = error.get("ctx", {})
+    loc = tuple(str(part) if isinstance(part, str) else part for part in error["loc"])
+    loc = (*loc, ctx["key"]) if "key" in ctx else loc
+    name = applied.get(loc)  # type: ignore[arg-type]
+    where = name if name is not None else f"{source}:{_key(loc)}"
+    return f"{where}: {_message(error, loc)}"
 
 
-def check_command(path: Path | None, out: TextIO, err: TextIO) -> int:
-    """``pipeline config check``: 0 and a summary, or 2 and one line per problem."""
-    settings = _load_for_command(path, err)
-    if settings is None:
-        return 2
-    source = settings.source if settings.source is not None else DEFAULTS_SOURCE
-    print(f"OK: {source}: {len(settings.trackers)} trackers, {len(settings.repos)} repos", file=out)
-    return 0
+def _key(loc: tuple[str | int, ...]) -> str:
+    parts: list[str] = []
+    for part in loc:
+        if isinstance(part, int) and parts:
+            parts[-1] += f"[{part}]"
+        elif part != "[key]":
+            parts.append(str(part))
+    return ".".join(parts)
 
 
-def show_command(path: Path | None, out: TextIO, err: TextIO, as_json: bool = False) -> int:
-    """``pipeline config show``: the effective settings, secrets only described."""
-    settings = _load_for_command(path, err)
-    if settings is None:
-        return 2
-    settings = dataclasses.replace(settings, database_url=_redact(settings.database_url))
-    out.write(render_json(settings) if as_json else render_toml(settings))
-    return 0
+def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
+    kind, ctx, value = error["type"], error.get("ctx", {}), error["input"]
+    if kind == "missing":
+        return "missing required value"
+    if kind == "extra_forbidden":
+        name = str(loc[-1])
+        return (
+            _SECRET_HINT.format(name)
+            if name in SECRET_KEYS
+            else "unknown key" + suggest(name, _known(loc))
+        )
+    if kind == "config":
+        return str(ctx["message"])
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", str(ctx["expected"]))
+        got = f"; got {value!r}" if isinstance(value, str) else f", got {describe_value(value)}"
+        return f"must be one of {', '.join(choices)}{got}" + suggest(str(value), choices)
+    want = _WANT.get(kind)
+    if want is None:
+        return error["msg"]
+    shown = {k: f"{v:g}" if isinstance(v, int | float) else v for k, v in ctx.items()}
+    if kind in _RANGES:
+        want = "a number " + want
+    return f"must be {want.format(**shown)}, got {describe_value(value)}"
 
 
-__all__ = [
-    "ENV_VARS",
-    "ConfigError",
-    "check_command",
-    "load_settings",
-    "show_command",
-]
+def describe_value(value: object) -> str:
+    """Name a TOML value's type and show it, for "got ..." in messages."""
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    names = {int: "integer", float: "float", str: "string"}
+    if type(value) in names:
+        return (
+            f"{names[type(value)]} {value!r}"
+            if isinstance(value, str)
+            else f"{names[type(value)]} {value}"
+        )
+    return (
+        "an array"
+        if isinstance(value, list)
+        else "a table"
+        if isinstance(value, dict)
+        else repr(value)
+    )
+
+
+def suggest(value: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(value, list(choices), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _known(loc: tuple[str | int, ...]) -> list[str]:
+    """The keys the table holding ``loc``'s last key may have."""
+    kind: Any = ConfigFile
+    for part in (*loc[:-1], ""):
+        kind = _inner(kind, part) if part else _bare(kind)
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return [str(field.validation_alias or name) for name, field in kind.model_fields.items()]
+    return []
+
+
+def _bare(kind: Any) -> Any:
+    """``kind`` without ``Annotated`` and ``| None``."""
+    while get_origin(kind) in (Annotated, Union, UnionType):
+        kind = next(arg for arg in get_args(kind) if arg is not type(None))
+    return kind
+
+
+def _inner(kind: Any, part: str | int) -> Any:
+    kind = _bare(kind)
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        fields = kind.model_fields.items()
+        return next((f.annotation for n, f in fields if part in (n, f.validation_alias)), None)
+    return get_args(kind)[-1] if get_origin(kind) in (dict, list) else None

@@ -1,91 +1,78 @@
-"""Render effective settings for ``pipeline config show``: TOML-like text or JSON.
+"""Effective settings back in the file's shape, for ``pipeline config show``.
 
-Secrets appear only as ``SecretRef.describe()`` (``<env NAME>``), never resolved.
+The output loads again: a ``SecretRef`` is written as the ``*_env`` / ``*_file``
+reference it came from (never resolved), paths absolute, defaults spelled out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from pipeline.config.settings import SecretRef, Settings
 
-# Tuples of named dataclasses shown as tables keyed by name.
-_NAMED = frozenset({"trackers", "agents", "repos"})
-# Tuples of (key, value) pairs shown as tables.
-_PAIRS = frozenset({"env", "agent_overrides"})
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+# Settings fields whose key in the file is another.
+_KEYS = {
+    "capacity_bytes": "capacity",
+    "bwrap_path": "bwrap",
+    "source": "from",
+    "target": "to",
+    "agent_overrides": "agent_options",
+}
+_PAIRS = frozenset({"env", "agent_overrides"})  # tuples of (key, value): tables in the file
 
 
-def to_plain(value: Any, name: str = "") -> Any:
-    """JSON-ready data: dicts, lists, strings, numbers, booleans and None."""
+def to_file(settings: Settings) -> dict[str, Any]:
+    """The file (a TOML document as data) that loads into ``settings``."""
+    data = _table(settings, skip={"source", "trackers", "agents", "repos"})
+    http = data["http"]
+    host, port = http.pop("listen_host"), http.pop("listen_port")
+    http["listen"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    for section in ("trackers", "agents", "repos"):
+        items = getattr(settings, section)
+        data[section] = {item.name: _table(item, skip={"name"}) for item in items}
+    return data
+
+
+def _table(item: Any, skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for field in dataclasses.fields(item):
+        if field.name not in skip:
+            _put(table, field.name, getattr(item, field.name))
+    return table
+
+
+def _put(table: dict[str, Any], name: str, value: Any) -> None:
     if isinstance(value, SecretRef):
-        return value.describe()
+        for part in ("env", "file"):
+            if getattr(value, part) is not None:
+                table[f"{name}_{part}"] = str(getattr(value, part))
+    elif name in _PAIRS:
+        inner: dict[str, Any] = {}
+        table[_KEYS.get(name, name)] = inner
+        for key, item in value:
+            _put(inner, key, item)
+    elif value is not None:
+        table[_KEYS.get(name, name)] = _value(value)
+
+
+def _value(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name), f.name) for f in dataclasses.fields(value)}
+        return _table(value)
     if isinstance(value, tuple | list):
-        if name in _NAMED:
-            return {item.name: _without_name(to_plain(item)) for item in value}
-        if name in _PAIRS:
-            return {key: to_plain(item) for key, item in value}
-        return [to_plain(item) for item in value]
+        return [_value(item) for item in value]
     return value
 
 
-def _without_name(table: dict[str, Any]) -> dict[str, Any]:
-    return {key: item for key, item in table.items() if key != "name"}
-
-
 def render_json(settings: Settings) -> str:
-    return json.dumps(to_plain(settings), indent=2) + "\n"
+    return json.dumps(to_file(settings), indent=2) + "\n"
 
 
 def render_toml(settings: Settings) -> str:
-    lines = _table_lines(to_plain(settings), "")
-    return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def _table_lines(table: dict[str, Any], prefix: str) -> list[str]:
-    lines: list[str] = []
-    nested: list[tuple[str, Any]] = []
-    for key, value in table.items():
-        if value is None:
-            lines.append(f"# {_key(key)} is unset")
-        elif isinstance(value, dict) or _is_table_array(value):
-            nested.append((key, value))
-        else:
-            lines.append(f"{_key(key)} = {_value(value)}")
-    for key, value in nested:
-        full = f"{prefix}{_key(key)}"
-        if isinstance(value, dict):
-            inner = _table_lines(value, f"{full}.")
-            # A table holding only tables needs no header of its own.
-            header = [] if inner and inner[0] == "" else ["", f"[{full}]"]
-            lines += [*header, *inner]
-        else:
-            for item in value:
-                lines += ["", f"[[{full}]]", *_table_lines(item, f"{full}.")]
-    return lines
-
-
-def _is_table_array(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
-def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(item) for item in value) + "]"
-    return json.dumps(str(value))
+    return tomli_w.dumps(to_file(settings))

@@ -15,13 +15,7 @@ from pathlib import Path
 
 from pipeline.core.masking import register_secret
 
-DEFAULT_KEEP_DIRS: tuple[str, ...] = (
-    ".venv",
-    "node_modules",
-    "target",
-    ".gradle",
-    "vendor/bundle",
-)
+DEFAULT_KEEP_DIRS: tuple[str, ...] = (".venv", "node_modules", "target", ".gradle", "vendor/bundle")
 
 
 def default_data_dir() -> Path:
@@ -111,19 +105,10 @@ class HttpSettings:
 
 
 # Package registries every sandboxed command may reach in ``allowlist`` mode.
-DEFAULT_ALLOW_HOSTS: tuple[str, ...] = (
-    "pypi.org",
-    "files.pythonhosted.org",
-    "registry.npmjs.org",
-    "registry.yarnpkg.com",
-    "crates.io",
-    "index.crates.io",
-    "static.crates.io",
-    "proxy.golang.org",
-    "sum.golang.org",
-    "repo.maven.apache.org",
-    "repo1.maven.org",
-    "rubygems.org",
+DEFAULT_ALLOW_HOSTS: tuple[str, ...] = tuple(
+    "pypi.org files.pythonhosted.org registry.npmjs.org registry.yarnpkg.com crates.io "
+    "index.crates.io static.crates.io proxy.golang.org sum.golang.org repo.maven.apache.org "
+    "repo1.maven.org rubygems.org".split()
 )
 
 
@@ -298,8 +283,3 @@ class Settings:
 
 def default_database_url() -> str:
     return f"sqlite:///{default_data_dir() / 'history.db'}"
-
-
-def default_settings() -> Settings:
-    """Embedded defaults: SQLite history and a volume under the data directory."""
-    return Settings(database_url=default_database_url(), volume=default_data_dir() / "volume")

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.config.load import check_command, load_settings
+from pipeline.cli.config import check_command
+from pipeline.config.load import load_settings
 from pipeline.core.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "pipeline.example.toml"
@@ -26,7 +27,7 @@ CASES: list[tuple[str, str, str]] = [
     (
         "wrong type",
         REPO + "test_command = 3\n",
-        "repos.web.test_command: must be a non-empty string, got integer 3",
+        "repos.web.test_command: must be a string, got integer 3",
     ),
     (
         "wrong type bool",
@@ -94,7 +95,7 @@ CASES: list[tuple[str, str, str]] = [
     (
         "zero concurrency",
         "max_concurrency = 0\n",
-        "max_concurrency: must be an integer >= 1, got integer 0",
+        "max_concurrency: must be a number >= 1, got integer 0",
     ),
     (
         "watermarks order",
@@ -105,13 +106,13 @@ CASES: list[tuple[str, str, str]] = [
     (
         "watermark above one",
         "[workspace]\nhigh_watermark = 1.5\n",
-        "workspace.high_watermark: must be a number > 0 and <= 1, got float 1.5",
+        "workspace.high_watermark: must be a number <= 1, got float 1.5",
     ),
     (
         "bad capacity",
         '[workspace]\ncapacity = "lots"\n',
         "workspace.capacity: must be a positive byte count or a size like '10GiB' or '500MB', "
-        "got string 'lots'",
+        "got 'lots'",
     ),
     (
         "bad listen",
@@ -199,8 +200,8 @@ CASES: list[tuple[str, str, str]] = [
     (
         "secret in agent env",
         '[agents.claude.env]\nMY_TOKEN = "t"\n',
-        "agents.claude.env.MY_TOKEN: looks like a secret; use api_key_env/api_key_file "
-        "instead of env",
+        "agents.claude.env.MY_TOKEN: looks like a secret; an agent gets only its own key "
+        "(api_key_env/api_key_file), got 'MY_TOKEN'",
     ),
     (
         "bad env name",
@@ -221,7 +222,7 @@ CASES: list[tuple[str, str, str]] = [
         "bad repository name",
         '[repos."my repo"]\ntracker = "local"\nslug = "o/w"\nremote_url = "w.git"\n',
         "repos.my repo: a repository name may hold only letters, digits, '.', '_' and '-', "
-        "starting with a letter or digit",
+        "starting with a letter or digit, got 'my repo'",
     ),
     ("section not a table", "scheduler = 3\n", "scheduler: must be a table, got integer 3"),
 ]
@@ -351,5 +352,5 @@ def test_cli_config_check_prints_problems_without_traceback(tmp_path: Path) -> N
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [
         f"{path}:trackers.t.token: " + SECRET_HINT.format("token"),
-        f"{path}:repos.web.test_command: must be a non-empty string, got integer 3",
+        f"{path}:repos.web.test_command: must be a string, got integer 3",
     ]

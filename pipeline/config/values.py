@@ -1,0 +1,190 @@
+"""The value types of the configuration file: what one key may hold, and the message if not.
+
+Each is an ``Annotated`` type: a base type, its range, and checks that raise a
+``problem`` with the exact text ``config check`` prints.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|PASSWD)", re.IGNORECASE)
+_HOST = re.compile(
+    r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$"
+)
+# A branch name git accepts and never reads as an option (git check-ref-format, simplified).
+_REF = re.compile(r"^(?![-./])(?!.*(\.\.|@\{|//|/\.|\.lock$|[./]$))[^\s~^:?*\[\\\x00-\x1f\x7f]+$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+DAY_S = 86400.0
+_NETWORK_SCHEMES = ("https", "http", "ssh", "git")
+
+
+def problem(message: str) -> PydanticCustomError:
+    """A validation error whose text is ``message`` exactly."""
+    return PydanticCustomError("config", "{message}", {"message": message})
+
+
+def keyed(key: str, message: str) -> PydanticCustomError:
+    """A problem of one key, raised by a check of its whole table."""
+    return PydanticCustomError("config", "{message}", {"message": message, "key": key})
+
+
+def check(ok: Callable[[Any], object], message: str) -> AfterValidator:
+    """Refuse a value for which ``ok`` is falsy, with ``message`` and the value."""
+
+    def run(value: Any) -> Any:
+        if not ok(value):
+            raise problem(f"{message}, got {value!r}")
+        return value
+
+    return AfterValidator(run)
+
+
+def _path(value: object, info: ValidationInfo) -> Path:
+    """A path; relative ones resolve against the config file's directory."""
+    if not isinstance(value, str) or not value.strip():
+        raise problem("must be a non-empty path string")
+    path = Path(value).expanduser()
+    base = (info.context or {}).get("base", Path.cwd())
+    return path if path.is_absolute() else base / path
+
+
+def remote(value: str, info: ValidationInfo) -> str:
+    """URLs and scp-like ``git@host:path`` as written, local paths resolved."""
+    parts = urlsplit(value)
+    if value.startswith("-") or (parts.scheme in _NETWORK_SCHEMES and not parts.hostname):
+        raise problem(f"must be a git URL with a host or a path, got {value!r}")
+    if re.match(r"^[\w.-]+@[\w.-]+:.+$", value) or parts.scheme in (*_NETWORK_SCHEMES, "file"):
+        return value
+    if len(parts.scheme) > 1:
+        raise problem(
+            f"unsupported scheme {parts.scheme!r}; use https, ssh, file, git@host:path or a path"
+        )
+    return str(_path(value, info))
+
+
+def database(value: str, info: ValidationInfo) -> str:
+    """``sqlite:///PATH`` (relative to the file) or ``postgresql://`` without a password."""
+    context = info.context or {}
+    if urlsplit(value).password and "PIPELINE_DATABASE_URL" not in context.get("env", ()):
+        raise problem(
+            "must not carry a password in the file; "
+            "set PIPELINE_DATABASE_URL or use a ~/.pgpass file"
+        )
+    parts, rest = urlsplit(value), value.removeprefix("sqlite:///")
+    if value.startswith("sqlite:///") and rest:
+        absolute = rest == ":memory:" or rest.startswith("/")
+        return value if absolute else f"sqlite:///{context.get('base', Path.cwd()) / rest}"
+    if parts.scheme in ("postgresql", "postgresql+psycopg") and parts.hostname:
+        return value
+    raise problem(f"must start with sqlite:/// or postgresql://, got {redact(value)!r}")
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced, safe to print."""
+    password = urlsplit(url).password
+    return url.replace(f":{password}@", ":***@", 1) if password else url
+
+
+def parse_listen(value: str) -> tuple[str, int] | None:
+    """``host:port`` (``[::1]:port`` for IPv6) into parts; None if malformed."""
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        return None
+    return host, int(port)
+
+
+def _command(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise problem(f"cannot split command: {exc}") from None
+    return value
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an integer or a size like ``"10GiB"`` or ``"500MB"``."""
+    found = _SIZE.match(value) if isinstance(value, str) else None
+    if found is not None:
+        value = int(float(found[1]) * _UNITS[(found[2] or "").lower()])
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise problem(
+            f"must be a positive byte count or a size like '10GiB' or '500MB', got {value!r}"
+        )
+    return value
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise problem(f"is not a valid regular expression: {exc}") from None
+    return value
+
+
+def _http_url(value: str) -> bool:
+    parts = urlsplit(value)
+    return parts.scheme in ("https", "http") and bool(parts.hostname)
+
+
+STRING_OR_LIST = WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+)
+Text = Annotated[str, check(str.strip, "must be a non-empty string")]
+Label = Annotated[
+    str, check(lambda s: s and s == s.strip(), "must be a label without surrounding whitespace")
+]
+EnvName = Annotated[str, check(ENV_NAME.match, "must be an environment variable name")]
+Host = Annotated[str, check(_HOST.match, "must be a host, host:port or *.domain")]
+SafeEnv = Annotated[
+    EnvName,
+    check(
+        lambda s: not SECRET_NAME.search(s),
+        "looks like a secret; an agent gets only its own key (api_key_env/api_key_file)",
+    ),
+]
+Ref = Annotated[str, check(_REF.match, "must be a branch name git accepts (no leading '-')")]
+FilePath = Annotated[Path, BeforeValidator(_path), WithJsonSchema({"type": "string"})]
+Command = Annotated[list[Text], BeforeValidator(_command), Field(max_length=1000), STRING_OR_LIST]
+Size = Annotated[int, BeforeValidator(parse_size), WithJsonSchema({"type": ["integer", "string"]})]
+Seconds = Annotated[float, Field(gt=0, le=30 * DAY_S)]
+Delay = Annotated[float, Field(ge=0, le=30 * DAY_S)]
+Count = Annotated[int, Field(ge=0, le=1000)]
+Positive = Annotated[int, Field(ge=1, le=1000)]
+Usd = Annotated[float, Field(ge=0, le=1e6)]
+Network = Literal["allowlist", "open"]
+Regex = Annotated[str, AfterValidator(_regex)]
+RepoId = Annotated[
+    Text,
+    BeforeValidator(lambda v: str(v) if type(v) is int else v),
+    WithJsonSchema({"type": ["string", "integer"]}),
+]
+HttpUrl = Annotated[str, check(_http_url, "must be a https or http URL with a host")]
+Relative = Annotated[
+    str,
+    check(
+        lambda p: not Path(p).is_absolute() and ".." not in Path(p).parts,
+        "must be a relative path without '..'",
+    ),
+]
+RepoName = Annotated[
+    str,
+    check(
+        re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$").match,
+        "a repository name may hold only letters, digits, '.', '_' and '-', "
+        "starting with a letter or digit",
+    ),
+]

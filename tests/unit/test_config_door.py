@@ -1,0 +1,177 @@
+"""Refused at the door: what the daemon needs is checked by `config check` and `run` first."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pipeline.cli.config import check_command
+from pipeline.cli.main import main
+from pipeline.config.door import door_problems
+from pipeline.config.load import load_settings
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "pipeline.example.toml"
+# Every secret the example refers to by environment variable.
+EXAMPLE_SECRETS = (
+    "GITHUB_TOKEN",
+    "GITHUB_WEBHOOK_SECRET",
+    "PIPELINE_API_TOKEN",
+    "PIPELINE_NOTIFY_URLS",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "WEB_GIT_CRYPT_KEY",
+    "WOODPECKER_TOKEN",
+)
+REPO = '[repos.web]\ntracker = "local"\nslug = "o/web"\nremote_url = "web.git"\n'
+
+
+def example_copy(tmp_path: Path) -> Path:
+    """The example config in its own directory, with the key file it names."""
+    config = tmp_path / "conf" / "pipeline.toml"
+    (config.parent / "secrets").mkdir(parents=True)
+    shutil.copy(EXAMPLE, config)
+    (config.parent / "secrets" / "web-deploy-key").write_text("key\n", encoding="utf-8")
+    return config
+
+
+def cli_env(unset: tuple[str, ...] = ()) -> dict[str, str]:
+    """This environment without PIPELINE_* overrides, with the example's secrets set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINE_")}
+    env |= {name: f"value-of-{name.lower()}" for name in EXAMPLE_SECRETS}
+    return {k: v for k, v in env.items() if k not in unset}
+
+
+def pipeline(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+def test_check_names_the_unset_token_and_run_stops_before_the_database(tmp_path: Path) -> None:
+    """Example config, GITHUB_TOKEN unset: check and run exit 2 naming token_env; no database."""
+    config = example_copy(tmp_path)
+    line = f"{config}:trackers.github.token_env: the environment variable GITHUB_TOKEN is not set"
+    env = cli_env(unset=("GITHUB_TOKEN",))
+    checked = pipeline("config", "check", str(config), env=env)
+    assert (checked.returncode, checked.stderr.splitlines(), checked.stdout) == (2, [line], "")
+    ran = pipeline("run", "--config", str(config), "--no-http", env=env)
+    assert (ran.returncode, ran.stderr.splitlines(), ran.stdout) == (2, [line], "")
+    assert not (config.parent / "data").exists()
+
+
+def test_show_output_loads_back_and_passes_check(tmp_path: Path) -> None:
+    """`config show FILE > out.toml && config check out.toml` passes for the example."""
+    config = example_copy(tmp_path)
+    shown = pipeline("config", "show", str(config), env=cli_env())
+    assert shown.returncode == 0, shown.stderr
+    out = tmp_path / "out.toml"
+    out.write_text(shown.stdout, encoding="utf-8")
+    checked = pipeline("config", "check", str(out), env=cli_env())
+    assert checked.returncode == 0, checked.stderr
+    again = dataclasses.replace(load_settings(out, environ={}), source=None)
+    assert again == dataclasses.replace(load_settings(config, environ={}), source=None)
+
+
+def test_schema_validates_the_example_and_refuses_a_typo() -> None:
+    """`config schema` prints a JSON Schema the example passes and an unknown key fails."""
+    done = pipeline("config", "schema", env=cli_env())
+    schema = json.loads(done.stdout)
+    example = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
+    jsonschema.validate(example, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**example, "max_concurency": 3}, schema)
+
+
+BAD: list[tuple[str, str, str]] = [
+    ("nan lease", "[scheduler]\nlease_s = nan\n", "scheduler.lease_s: must be a finite number"),
+    ("inf timeout", "[scheduler]\nrun_timeout_s = inf\n", "scheduler.run_timeout_s: must be a"),
+    ("huge concurrency", "max_concurrency = 100000000\n", "max_concurrency: must be a number <="),
+    ("negative interval", "poll_interval_s = -1\n", "poll_interval_s: must be a number >"),
+    (
+        "label with spaces",
+        '[trackers.gh]\nkind = "github"\nready_label = " ready-for-agent "\n',
+        "trackers.gh.ready_label: must be a label without surrounding whitespace",
+    ),
+    (
+        "branch read as an option",
+        REPO + 'default_branch = "--upload-pack=touch /tmp/pwned"\n',
+        "repos.web.default_branch: must be a branch name git accepts",
+    ),
+    (
+        "remote read as an option",
+        '[repos.web]\ntracker = "local"\nslug = "o/web"\nremote_url = "--upload-pack=x"\n',
+        "repos.web.remote_url: must be a git URL with a host or a path",
+    ),
+    ("deep array", "x = " + "[" * 500 + "]" * 500 + "\n", ": invalid TOML: "),
+    (
+        "unset token",
+        '[trackers.gh]\nkind = "github"\ntoken_env = "AFK_TEST_UNSET_TOKEN"\n',
+        "trackers.gh.token_env: the environment variable AFK_TEST_UNSET_TOKEN is not set",
+    ),
+    (
+        "token file is a directory",
+        '[trackers.gh]\nkind = "github"\ntoken_file = "."\n',
+        "trackers.gh.token_file: {dir} is a directory, not a file",
+    ),
+    (
+        "missing token file",
+        '[notify]\nurls_file = "absent"\n',
+        "notify.urls_file: cannot read {dir}/absent: No such file or directory",
+    ),
+    (
+        "volume under a file",
+        'volume = "a-file/volume"\n',
+        "volume: {dir}/a-file/volume does not exist and cannot be created in {dir}/a-file",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_value_is_refused_with_its_key(tmp_path: Path, text: str, expected: str) -> None:
+    """Each bad value: exit 2, one line naming the file and key, no traceback."""
+    path = tmp_path / "pipeline.toml"
+    path.write_text(text, encoding="utf-8")
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert check_command(path, out, err) == 2
+    (line,) = err.getvalue().splitlines()
+    assert line.startswith(f"{path}:") and expected.format(dir=tmp_path) in line
+    assert out.getvalue() == "" and "Traceback" not in line
+
+
+def test_run_creates_a_configured_volume(tmp_path: Path) -> None:
+    """A configured volume that does not exist yet is created at the door, not refused."""
+    path = tmp_path / "pipeline.toml"
+    path.write_text('volume = "new/volume"\n', encoding="utf-8")
+    settings = load_settings(path, environ={})
+    assert door_problems(settings, environ={}) == [] and not (tmp_path / "new").exists()
+    assert door_problems(settings, environ={}, create=True) == []
+    assert (tmp_path / "new" / "volume").is_dir()
+
+
+def test_issue_body_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
+    """`issue add --body-file` with non-UTF-8 bytes: exit 2 and a one-line reason."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(REPO, encoding="utf-8")
+    body = tmp_path / "body.txt"
+    body.write_bytes(b"caf\xe9 \xff\n")
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["issue", "add", "--config", str(config), "--repo", "web", "--title", "t"]
+    assert main([*argv, "--body-file", str(body)], out, err) == 2
+    reason = "not UTF-8 text (byte 3); save the file as UTF-8"
+    assert err.getvalue() == f"pipeline: --body-file {body}: {reason}\n"
