@@ -123,6 +123,8 @@ def workspace(table: Table) -> WorkspaceSettings:
         high_watermark=high,
         low_watermark=low,
         capacity_bytes=byte_size(table, "capacity"),
+        git_timeout_s=table.number("git_timeout_s", defaults.git_timeout_s, maximum=86400.0),
+        git_stall_s=table.number("git_stall_s", defaults.git_stall_s, maximum=3600.0),
     )
     table.finish()
     return result
