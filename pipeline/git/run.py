@@ -270,7 +270,7 @@ class GitRunner:
         stdout = _clean(outcome.stdout, credentials)
         stderr = _clean(outcome.stderr, credentials).strip()
         if is_disk_full(stderr):
-            raise DiskFull(f"{shown} in {self.where}: {stderr[-500:]}")
+            raise DiskFull(f"disk full: {shown} in {self.where}: {stderr[-500:]}")
         if call.remote is not None and outcome.returncode and _STALLED.search(stderr):
             raise RetryableError(
                 call.remote.kind,
