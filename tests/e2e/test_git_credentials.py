@@ -10,6 +10,7 @@ can reach and pushes what it read; the credentials must be in none of it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -106,6 +107,15 @@ def remote(
     yield Remote(url, bare, f'ssh_key_file = "{key}"\n', key_dir=key_dir, ssh_log=sshd / "log")
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def engine(request: pytest.FixtureRequest) -> str | None:
+    """The database the daemon keeps its history in: None for the default SQLite file."""
+    if request.param == "sqlite":
+        return None
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
 def _refused_without_credentials(remote: Remote, env: dict[str, str]) -> str:
     """What a client without the credential gets from the remote (it must be refused)."""
     done = subprocess.run(
@@ -120,7 +130,7 @@ def _refused_without_credentials(remote: Remote, env: dict[str, str]) -> str:
 
 
 def test_private_remote_clone_fetch_and_push_keep_credentials_from_the_agent(
-    tmp_path: Path, remote: Remote, cli_env: dict[str, str]
+    tmp_path: Path, remote: Remote, cli_env: dict[str, str], engine: str | None
 ) -> None:
     """Clone, fetch and push to a remote demanding a credential work; the agent finds none of it."""
     refusal = _refused_without_credentials(remote, cli_env)
@@ -130,6 +140,10 @@ def test_private_remote_clone_fetch_and_push_keep_credentials_from_the_agent(
         look.append(str(remote.key_dir))
     argv = [sys.executable, str(AGENT), "{workdir}"]
     config = local_config(tmp_path, remote.url, argv, {"CRED_LOOK": ":".join(look)})
+    if engine is not None:
+        text = config.read_text()
+        default = text.split("\n", 2)[1]
+        config.write_text(text.replace(default, f"database_url = {json.dumps(engine)}"))
     with config.open("a") as handle:
         handle.write(f"[repos.calc.push]\n{remote.push_table}[workspace]\nfetch_debounce_s = 0\n")
     cli = Cli(config, cli_env)
