@@ -52,6 +52,8 @@ class Workspace(Table):
     high_watermark: Annotated[float, Field(gt=0, le=1)] | None = None
     low_watermark: Annotated[float, Field(gt=0, le=1)] | None = None
     capacity_bytes: v.Size | None = Field(default=None, validation_alias="capacity")
+    git_timeout_s: Annotated[float, Field(gt=0, le=86400)] | None = None
+    git_stall_s: Annotated[float, Field(gt=0, le=3600)] | None = None
 
     @model_validator(mode="after")
     def _order(self) -> Workspace:

@@ -90,6 +90,9 @@ class WorkspaceSettings:
     low_watermark: float = 0.80
     # Bytes the volume may use; ``None`` means the filesystem's own size.
     capacity_bytes: int | None = None
+    # Wall clock of one clone, fetch or push, and how long a remote may send nothing.
+    git_timeout_s: float = 1800.0
+    git_stall_s: float = 60.0
 
 
 # GitHub caps webhook payloads at 25 MB and does not deliver larger ones.

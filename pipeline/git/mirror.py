@@ -84,10 +84,14 @@ class Mirror:
         if staging.exists():
             remove_tree(staging)
         outside = GitRunner(None, stop, self.limits, cwd=self.path.parent)
-        self._checked(outside, "clone", "--bare", "--quiet", self.repo.remote_url, str(staging))
-        GitRunner(GitRepo.mirror(staging), stop, self.limits).ok(
-            "config", "--remove-section", "remote.origin"
-        )
+        try:
+            self._checked(outside, "clone", "--bare", "--quiet", self.repo.remote_url, str(staging))
+            GitRunner(GitRepo.mirror(staging), stop, self.limits).ok(
+                "config", "--remove-section", "remote.origin"
+            )
+        except BaseException:
+            remove_tree(staging)  # a clone cut short (full disk, hang, stop) leaves nothing
+            raise
         if self.path.exists():
             remove_tree(self.path)
         staging.rename(self.path)
@@ -207,16 +211,13 @@ class Mirror:
                 "publish_mismatch",
                 f"run {run_id}: the mirror fetched {self.sha(ref)} from {tree.where}, not {sha}",
             )
-        commits = list(
-            _trailer_lines(
-                runner.ok(
-                    "log",
-                    f"--format=%H%x09%(trailers:key={TRAILER},valueonly,separator=%x2C)",
-                    f"{base}..{sha}",
-                    "--",
-                )
-            )
-        )
+        self._check_trailers(runner, base, sha, run_id)
+
+    @staticmethod
+    def _check_trailers(runner: GitRunner, base: str, sha: str, run_id: int) -> None:
+        """Refuse unless ``base..sha`` has commits and each carries ``Afk-Run: run_id``."""
+        fmt = f"--format=%H%x09%(trailers:key={TRAILER},valueonly,separator=%x2C)"
+        commits = _trailer_lines(runner.ok("log", fmt, f"{base}..{sha}", "--"))
         foreign = [commit for commit, values in commits if str(run_id) not in values]
         if not commits or foreign:
             raise FatalError(

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.config.settings import PushSettings
+from pipeline.config.settings import PushSettings, WorkspaceSettings
 from pipeline.core.errors import (
     CancelRequested,
     FatalError,
@@ -124,6 +124,11 @@ class GitLimits:
     stall_s: int = 60  # no data this long ends an HTTP transfer or an SSH session
     stall_bytes_per_s: int = 1000  # "no data" is under this rate (http.lowSpeedLimit)
     kill_grace_s: float = 5.0
+
+    @classmethod
+    def configured(cls, settings: WorkspaceSettings) -> GitLimits:
+        """The limits ``[workspace] git_timeout_s`` and ``git_stall_s`` set."""
+        return cls(network_s=settings.git_timeout_s, stall_s=max(1, round(settings.git_stall_s)))
 
 
 DEFAULT_LIMITS = GitLimits()
@@ -265,7 +270,7 @@ class GitRunner:
         stdout = _clean(outcome.stdout, credentials)
         stderr = _clean(outcome.stderr, credentials).strip()
         if is_disk_full(stderr):
-            raise DiskFull(f"{shown} in {self.where}: {stderr[-500:]}")
+            raise DiskFull(f"disk full: {shown} in {self.where}: {stderr[-500:]}")
         if call.remote is not None and outcome.returncode and _STALLED.search(stderr):
             raise RetryableError(
                 call.remote.kind,

@@ -11,7 +11,7 @@ refuses to run agents unless the operator chose ``[sandbox] mode = "none"``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pipeline
@@ -99,12 +99,22 @@ def daemon_places(
     database = _sqlite_path(settings.database_url)
     candidates = [p for p in (database, settings.source) if p is not None]
     candidates += [ref.file for ref in secret_refs if ref.file is not None]
+    candidates += list(key_files(settings))
     for path in candidates:
         path = path.absolute()
         files.append(path)
         if path.parent not in _BROAD:
             directories.append(path.parent)
     return tuple(_real(p) for p in directories), tuple(_real(p) for p in files)
+
+
+def key_files(settings: Settings) -> Iterator[Path]:
+    """Files of key material the daemon's git uses: SSH keys and git-crypt keys."""
+    for repo in settings.repos:
+        if repo.push.ssh_key_file is not None:
+            yield repo.push.ssh_key_file
+        if repo.git_crypt_key.file is not None:
+            yield repo.git_crypt_key.file
 
 
 def runtime_paths(sandbox: SandboxSettings) -> tuple[Path, ...]:

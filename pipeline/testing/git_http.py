@@ -3,7 +3,8 @@
 ``GitHttpServer`` serves the bare repositories under ``root`` through
 ``git http-backend`` (CGI) on 127.0.0.1, answering 401 unless the request
 carries HTTP Basic auth with the expected password. It records the usernames
-it saw, never the passwords, and counts every request. With ``stall`` set it
+it saw (never the passwords) and what each authorised request asked for, and
+counts every request. With ``stall`` set it
 accepts requests whose path contains that text and never answers them, like a
 remote that hangs mid-transfer. ``SilentServer`` accepts TCP connections and
 never says a word (a hung ``git://`` daemon).
@@ -47,12 +48,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         self.server.users.append(user)
+        self.server.served.append(self.path.partition("?")[0].rsplit("/", 1)[-1])
         self._cgi(user)
 
     def _cgi(self, user: str) -> None:
         path, _, query = self.path.partition("?")
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        body = self._body()
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "GIT_PROJECT_ROOT": str(self.server.root),
@@ -85,6 +86,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
+    def _body(self) -> bytes:
+        """The request body: ``Content-Length`` bytes, or chunks (git's large pushes)."""
+        if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+        chunks: list[bytes] = []
+        while True:
+            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                self.rfile.readline()  # the blank line after the last chunk
+                return b"".join(chunks)
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline()
+
     do_GET = do_POST = _handle
 
     def log_message(self, format: str, *args: object) -> None:
@@ -98,6 +113,7 @@ class _GitServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.root, self.token = root, token
         self.users: list[str] = []
+        self.served: list[str] = []  # last path part of each authorised request
         self.refused = self.hits = self.stalled = 0
         self.stall: str | None = None
         self.unstalled = threading.Event()
@@ -117,6 +133,11 @@ class GitHttpServer:
     @property
     def users(self) -> list[str]:
         return list(self._server.users)
+
+    @property
+    def served(self) -> list[str]:
+        """What each authorised request asked for: ``info/refs``, ``git-upload-pack``, ..."""
+        return list(self._server.served)
 
     @property
     def refused(self) -> int:

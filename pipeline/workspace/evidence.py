@@ -21,6 +21,7 @@ from pipeline.git.mirror import checkout_repo
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
 from pipeline.workspace.housekeeping import remove_tree
+from pipeline.workspace.prepared import PreparedWorkspace
 
 MANIFEST = "manifest.json"
 TREE = "worktree"
@@ -50,6 +51,23 @@ def freeze_tree(
     tree.git_dir.rename(admin)
     GitRepo(admin, tree.common_dir, target, config_source=tree.config_source).reclaim()
     git.ok("worktree", "lock", "--reason", f"frozen evidence of run {run_id}", str(target))
+
+
+def run_manifest(
+    ws: PreparedWorkspace, *, run_id: int, repo: str, reason: str, head_sha: str
+) -> dict[str, object]:
+    """What ``manifest.json`` says about the run whose tree ``ws`` is frozen."""
+    return {
+        "run_id": run_id,
+        "repo": repo,
+        "reason": reason,
+        "strategy": ws.strategy,
+        "branch": ws.branch,
+        "base_sha": ws.base_sha,
+        "head_sha": head_sha,
+        "original_path": str(ws.path),
+        "checkout": str(ws.path.parent.parent / "checkout"),
+    }
 
 
 def write_manifest(evidence: Path, fields: Mapping[str, object]) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
+from pipeline.config.settings import WorkspaceSettings
 from pipeline.core.errors import ConfigError
 from pipeline.git.run import GitRunner
 
@@ -186,6 +187,31 @@ def evict_caches(
         freed += unit.size
     _remove_empty_dirs(cache_root)
     return evicted, freed
+
+
+def evict_volume(
+    volume: Path,
+    cache_root: Path,
+    settings: WorkspaceSettings,
+    report: HousekeepingReport,
+    protected: Collection[Path] = (),
+) -> HousekeepingReport:
+    """Evict package caches, oldest first, from the high down to the low watermark."""
+    capacity = volume_capacity(volume, settings.capacity_bytes)
+    usage = volume_usage(volume, settings.capacity_bytes)
+    evicted, freed = evict_caches(
+        cache_root,
+        usage=usage,
+        capacity=capacity,
+        high_watermark=settings.high_watermark,
+        low_watermark=settings.low_watermark,
+        protected=protected,
+    )
+    report.capacity, report.usage_before = capacity, usage
+    report.evicted.extend(evicted)
+    report.evicted_bytes += freed
+    report.usage_after = volume_usage(volume, settings.capacity_bytes)
+    return report
 
 
 def remove_tree(path: Path) -> None:

@@ -9,6 +9,7 @@ the slot's ``.git`` file, which the agent can rewrite.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.config.settings import RepoSettings
@@ -33,14 +34,16 @@ def reset_slot(
     ``in_checkout`` runs git in ``checkout`` (with the run's stop token and limits).
     """
     branch, base_sha = target
-    tree = GitRepo.worktree(checkout.common_dir.parent, slot, checkout.config_source)
+    tree = slot_tree(checkout, slot)
     run = GitRunner(tree, in_checkout.stop, in_checkout.limits)
     if registered(tree):
         try:
+            # Clean first: deleting needs no space, so what a run left on a full disk
+            # goes before reset and checkout need room to write.
+            clean_slot(run, repo.keep_dirs)
             run.ok("reset", "--hard", "--quiet")
             run.ok("checkout", "--force", "--quiet", "-B", branch, base_sha)
-            excludes = [arg for keep in repo.keep_dirs for arg in ("-e", keep_pattern(keep))]
-            run.ok("clean", "-ffdxq", *excludes)
+            clean_slot(run, repo.keep_dirs)
             return tree
         except FatalError:
             pass  # a broken slot (e.g. its registration was pruned): rebuild it below
@@ -59,6 +62,24 @@ def reset_slot(
         )
     restore_kept(kept, slot, repo.keep_dirs)
     return tree
+
+
+def clean_slot(run: GitRunner, keep_dirs: Sequence[str]) -> list[str]:
+    """Remove the untracked and ignored files of a slot, ``keep_dirs`` excepted.
+
+    Works on a full disk (it only deletes). Returns the paths removed.
+    """
+    excludes = [arg for keep in keep_dirs for arg in ("-e", keep_pattern(keep))]
+    result = run.run("clean", "-ffdx", *excludes)
+    if not result.ok:
+        raise FatalError("git", run.failure(result))
+    prefix = "Removing "
+    return [line[len(prefix) :] for line in result.stdout.splitlines() if line.startswith(prefix)]
+
+
+def slot_tree(checkout: GitRepo, slot: Path) -> GitRepo:
+    """The pinned repository of worktree ``slot`` of ``checkout``."""
+    return GitRepo.worktree(checkout.common_dir.parent, slot, checkout.config_source)
 
 
 def registered(tree: GitRepo) -> bool:

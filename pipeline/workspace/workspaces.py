@@ -10,31 +10,29 @@ say why)::
     <volume>/cache/<tool>                              shared package caches
     <volume>/frozen/<run-id>/                          evidence, never touched again
 
-A run gets the repo's reusable worktree slot reset to ``origin/<default>`` with
-``git reset --hard`` + ``git checkout -f -B`` + ``git clean -ffdx -e <keep_dir>``:
-the previous run's edits are gone, its ``.venv``/``node_modules`` stay. Only the
+A run gets the repo's reusable worktree slot cleaned (``git clean -ffdx -e
+<keep_dir>``, first, before anything needs disk space), then reset to
+``origin/<default>`` (``git reset --hard`` + ``git checkout -f -B``): the previous
+run's edits are gone, its ``.venv``/``node_modules`` stay. Only the
 mirror talks to the remote, with the repo's credentials; every git command in
 the checkout or a slot is pinned to daemon-known paths (``pipeline.git.run``).
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.config.settings import RepoSettings, WorkspaceSettings
 from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
-from pipeline.core.proc import StopToken, kill_stragglers
+from pipeline.core.proc import StopToken
 from pipeline.git.mirror import MIRROR, Mirror, checkout_repo
 from pipeline.git.repo import GitRepo
-from pipeline.git.run import DEFAULT_LIMITS, GitLimits, GitRunner
+from pipeline.git.run import GitLimits, GitRunner
 from pipeline.git.util import DiskFull, branch_name, is_enospc, relative_inside, safe_component
 from pipeline.sandbox.jail import Jail, Jailer
 from pipeline.workspace.evidence import (
@@ -42,56 +40,32 @@ from pipeline.workspace.evidence import (
     discard_evidence,
     freeze_tree,
     new_evidence_dir,
+    run_manifest,
     write_manifest,
 )
 from pipeline.workspace.gitcrypt import prepare_clone, save_kept
 from pipeline.workspace.housekeeping import (
     HousekeepingReport,
     check_volume,
-    evict_caches,
+    evict_volume,
     remove_tree,
     tidy_repo,
-    volume_capacity,
-    volume_usage,
 )
+from pipeline.workspace.locks import RepoLocks
+from pipeline.workspace.prepared import (
+    CACHE_DIRS,
+    STRATEGIES,
+    PreparedWorkspace,
+    cache_env,
+    check_strategy,
+)
+from pipeline.workspace.runtrees import CLONE, clear_leftovers, free_slot, stop_stragglers
 from pipeline.workspace.setup import copy_files, run_setup
-from pipeline.workspace.slots import SLOT_PREFIX, registered, reset_slot
+from pipeline.workspace.slots import SLOT_PREFIX, clean_slot, registered, reset_slot
+
+__all__ = ["CACHE_DIRS", "STRATEGIES", "PreparedWorkspace", "Workspaces"]
 
 log = logging.getLogger(__name__)
-
-# Environment variable -> directory under <volume>/cache.
-CACHE_DIRS: tuple[tuple[str, str], ...] = (
-    ("PIP_CACHE_DIR", "pip"),
-    ("UV_CACHE_DIR", "uv"),
-    ("npm_config_cache", "npm"),
-    ("npm_config_store_dir", "pnpm-store"),
-    ("PNPM_STORE_DIR", "pnpm-store"),
-    ("YARN_CACHE_FOLDER", "yarn"),
-    ("CARGO_HOME", "cargo"),
-    ("GOMODCACHE", "go-mod"),
-    ("GOCACHE", "go-build"),
-    ("GRADLE_USER_HOME", "gradle"),
-)
-STRATEGIES = ("worktree", "clone")
-
-
-@dataclass(frozen=True)
-class PreparedWorkspace:
-    """A worktree ready for the agent: on ``branch`` at ``base_sha``, set up."""
-
-    repo: str
-    path: Path  # the worktree (or clone) root
-    workdir: Path  # where the agent and tests run: path / repo.workdir
-    branch: str
-    base_sha: str
-    env: dict[str, str]  # the cache environment for agent, setup and test processes
-    setup_s: float
-    strategy: str  # worktree | clone
-    git: GitRepo  # the tree's repository, pinned: how the daemon runs git in it
-    mirror: Path  # the repo's daemon-owned mirror: find_pushed and publish use it
-    prepare_s: float = 0.0
-    keep_dirs: tuple[str, ...] = ()
-    jail: Jail | None = None  # runs the agent, setup and tests confined to this tree
 
 
 class Workspaces:
@@ -104,12 +78,12 @@ class Workspaces:
         *,
         clock: Callable[[], float] = time.monotonic,
         jailer: Jailer | None = None,
-        git_limits: GitLimits = DEFAULT_LIMITS,
+        git_limits: GitLimits | None = None,
     ) -> None:
         self.volume = check_volume(volume)
         self.jailer = jailer
         self.settings = settings
-        self.git_limits = git_limits
+        self.git_limits = git_limits or GitLimits.configured(settings)
         self._clock = clock
         self.repos_root = self.volume / "repos"
         self.cache_root = self.volume / "cache"
@@ -118,8 +92,7 @@ class Workspaces:
             directory.mkdir(exist_ok=True)
         self.fetches: dict[str, int] = {}  # repo name -> clones + fetches done
         self._last_fetch: dict[str, float] = {}
-        self._guard = threading.Lock()
-        self._thread_locks: dict[Path, threading.Lock] = {}
+        self._locks = RepoLocks()
         self._busy: set[Path] = set()
         self.last_eviction: HousekeepingReport | None = None
 
@@ -139,12 +112,7 @@ class Workspaces:
 
     def cache_env(self) -> dict[str, str]:
         """Variables pointing every package manager's cache under ``<volume>/cache``."""
-        env: dict[str, str] = {}
-        for variable, directory in CACHE_DIRS:
-            path = self.cache_root / directory
-            path.mkdir(exist_ok=True)
-            env[variable] = str(path)
-        return env
+        return cache_env(self.cache_root)
 
     # -- checkout -----------------------------------------------------------
 
@@ -159,7 +127,7 @@ class Workspaces:
     def ensure_checkout(self, repo: RepoSettings, *, stop: StopToken | None = None) -> Path:
         """The repo's persistent checkout, fed from a mirror fetched at most once per debounce."""
         repo_dir = self.repo_dir(repo)
-        with self._repo_lock(repo_dir):
+        with self._locks.hold(repo_dir):
             return self._ensure_checkout_locked(repo, stop).common_dir.parent
 
     def _ensure_checkout_locked(self, repo: RepoSettings, stop: StopToken | None) -> GitRepo:
@@ -194,23 +162,14 @@ class Workspaces:
     ) -> PreparedWorkspace:
         """A clean, warm worktree for one run on ``afk/<issue>-<run>``, set up."""
         started = time.monotonic()
-        if repo.workspace not in STRATEGIES:
-            raise FatalError(
-                "config",
-                f"repos.{repo.name}.workspace {repo.workspace!r}: "
-                f"must be one of {', '.join(STRATEGIES)}",
-            )
+        check_strategy(repo)
         branch = branch_name(issue_ref, run_id)
         try:
-            tree, base_sha = self._checkout_run_tree(repo, branch, stop)
-            path = tree.where
+            tree, base_sha = self._checkout_run_tree(repo, branch, stop, events)
             try:
-                workdir = self._workdir(repo, path, base_sha)
-                env = self.cache_env()
-                jail = self._jail(repo, path, env, base_env)
-                setup_s = run_setup(repo, workdir, jail, events, stop)
+                ws = self._set_up(repo, tree, (branch, base_sha), base_env, events, stop)
             except BaseException:
-                self._abandon(repo, path)
+                self._abandon(repo, tree.where)
                 raise
         except DiskFull as exc:
             raise self.disk_full(str(exc), events) from exc
@@ -218,9 +177,38 @@ class Workspaces:
             if is_enospc(exc):
                 raise self.disk_full(f"no space left on device: {exc}", events) from exc
             raise
-        ws = PreparedWorkspace(
+        prepare_s = time.monotonic() - started
+        events(
+            "setup",
+            f"workspace ready on {branch} at {base_sha[:12]}",
+            {
+                "strategy": ws.strategy,
+                "base_sha": base_sha,
+                "setup_s": round(ws.setup_s, 3),
+                "prepare_s": round(prepare_s, 3),
+                "path": str(ws.path),
+            },
+        )
+        return replace(ws, prepare_s=prepare_s)
+
+    def _set_up(
+        self,
+        repo: RepoSettings,
+        tree: GitRepo,
+        target: tuple[str, str],
+        base_env: Mapping[str, str],
+        events: EventSink,
+        stop: StopToken | None,
+    ) -> PreparedWorkspace:
+        """Run the repo's setup in its fresh tree (on ``target``: branch, base SHA)."""
+        branch, base_sha = target
+        workdir = self._workdir(repo, tree.where, base_sha)
+        env = self.cache_env()
+        jail = self._jail(repo, tree.where, env, base_env)
+        setup_s = run_setup(repo, workdir, jail, events, stop)
+        return PreparedWorkspace(
             repo=repo.name,
-            path=path,
+            path=tree.where,
             workdir=workdir,
             branch=branch,
             base_sha=base_sha,
@@ -230,21 +218,8 @@ class Workspaces:
             git=tree,
             mirror=self.mirror(repo).path,
             keep_dirs=repo.keep_dirs,
-            prepare_s=time.monotonic() - started,
             jail=jail,
         )
-        events(
-            "setup",
-            f"workspace ready on {branch} at {base_sha[:12]}",
-            {
-                "strategy": ws.strategy,
-                "base_sha": base_sha,
-                "setup_s": round(setup_s, 3),
-                "prepare_s": round(ws.prepare_s, 3),
-                "path": str(path),
-            },
-        )
-        return ws
 
     def _jail(
         self,
@@ -273,7 +248,7 @@ class Workspaces:
 
     def _abandon(self, repo: RepoSettings, path: Path) -> None:
         """Free a tree whose preparation failed; a clone (maybe decrypted) is deleted."""
-        with self._repo_lock(path.parent.parent):
+        with self._locks.hold(path.parent.parent):
             self._drop_tree(repo, path)
 
     def _drop_tree(self, repo: RepoSettings, path: Path) -> None:
@@ -283,41 +258,23 @@ class Workspaces:
             remove_tree(path)
 
     def _checkout_run_tree(
-        self, repo: RepoSettings, branch: str, stop: StopToken | None
+        self, repo: RepoSettings, branch: str, stop: StopToken | None, events: EventSink
     ) -> tuple[GitRepo, str]:
         repo_dir = self.repo_dir(repo)
-        with self._repo_lock(repo_dir):
-            checkout = self._ensure_checkout_locked(repo, stop)
-            mirror = self.mirror(repo)
-            base_sha = mirror.sha(f"refs/heads/{repo.default_branch}")
-            if base_sha is None:
-                raise FatalError(
-                    "git",
-                    f"repo {repo.name}: the remote has no branch "
-                    f"{repo.default_branch!r} (repos.{repo.name}.default_branch)",
-                )
+        with self._locks.hold(repo_dir):
             worktrees = repo_dir / "worktrees"
             worktrees.mkdir(exist_ok=True)
-            # An agent orphaned by a killed daemon must not edit the next run's tree.
-            stragglers = kill_stragglers(worktrees)
-            if stragglers:
-                log.warning(
-                    "%s: killed %d leftover process(es) of an earlier run: %s",
-                    repo.name,
-                    len(stragglers),
-                    stragglers,
-                )
-            if repo.workspace == "clone":
-                tree = prepare_clone(mirror, worktrees / "clone", branch, base_sha, stop)
+            stop_stragglers(repo, worktrees)
+            clone = repo.workspace == "clone"
+            path = worktrees / CLONE if clone else free_slot(worktrees, self._busy)
+            clear_leftovers(repo, path, self.git_limits, events)  # before a fetch needs room
+            checkout = self._ensure_checkout_locked(repo, stop)
+            base_sha = self._base_sha(repo)
+            if clone:
+                tree = prepare_clone(self.mirror(repo), path, branch, base_sha, stop)
             else:
-                slot = self._free_slot(worktrees)
-                tree = reset_slot(
-                    checkout,
-                    slot,
-                    repo,
-                    (branch, base_sha),
-                    GitRunner(checkout, stop, self.git_limits),
-                )
+                runner = GitRunner(checkout, stop, self.git_limits)
+                tree = reset_slot(checkout, path, repo, (branch, base_sha), runner)
             try:
                 copy_files(repo, tree)
             except BaseException:
@@ -326,11 +283,15 @@ class Workspaces:
             self._busy.add(tree.where)
         return tree, base_sha
 
-    def _free_slot(self, worktrees: Path) -> Path:
-        index = 0
-        while (worktrees / f"{SLOT_PREFIX}{index}") in self._busy:
-            index += 1
-        return worktrees / f"{SLOT_PREFIX}{index}"
+    def _base_sha(self, repo: RepoSettings) -> str:
+        base_sha = self.mirror(repo).sha(f"refs/heads/{repo.default_branch}")
+        if base_sha is None:
+            raise FatalError(
+                "git",
+                f"repo {repo.name}: the remote has no branch "
+                f"{repo.default_branch!r} (repos.{repo.name}.default_branch)",
+            )
+        return base_sha
 
     def disk_full(self, detail: str, events: EventSink) -> DiskFull:
         """Evict caches now and return the retryable ``disk_full`` error to raise.
@@ -355,7 +316,7 @@ class Workspaces:
         clone is deleted after its dependency dirs are put aside.
         """
         repo_dir = ws.path.parent.parent
-        with self._repo_lock(repo_dir):
+        with self._locks.hold(repo_dir):
             self._busy.discard(ws.path)
             if ws.strategy == "clone":
                 save_kept(ws.path, repo_dir / "kept", ws.keep_dirs)
@@ -363,7 +324,10 @@ class Workspaces:
                 return
             if not registered(ws.git):
                 return
-            GitRunner(ws.git, None, self.git_limits).ok("checkout", "--quiet", "--detach")
+            runner = GitRunner(ws.git, None, self.git_limits)
+            if not succeeded:  # what it left goes now: space back, even on a full disk
+                clean_slot(runner, ws.keep_dirs)
+            runner.ok("checkout", "--quiet", "--detach")
             if succeeded:
                 GitRunner(checkout_repo(repo_dir), None, self.git_limits).ok(
                     "branch", "-D", "--quiet", ws.branch
@@ -382,7 +346,7 @@ class Workspaces:
         """Move the run's tree to ``<volume>/frozen/<run-id>/worktree`` with a manifest."""
         repo_dir = ws.path.parent.parent
         evidence = new_evidence_dir(self.frozen_root, run_id)
-        with self._repo_lock(repo_dir):
+        with self._locks.hold(repo_dir):
             self._busy.discard(ws.path)
             if head_sha is None:
                 head_sha = GitRunner(ws.git).ok("rev-parse", "HEAD").strip()
@@ -393,21 +357,8 @@ class Workspaces:
                 target=evidence / TREE,
                 run_id=run_id,
             )
-        write_manifest(
-            evidence,
-            {
-                "run_id": run_id,
-                "repo": repo,
-                "reason": reason,
-                "strategy": ws.strategy,
-                "branch": ws.branch,
-                "base_sha": ws.base_sha,
-                "head_sha": head_sha,
-                "original_path": str(ws.path),
-                "checkout": str(repo_dir / "checkout"),
-                "extra": dict(extra or {}),
-            },
-        )
+        fields = run_manifest(ws, run_id=run_id, repo=repo, reason=reason, head_sha=head_sha)
+        write_manifest(evidence, {**fields, "extra": dict(extra or {})})
         return evidence
 
     def discard_evidence(self, evidence: Path) -> None:
@@ -426,7 +377,7 @@ class Workspaces:
             if (repo_dir / MIRROR).is_dir():
                 gits.append(GitRunner(GitRepo.mirror(repo_dir / MIRROR), None, self.git_limits))
             try:
-                with self._repo_lock(repo_dir):
+                with self._locks.hold(repo_dir):
                     tidy_repo(repo_dir, active, report, keep_prefix=SLOT_PREFIX, gits=gits)
             except (FatalError, OSError) as exc:
                 report.errors.append(f"{checkout.parent}: {exc}")
@@ -437,36 +388,8 @@ class Workspaces:
         self, report: HousekeepingReport | None = None, *, protected: Collection[Path] = ()
     ) -> HousekeepingReport:
         """Evict package caches, oldest first, from the high down to the low watermark."""
-        report = report or HousekeepingReport()
-        capacity = volume_capacity(self.volume, self.settings.capacity_bytes)
-        usage = volume_usage(self.volume, self.settings.capacity_bytes)
-        evicted, freed = evict_caches(
-            self.cache_root,
-            usage=usage,
-            capacity=capacity,
-            high_watermark=self.settings.high_watermark,
-            low_watermark=self.settings.low_watermark,
-            protected=protected,
+        report = evict_volume(
+            self.volume, self.cache_root, self.settings, report or HousekeepingReport(), protected
         )
-        report.capacity, report.usage_before = capacity, usage
-        report.evicted.extend(evicted)
-        report.evicted_bytes += freed
-        report.usage_after = volume_usage(self.volume, self.settings.capacity_bytes)
         self.last_eviction = report
         return report
-
-    # -- locking ------------------------------------------------------------
-
-    @contextmanager
-    def _repo_lock(self, repo_dir: Path) -> Iterator[None]:
-        """A short per-repo lock: threads of this process, then other processes (flock)."""
-        with self._guard:
-            thread_lock = self._thread_locks.setdefault(repo_dir, threading.Lock())
-        with thread_lock:
-            repo_dir.mkdir(parents=True, exist_ok=True)
-            with open(repo_dir / ".lock", "a+b") as handle:
-                fcntl.flock(handle, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(handle, fcntl.LOCK_UN)
