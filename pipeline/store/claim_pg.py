@@ -1,4 +1,4 @@
-"""The PostgreSQL claim: one statement, no global lock (docs/adr/0019).
+"""The PostgreSQL claim and finish: one statement each, no global lock (docs/adr/0019).
 
 One ``WITH`` statement, run in autocommit (its own transaction), does it all:
 
@@ -24,10 +24,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import Connection, Integer, String, column, text
+from sqlalchemy import Connection, Engine, Integer, String, bindparam, column, text
 from sqlalchemy.sql.elements import TextClause
 
-from pipeline.store.models import BUSY_STATES, IssueRow, RunRow
+from pipeline.core.errors import LeaseLost
+from pipeline.core.masking import mask
+from pipeline.store.base import MAX_EVENT_MESSAGE, dump_data
+from pipeline.store.models import BUSY_STATES, IssueRow, RunEventRow, RunRow
 from pipeline.store.records import Run
 
 SLOT_LOCK_KEY = 731_624  # the first key of pg_try_advisory_xact_lock(key, slot)
@@ -78,15 +81,18 @@ FROM taken t JOIN repos p ON p.id = t.repo_id LEFT JOIN issues i ON i.id = t.iss
 """
 
 
+# The columns read_run returns, typed so that the masked ones are masked on read too.
+_RESULT: list[Any] = [
+    *RunRow.__table__.columns,
+    column("repo_name", String()),
+    column("issue_number", Integer()),
+    column("issue_title", IssueRow.__table__.c.title.type),
+    column("issue_url", IssueRow.__table__.c.url.type),
+]
+
+
 def _statement() -> TextClause:
-    typed = [*RunRow.__table__.columns]
-    extra: list[Any] = [
-        column("repo_name", String()),
-        column("issue_number", Integer()),
-        column("issue_title", IssueRow.__table__.c.title.type),
-        column("issue_url", IssueRow.__table__.c.url.type),
-    ]
-    return text(_CLAIM_SQL).columns(*typed, *extra)  # type: ignore[return-value]
+    return text(_CLAIM_SQL).columns(*_RESULT)  # type: ignore[return-value]
 
 
 _STATEMENT = _statement()
@@ -107,3 +113,67 @@ def claim_postgres(
     }
     row = conn.execute(_STATEMENT, params).first()
     return run_from_row(row) if row is not None else None
+
+
+_FINISH_SQL = f"""
+WITH params AS (SELECT (statement_timestamp() AT TIME ZONE 'UTC') AS now),
+done AS (
+    UPDATE runs SET
+        state = :state, owner = NULL, lease_until = NULL,
+        finished_at = params.now, updated_at = params.now,
+        error_class = :error_class, error = :error, summary = COALESCE(:summary, runs.summary)
+    FROM params
+    WHERE runs.id = :run_id AND runs.owner = :owner AND runs.attempt = :attempt
+      AND runs.state NOT IN ('succeeded', 'failed', 'escalated', 'cancelled')
+    RETURNING runs.*
+),
+event AS (
+    INSERT INTO run_events (run_id, attempt, ts, kind, message, data_json)
+    SELECT d.id, d.attempt, d.updated_at, 'state', :message, :data_json FROM done d
+)
+SELECT {", ".join("d." + name for name in _RUN_COLUMNS)},
+       p.name AS repo_name, i.number AS issue_number, i.title AS issue_title, i.url AS issue_url
+FROM done d JOIN repos p ON p.id = d.repo_id LEFT JOIN issues i ON i.id = d.issue_id
+"""
+
+
+def _finish_statement() -> TextClause:
+    columns = RunRow.__table__.c
+    event = RunEventRow.__table__.c
+    binds = [
+        bindparam("error", type_=columns.error.type),
+        bindparam("summary", type_=columns.summary.type),
+        bindparam("message", type_=event.message.type),
+        bindparam("data_json", type_=event.data_json.type),
+    ]
+    return text(_FINISH_SQL).bindparams(*binds).columns(*_RESULT)  # type: ignore[return-value]
+
+
+_FINISH = _finish_statement()
+
+
+def finish_postgres(
+    engine: Engine,
+    fence: tuple[int, str, int, str],
+    summary: str | None,
+    values: dict[str, object],
+) -> Run:
+    """End a run we hold, ``fence`` = (run id, owner, attempt, state), in one statement.
+
+    ``LeaseLost`` when the run is no longer ours, as ``Store.finish`` raises.
+    """
+    from pipeline.store.history import run_from_row
+
+    run_id, owner, attempt, state = fence
+    error = values["error"]
+    message = state if error is None else f"{state}: {error}"
+    data = {"state": state, "error_class": values["error_class"]}
+    params = {**values, "run_id": run_id, "owner": owner, "attempt": attempt, "state": state}
+    params.update(
+        summary=summary, message=mask(message)[:MAX_EVENT_MESSAGE], data_json=dump_data(data)
+    )
+    with engine.connect() as conn:
+        row = conn.execution_options(isolation_level="AUTOCOMMIT").execute(_FINISH, params).first()
+    if row is None:
+        raise LeaseLost(f"run {run_id} attempt {attempt} is no longer held by {owner}")
+    return run_from_row(row)
