@@ -6,6 +6,9 @@ import os
 import platform
 import statistics
 from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import event
 
 
 def spread(values: Sequence[float], digits: int = 4) -> dict[str, float]:
@@ -36,3 +39,21 @@ def machine() -> dict[str, object]:
         "python": platform.python_version(),
         "load_average": load,
     }
+
+
+class StatementCounter:
+    """Counts the SQL statements an engine sends while the block runs."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.count = 0
+
+    def __enter__(self) -> StatementCounter:
+        event.listen(self.engine, "before_cursor_execute", self._seen)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *_: Any) -> None:
+        self.count += 1
