@@ -1,13 +1,22 @@
-"""Claim throughput across PostgreSQL replicas, and proof that no run is claimed twice.
+"""Claim + finish throughput against procrastinate, paired, on the same PostgreSQL server.
 
-``python -m benchmarks claim --json --database-url postgresql://USER@HOST/DB``
-creates a throwaway database on that server, queues 5,000 zero-length runs
-over 200 repos, then starts 3 replica processes that each claim and finish
-runs with several threads until the queue is empty. ``claims_per_s`` is runs
-over the wall time from "go" to the last replica's exit; ``double_claims`` is
-counted from the ``claimed`` events in the database (a run claimed by more than
-one owner or more than once); ``violations`` are breaches of the per-repo and
-global caps seen by a monitor polling the database meanwhile.
+``python -m benchmarks claim --json [--database-url postgresql://USER@HOST/DB]``
+
+Each repetition runs, in turn (A B A B ...), on a fresh throwaway database of
+that server each time:
+
+- ``afk``: ``--replicas`` processes x ``--threads`` claimer threads, global cap
+  replicas x threads; each thread claims a run (``Store.claim_next``), finishes
+  it and claims the next, woken by the queue wake when nothing is claimable;
+- ``procrastinate``: as many worker processes with ``concurrency=--threads``,
+  each job carrying its repo as procrastinate's ``lock`` (one job per repo at a
+  time, like afk-pipeline's serial-per-repo rule), default worker settings;
+- ``afk_1``: afk-pipeline with one replica, for ``scale_3_vs_1``.
+
+Same jobs: ``--jobs`` zero-length jobs over ``--repos`` repos. The clock runs
+from "go" until the database says every job succeeded. Every worker records
+each job it actually ran in a file of its own; ``double_claims`` is counted
+from those files (a job run more than once), independently of the claim path.
 """
 
 from __future__ import annotations
@@ -16,25 +25,34 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-from benchmarks._databases import DEFAULT_POSTGRES_URL, temp_database
+from benchmarks import _peer
+from benchmarks._databases import DEFAULT_POSTGRES_URL, temp_postgres
+from benchmarks._paired import machine, spread
 from pipeline.store import Store
-from pipeline.testing.invariants import InvariantMonitor
+from pipeline.store.wake import QueueWake
 
 LEASE_S = 60.0
+TIMEOUT_S = 900.0
 
 
-def replica(url: str, owner: str, threads: int, cap: int) -> int:
-    """One replica: wait for "go" on stdin, then claim and finish until the queue is empty."""
+def replica(url: str, owner: str, threads: int, cap: int, record: Path) -> int:
+    """One afk-pipeline replica: wait for "go", claim and finish until the queue is empty."""
     store = Store(url)
     store.ping()
+    wake = threading.Event()
+    listener = QueueWake(store.engine, store.url, wake.set)
+    listener.start()
+    listener.wait_listening(30)
     print("ready", flush=True)
     sys.stdin.readline()
-    counts = [0] * threads
+    ran: list[int] = []
 
     def loop(slot: int) -> None:
         name = f"{owner}/{slot}"
@@ -43,128 +61,156 @@ def replica(url: str, owner: str, threads: int, cap: int) -> int:
             if run is None:
                 if store.queue_depth() == 0:
                     return
-                time.sleep(0.002)
+                wake.wait(0.05)
+                wake.clear()
                 continue
+            ran.append(run.id)
             store.finish(run.id, name, run.attempt, "succeeded")
-            counts[slot] += 1
 
     workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
-    print(json.dumps({"owner": owner, "finished": sum(counts)}), flush=True)
+    record.write_text("".join(f"{i}\n" for i in ran))
+    listener.stop()
     store.close()
     return 0
 
 
-def populate(url: str, runs: int, repos: int) -> None:
+def populate_afk(url: str, jobs: int, repos: int) -> None:
     store = Store(url)
     store.upgrade()
     names = [f"repo{i:03d}" for i in range(repos)]
     for name in names:
         store.ensure_repo(name)
-    for i in range(runs):
+    for i in range(jobs):
         store.enqueue(names[i % repos])
-        if (i + 1) % 1000 == 0:
-            print(f"  queued {i + 1}/{runs}", flush=True)
     store.close()
 
 
-def count_claims(url: str) -> tuple[int, int, dict[str, int]]:
-    """(runs claimed more than once, succeeded runs, claims per replica) from the database."""
-    store = Store(url)
-    per_run: Counter[int] = Counter()
-    per_replica: Counter[str] = Counter()
-    after = 0
-    while batch := store.events_since(after, limit=5000):
-        for event in batch:
-            if event.kind == "claimed":
-                per_run[event.run_id] += 1
-                per_replica[str(event.data.get("owner", "")).split("/")[0]] += 1
-        after = batch[-1].id
-    succeeded = store.stats().runs_by_state.get("succeeded", 0)
-    store.close()
-    return sum(n - 1 for n in per_run.values() if n > 1), succeeded, dict(per_replica)
+def afk_succeeded(dsn: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM runs WHERE state = 'succeeded'").fetchone()
+    return int(row[0]) if row else 0
 
 
-def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    print(f"queueing {args.runs} runs over {args.repos} repos", flush=True)
-    populate(url, args.runs, args.repos)
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.claim",
-                "--replica",
-                f"r{i}",
-                "--database-url",
-                url,
-                "--threads",
-                str(args.threads),
-                "--cap",
-                str(args.cap),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(args.replicas)
-    ]
-    for proc in procs:
-        assert proc.stdout is not None
-        proc.stdout.readline()
-    with InvariantMonitor(url, args.cap, interval_s=0.02) as monitor:
-        started = time.monotonic()
+def _spawn(system: str, dsn: str, record: Path, threads: int, cap: int) -> subprocess.Popen[str]:
+    role = ["--peer"] if system == "procrastinate" else ["--replica", record.stem]
+    command = [sys.executable, "-m", "benchmarks.claim", *role, "--database-url", dsn]
+    command += ["--threads", str(threads), "--cap", str(cap), "--record", str(record)]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _until_done(count: Any, dsn: str, jobs: int) -> float:
+    started = time.monotonic()
+    while count(dsn) < jobs:
+        if time.monotonic() - started > TIMEOUT_S:
+            raise RuntimeError(f"not all {jobs} jobs succeeded within {TIMEOUT_S} s")
+        time.sleep(0.005)
+    return time.monotonic() - started
+
+
+def one_round(system: str, server: str, args: argparse.Namespace, replicas: int) -> dict[str, Any]:
+    """Fresh database, queue the jobs, start the workers, time them to the last success."""
+    with temp_postgres(server) as dsn, tempfile.TemporaryDirectory() as tmp:
+        if system == "procrastinate":
+            _peer.populate(dsn, args.jobs, args.repos)
+        else:
+            populate_afk(dsn, args.jobs, args.repos)
+        cap = args.replicas * args.threads
+        records = [Path(tmp) / f"w{i}" for i in range(replicas)]
+        procs = [_spawn(system, dsn, r, args.threads, cap) for r in records]
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
             proc.stdin.flush()
-        outputs = [proc.communicate(timeout=900)[0] for proc in procs]
-        elapsed = time.monotonic() - started
-    double_claims, succeeded, per_replica = count_claims(url)
-    print(f"  replicas: {[o.strip() for o in outputs]}", flush=True)
+        count = _peer.succeeded if system == "procrastinate" else afk_succeeded
+        elapsed = _until_done(count, dsn, args.jobs)
+        _stop(procs, system)
+        ran = Counter(int(line) for r in records if r.exists() for line in r.read_text().split())
     return {
-        "runs": args.runs,
+        "jobs_per_s": round(args.jobs / elapsed, 1),
+        "elapsed_s": round(elapsed, 3),
+        "double_claims": sum(n - 1 for n in ran.values() if n > 1),
+        "ran": sum(ran.values()),
+    }
+
+
+def _stop(procs: list[subprocess.Popen[str]], system: str) -> None:
+    for proc in procs:
+        if system == "procrastinate":
+            proc.terminate()  # a graceful stop: the worker finishes its jobs in flight
+        proc.communicate(timeout=120)
+
+
+def measure(server: str, args: argparse.Namespace) -> dict[str, Any]:
+    rounds: dict[str, list[dict[str, Any]]] = {"afk": [], "procrastinate": [], "afk_1": []}
+    for rep in range(args.repetitions):
+        order = ["afk", "procrastinate"] if rep % 2 == 0 else ["procrastinate", "afk"]
+        for name in [*order, "afk_1"]:
+            system = "procrastinate" if name == "procrastinate" else "afk"
+            replicas = 1 if name == "afk_1" else args.replicas
+            result = one_round(system, server, args, replicas)
+            print(f"  repetition {rep + 1} {name}: {result}", flush=True)
+            rounds[name].append(result)
+    return summarise(rounds, args)
+
+
+def summarise(rounds: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
+    def rates(name: str) -> list[float]:
+        return [r["jobs_per_s"] for r in rounds[name]]
+
+    ratios = [a / p for a, p in zip(rates("afk"), rates("procrastinate"), strict=True)]
+    scale = [a / b for a, b in zip(rates("afk"), rates("afk_1"), strict=True)]
+    return {
+        "benchmark": "claim",
+        "jobs": args.jobs,
         "repos": args.repos,
         "replicas": args.replicas,
         "threads_per_replica": args.threads,
-        "cap": args.cap,
-        "elapsed_s": round(elapsed, 3),
-        "claims_per_s": round(args.runs / elapsed, 1),
-        "double_claims": double_claims,
-        "succeeded": succeeded,
-        "claims_by_replica": per_replica,
-        "violations": len(monitor.seen.violations),
-        "max_busy_seen": monitor.seen.max_busy,
+        "repetitions": args.repetitions,
+        "afk_jobs_per_s": spread(rates("afk"), 1),
+        "procrastinate_jobs_per_s": spread(rates("procrastinate"), 1),
+        "afk_1_replica_jobs_per_s": spread(rates("afk_1"), 1),
+        "ratio_vs_procrastinate": round(spread(ratios)["median"], 3),
+        "ratio_vs_procrastinate_spread": spread(ratios, 3),
+        "scale_3_vs_1": round(spread(scale)["median"], 3),
+        "double_claims": sum(r["double_claims"] for rs in rounds.values() for r in rs),
+        "double_claims_procrastinate": sum(r["double_claims"] for r in rounds["procrastinate"]),
+        "all_ran": all(r["ran"] >= args.jobs for rs in rounds.values() for r in rs),
+        "machine": machine(),
     }
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks claim")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    parser.add_argument(
-        "--database-url",
-        default=DEFAULT_POSTGRES_URL,
-        help="PostgreSQL server to create a throwaway database on",
-    )
-    parser.add_argument("--runs", type=int, default=5000)
+    parser.add_argument("--database-url", default=DEFAULT_POSTGRES_URL)
+    parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--repos", type=int, default=200)
     parser.add_argument("--replicas", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=4, help="claimers per replica")
-    parser.add_argument("--cap", type=int, default=10, help="global max_concurrency")
+    parser.add_argument("--threads", type=int, default=4, help="slots per replica")
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--cap", type=int, default=12, help=argparse.SUPPRESS)
     parser.add_argument("--replica", help=argparse.SUPPRESS)
+    parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.replica:
-        return replica(args.database_url, args.replica, args.threads, args.cap)
+        return replica(args.database_url, args.replica, args.threads, args.cap, args.record)
+    if args.peer:
+        return _peer.worker(args.database_url, args.threads, args.record)
     if not args.database_url.startswith(("postgresql", "postgres")):
         print("benchmarks claim: --database-url must be a PostgreSQL URL", file=sys.stderr)
         return 2
-    with temp_database("postgresql", args.database_url) as url:
-        result = measure(url, args)
+    result = measure(args.database_url, args)
     print(json.dumps(result))
-    return 0 if result["double_claims"] == 0 and result["succeeded"] == args.runs else 1
+    return 0 if result["double_claims"] == 0 and result["all_ran"] else 1
 
 
 if __name__ == "__main__":

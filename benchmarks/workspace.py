@@ -1,18 +1,23 @@
-"""Time to a ready workspace for run N+1: warm slot against a throwaway clone + full setup.
+"""Time to a ready workspace for the next run: warm slot vs the real alternative, paired.
 
-``python -m benchmarks workspace --json`` builds, in a temporary directory:
+``python -m benchmarks workspace --json [--rounds 5] [--files 5000]`` builds, in a
+temporary directory, a wheelhouse of real packages (``pip download`` once;
+nothing is fetched afterwards: uv resolves from it, ``no-index``) and a bare
+remote holding a Python project of about 5,000 files with a ``uv.lock``. Every
+round, a new commit lands upstream first; then, in turn (A B C, next round in
+another order):
 
-* a wheelhouse of real packages (``pip download`` once; nothing is fetched
-  during setup: installs use ``--no-index --find-links``),
-* a bare remote holding a Python project of about 5,000 files whose setup
-  command creates ``.venv`` and installs the locked requirements unless the
-  venv already matches the lock file (what ``uv sync`` does, in shell).
+* ``warm``: ``Workspaces.prepare`` for the next run after the previous run
+  edited, committed and left junk in its slot: the real fetch (it brings the
+  new commit), reset, clean and the setup command ``uv sync --frozen``;
+* ``clone_local``: the usual alternative: ``git clone --local`` of a warm
+  base checkout, fetch the new commit, and ``uv sync --frozen`` with a warm
+  uv cache;
+* ``cold``: ``git clone`` of the remote and ``uv sync --frozen`` with an
+  empty uv cache.
 
-*cold* is the original design's per-job path: ``git clone`` of the remote
-plus the full setup. *warm* is ``Workspaces.prepare`` for the next run after
-a previous run edited, committed and left junk in the slot; it includes a
-real ``git fetch`` (debounce 0) and the setup command's up-to-date check.
-The last line printed is one JSON object.
+``ratio_vs_clone_local`` is the median of the per-round ratios warm /
+clone_local. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -20,15 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks._paired import machine, spread
 from pipeline.config.settings import RepoSettings, WorkspaceSettings
 from pipeline.core.proc import run_command, shell_argv
 from pipeline.testing.gitrepos import git, make_remote
@@ -37,17 +43,8 @@ from pipeline.workspace.workspaces import Workspaces
 
 PACKAGES = ("requests", "click", "attrs", "packaging", "jinja2", "pyyaml", "rich")
 MODULES_PER_DIR = 100
-
-
-def setup_command(python: str) -> str:
-    """Create/refresh .venv only when requirements.lock changed (idempotent, like uv sync)."""
-    return (
-        "h=$(sha256sum requirements.lock | cut -c1-64); "
-        '[ "$(cat .venv/.lock-hash 2>/dev/null)" = "$h" ] || { '
-        f"{shlex.quote(python)} -m venv .venv && "
-        ".venv/bin/pip install -q --disable-pip-version-check --no-index "
-        '--find-links "$WHEELHOUSE" -r requirements.lock && echo "$h" > .venv/.lock-hash; }'
-    )
+UV = str(Path(sys.executable).parent / "uv")
+SYNC = f"{UV} sync --frozen --quiet"
 
 
 def build_wheelhouse(target: Path) -> list[str]:
@@ -80,11 +77,21 @@ def build_wheelhouse(target: Path) -> list[str]:
     return pins
 
 
-def project_files(count: int, pins: list[str]) -> dict[str, str]:
-    """A Python project of ``count`` files with a lock file."""
+def project_files(count: int, pins: list[str], wheelhouse: Path, tmp: Path) -> dict[str, str]:
+    """A Python project of ``count`` files, locked by uv against ``wheelhouse``."""
+    deps = ", ".join(f'"{pin}"' for pin in pins)
+    pyproject = (
+        '[project]\nname = "benchproj"\nversion = "0.1.0"\nrequires-python = ">=3.11"\n'
+        f"dependencies = [{deps}]\n[tool.uv]\nno-index = true\n"
+        f'find-links = ["{wheelhouse}"]\npackage = false\n'
+    )
+    locking = tmp / "locking"
+    locking.mkdir()
+    (locking / "pyproject.toml").write_text(pyproject)
+    subprocess.run([UV, "lock", "--quiet"], cwd=locking, env=uv_env(tmp / "lock-cache"), check=True)
     files = {
-        "pyproject.toml": '[project]\nname = "benchproj"\nversion = "0.1.0"\n',
-        "requirements.lock": "\n".join(pins) + "\n",
+        "pyproject.toml": pyproject,
+        "uv.lock": (locking / "uv.lock").read_text(),
         ".gitignore": ".venv/\nbuild/\n__pycache__/\n",
         "README.md": "benchmark project\n",
     }
@@ -95,6 +102,12 @@ def project_files(count: int, pins: list[str]) -> dict[str, str]:
         files[f"{package}/mod{index:05d}.py"] = body
         index += 1
     return files
+
+
+def uv_env(cache: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env.update(UV_CACHE_DIR=str(cache), UV_PYTHON=sys.executable, UV_NO_PROGRESS="1")
+    return env
 
 
 def dirty(tree: Path, run_id: int) -> None:
@@ -109,124 +122,130 @@ def dirty(tree: Path, run_id: int) -> None:
     (tree / "README.md").write_text("uncommitted edit\n")
 
 
-def time_cold(url: str, root: Path, setup: str, env: dict[str, str], rounds: int) -> list[float]:
-    """Throwaway clone + full setup, ``rounds`` times."""
-    results = []
-    for n in range(rounds):
-        target = root / f"cold-{n}"
-        started = time.monotonic()
-        subprocess.run(["git", "clone", "-q", url, str(target)], check=True)
-        result = run_command(shell_argv(setup), cwd=target, env=env)
-        elapsed = time.monotonic() - started
-        if not result.ok:
-            raise SystemExit(f"cold setup failed:\n{result.output_tail}")
-        results.append(elapsed)
-        print(f"cold round {n + 1}: {elapsed:.2f}s (setup {result.duration_s:.2f}s)", flush=True)
-        shutil.rmtree(target)
-    return results
+def sync(tree: Path, env: dict[str, str]) -> None:
+    result = run_command(shell_argv(SYNC), cwd=tree, env=env)
+    if not result.ok:
+        raise SystemExit(f"uv sync failed in {tree.name}:\n{result.output_tail}")
 
 
-def time_warm(
-    url: str, volume: Path, setup: str, env: dict[str, str], rounds: int
-) -> tuple[list[float], list[float], float]:
-    """Prepare run 1 (first ever), then time runs 2.. after each previous run's mess."""
-    ws = Workspaces(volume, WorkspaceSettings(fetch_debounce_s=0.0))
-    repo = RepoSettings(
-        name="bench", tracker="local", slug="bench/project", remote_url=url, setup_commands=(setup,)
-    )
-    first = ws.prepare(repo, run_id=1, issue_ref="1", base_env=env, events=RecordingSink())
-    print(f"warm slot primed (first run ever): {first.prepare_s:.2f}s", flush=True)
-    totals, setups = [], []
-    previous = first
-    for run_id in range(2, rounds + 2):
-        dirty(previous.path, run_id - 1)
-        ws.release(previous, succeeded=True)
-        started = time.monotonic()
-        previous = ws.prepare(
-            repo, run_id=run_id, issue_ref=str(run_id), base_env=env, events=RecordingSink()
+class Bench:
+    """The three ways to a ready tree, over one remote and one volume."""
+
+    def __init__(self, root: Path, url: str) -> None:
+        self.root, self.url = root, url
+        self.warm_cache = root / "volume" / "cache" / "uv"
+        self.env = uv_env(self.warm_cache)
+        (root / "volume").mkdir(exist_ok=True)
+        self.ws = Workspaces(root / "volume", WorkspaceSettings(fetch_debounce_s=0.0))
+        self.repo = RepoSettings(
+            name="bench",
+            tracker="local",
+            slug="bench/project",
+            remote_url=url,
+            setup_commands=(SYNC,),
         )
-        elapsed = time.monotonic() - started
-        assert git(previous.path, "status", "--porcelain") == ""
-        assert not (previous.path / "build").exists()
-        assert (previous.path / ".venv" / ".lock-hash").is_file()
-        totals.append(elapsed)
-        setups.append(previous.setup_s)
+        self.pusher = root / "pusher"
+        git(root, "clone", "-q", url, str(self.pusher))
+        self.base = root / "base"  # the warm base the clone_local path copies
+        git(root, "clone", "-q", url, str(self.base))
+        sync(self.base, self.env)
+        self.slot = self.ws.prepare(
+            self.repo, run_id=1, issue_ref="1", base_env=self.env, events=RecordingSink()
+        )
+        self.run_id = 1
+
+    def new_upstream_commit(self, n: int) -> str:
+        (self.pusher / "src/benchproj/pkg001/mod00100.py").write_text(f"ROUND = {n}\n")
+        git(self.pusher, "commit", "-qam", f"upstream {n}")
+        git(self.pusher, "push", "-q", "origin", "HEAD:main")
+        return git(self.pusher, "rev-parse", "HEAD").strip()
+
+    def warm(self, n: int) -> Path:
+        dirty(self.slot.path, self.run_id)
+        self.ws.release(self.slot, succeeded=True)
+        self.run_id += 1
+        self.slot = self.ws.prepare(
+            self.repo,
+            run_id=self.run_id,
+            issue_ref=str(self.run_id),
+            base_env=self.env,
+            events=RecordingSink(),
+        )
+        return self.slot.path
+
+    def clone_local(self, n: int) -> Path:
+        target = self.root / f"local-{n}"
+        git(self.root, "clone", "-q", "--local", str(self.base), str(target))
+        git(target, "fetch", "-q", self.url, "main")
+        git(target, "checkout", "-q", "--detach", "FETCH_HEAD")
+        sync(target, self.env)
+        return target
+
+    def cold(self, n: int) -> Path:
+        target = self.root / f"cold-{n}"
+        git(self.root, "clone", "-q", self.url, str(target))
+        sync(target, uv_env(self.root / f"cold-cache-{n}"))
+        return target
+
+
+def timed(step: Callable[[int], Path], n: int, expected: str) -> float:
+    started = time.perf_counter()
+    tree = step(n)
+    elapsed = time.perf_counter() - started
+    head = git(tree, "rev-parse", "HEAD").strip()
+    if head != expected or not (tree / ".venv").is_dir():
+        raise SystemExit(f"{step.__name__}: not at the new upstream commit, or no .venv")
+    return elapsed
+
+
+def measure(bench: Bench, rounds: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {"warm": [], "clone_local": [], "cold": []}
+    steps = {"warm": bench.warm, "clone_local": bench.clone_local, "cold": bench.cold}
+    names = list(steps)
+    for n in range(rounds):
+        expected = bench.new_upstream_commit(n)
+        for name in names[n % 3 :] + names[: n % 3]:
+            samples[name].append(timed(steps[name], n, expected))
         print(
-            f"warm run {run_id}: {elapsed:.3f}s (setup check {previous.setup_s:.3f}s)", flush=True
+            f"round {n + 1}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in samples.items()),
+            flush=True,
         )
-    return totals, setups, first.prepare_s
-
-
-def time_fresh_worktree(volume: Path, rounds: int) -> list[float]:
-    """The rejected alternative: a new ``git worktree add`` per run (before any setup)."""
-    checkout = next(volume.glob("repos/*/*/*/checkout"))
-    results = []
-    for n in range(rounds):
-        target = volume / f"fresh-{n}"
-        started = time.monotonic()
-        git(checkout, "worktree", "add", "-q", "--detach", str(target), "origin/main")
-        results.append(time.monotonic() - started)
-        git(checkout, "worktree", "remove", "--force", str(target))
-    print(f"fresh worktree add (no setup): {statistics.median(results):.2f}s", flush=True)
-    return results
-
-
-def time_naive_reinstall(volume: Path, env: dict[str, str]) -> float:
-    """An unguarded ``pip install -r`` in the warm slot: what a non-idempotent setup costs."""
-    slot = next(volume.glob("repos/*/*/*/worktrees/slot-0"))
-    command = (
-        ".venv/bin/pip install -q --disable-pip-version-check --no-index "
-        '--find-links "$WHEELHOUSE" -r requirements.lock'
-    )
-    result = run_command(shell_argv(command), cwd=slot, env=env)
-    print(f"unguarded pip install on a warm .venv: {result.duration_s:.2f}s", flush=True)
-    return result.duration_s
+        for leftover in bench.root.glob(f"*-{n}"):
+            shutil.rmtree(leftover, ignore_errors=True)
+    return samples
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks workspace")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument("--files", type=int, default=5000)
-    parser.add_argument("--cold-rounds", type=int, default=3)
-    parser.add_argument("--warm-rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="afk-bench-ws-") as tmp:
         root = Path(tmp)
-        print("building wheelhouse (pip download, once)...", flush=True)
         pins = build_wheelhouse(root / "wheelhouse")
-        print(f"wheelhouse: {len(pins)} wheels: {', '.join(pins)}", flush=True)
-        files = project_files(args.files, pins)
+        files = project_files(args.files, pins, root / "wheelhouse", root)
         url = make_remote(root, files, name="project")
-        print(f"remote: {len(files)} files", flush=True)
-        volume = root / "volume"
-        volume.mkdir()
-        env = {
-            **os.environ,
-            "WHEELHOUSE": str(root / "wheelhouse"),
-            "PIP_CACHE_DIR": str(volume / "cache" / "pip"),
-        }
-        setup = setup_command(sys.executable)
-        cold = time_cold(url, root, setup, env, args.cold_rounds)
-        warm, setups, first_s = time_warm(url, volume, setup, env, args.warm_rounds)
-        fresh = time_fresh_worktree(volume, args.cold_rounds)
-        naive = time_naive_reinstall(volume, env)
-    cold_s, warm_s = statistics.median(cold), statistics.median(warm)
+        print(f"remote: {len(files)} files, {len(pins)} locked packages", flush=True)
+        samples = measure(Bench(root, url), args.rounds)
+    ratios = [w / c for w, c in zip(samples["warm"], samples["clone_local"], strict=True)]
     summary = {
         "benchmark": "workspace",
         "files": len(files),
         "packages": len(pins),
-        "cold_s": round(cold_s, 3),
-        "warm_s": round(warm_s, 3),
-        "ratio": round(warm_s / cold_s, 4),
-        "target_ratio": 0.05,
-        "warm_setup_check_s": round(statistics.median(setups), 3),
-        "first_run_s": round(first_s, 3),
-        "fresh_worktree_add_s": round(statistics.median(fresh), 3),
-        "unguarded_pip_install_warm_s": round(naive, 3),
-        "cold_rounds": [round(x, 3) for x in cold],
-        "warm_rounds": [round(x, 3) for x in warm],
+        "rounds": args.rounds,
+        **{f"{name}_s": spread(values, 3) for name, values in samples.items()},
+        "ratio_vs_clone_local": round(statistics.median(ratios), 4),
+        "ratio_vs_clone_local_spread": spread(ratios, 4),
+        "ratio_vs_cold": round(
+            statistics.median(w / c for w, c in zip(samples["warm"], samples["cold"], strict=True)),
+            4,
+        ),
+        "machine": machine(),
     }
-    if not args.json:
-        print(f"cold {cold_s:.2f}s, warm {warm_s:.3f}s, ratio {summary['ratio']}")
     print(json.dumps(summary))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -124,9 +124,9 @@ class Daemon:
             self.flow,
             settings=settings.scheduler,
             max_concurrency=settings.max_concurrency,
-            excluded_repos=self.budget.over_budget,
             on_finished=self.endings.announce,
         )
+        self.scheduler.excluded_repos = self.budget.over_budget
         self.intake = Intake(self.store, settings, self.trackers, self.lifecycle)
         self.periodic = Periodic(name="daemon")
         self.server: Any = None

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 MAX_POLL_BACKOFF_S = 900.0
 OPEN_STATES = ("open", "opened", "")  # GitLab says "opened"
+T = TypeVar("T")
 
 
 @dataclass
@@ -82,6 +84,10 @@ class Intake:
         self.clock = clock
         self.health = {name: TrackerHealth() for name in trackers}
         self._unfinished: dict[tuple[str, str], list[TrackerIssue]] = {}
+        # (repo, number) -> the issue's updated_at when it was last considered: an issue
+        # that has not changed since and still has a run in the queue is not considered
+        # again (no tracker calls, no writes). See _settled.
+        self._considered: dict[tuple[str, int], str | None] = {}
         # The start-up poll and the periodic one may overlap: one poll at a time per
         # tracker (not overall, so a tracker that hangs until its timeout holds no other).
         self._poll_locks = {name: threading.Lock() for name in trackers}
@@ -116,9 +122,10 @@ class Intake:
             return PollReport(tracker_name, skipped=True, error=health.last_error)
         seen = enqueued = unchanged = 0
         repo_error: str | None = None
+        in_queue = _Lazy(self.store.issues_in_queue)  # read once per cycle, only if needed
         for repo in self.repos_of(tracker_name):
             try:
-                counts = self._poll_repo(repo)
+                counts = self._poll_repo(repo, in_queue)
             except (RetryableError, QueueFull) as exc:
                 return self._poll_failed(tracker_name, health, exc, seen, enqueued)
             except (FatalError, ConfigError) as exc:
@@ -135,7 +142,9 @@ class Intake:
             tracker_name, seen=seen, enqueued=enqueued, unchanged=unchanged, error=repo_error
         )
 
-    def _poll_repo(self, repo: RepoSettings) -> tuple[int, int] | None:
+    def _poll_repo(
+        self, repo: RepoSettings, in_queue: _Lazy[set[tuple[str, int]]]
+    ) -> tuple[int, int] | None:
         """``(seen, enqueued)`` for one repo, or ``None`` when its list is unchanged.
 
         A list whose processing failed half way is kept and processed again on
@@ -151,6 +160,8 @@ class Intake:
         self._unfinished[key] = issues
         enqueued = 0
         for issue in issues:
+            if self._settled(repo, issue, in_queue):
+                continue
             try:
                 result = self.consider(repo, issue)
             except FatalError as exc:  # e.g. deleted since listed: skip it, not the rest
@@ -160,6 +171,19 @@ class Intake:
             enqueued += bool(result and result.created)
         del self._unfinished[key]
         return len(issues), enqueued
+
+    def _settled(
+        self, repo: RepoSettings, issue: TrackerIssue, in_queue: _Lazy[set[tuple[str, int]]]
+    ) -> bool:
+        """True when ``issue`` is as it was last considered and its run is still queued or busy.
+
+        Considering it again could only find the run already there: an unchanged
+        list costs no tracker call and no write.
+        """
+        key = (repo.name, issue.number)
+        if key not in self._considered or self._considered[key] != issue.updated_at:
+            return False
+        return key in in_queue.value
 
     def _poll_failed(
         self, name: str, health: TrackerHealth, exc: Exception, seen: int, enqueued: int
@@ -226,6 +250,7 @@ class Intake:
         result = self.store.enqueue(repo.name, options)
         if result.created:
             log.info("%s#%s: queued as run %s", repo.name, issue.number, result.run.id)
+        self._considered[(repo.name, issue.number)] = issue.updated_at
         return result
 
     # Webhooks ----------------------------------------------------------------
@@ -284,6 +309,21 @@ class Intake:
         if self.on_webhook_rejected is not None:
             self.on_webhook_rejected(tracker, reason)
         return status, {"error": reason}
+
+
+class _Lazy(Generic[T]):
+    """A value computed on first use, at most once."""
+
+    def __init__(self, load: Callable[[], T]) -> None:
+        self._load = load
+        self._value: T | None = None
+        self._loaded = False
+
+    @property
+    def value(self) -> T:
+        if not self._loaded:
+            self._value, self._loaded = self._load(), True
+        return self._value  # type: ignore[return-value]
 
 
 def dumps(payload: Mapping[str, object]) -> bytes:

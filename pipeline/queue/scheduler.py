@@ -4,7 +4,9 @@ The guarantees live in the database (``pipeline.store.claim``); this module
 only decides *when* to claim and what to do with a claimed run:
 
 - a claim loop takes runs while this process has free slots, woken at once
-  when one of its runs ends and otherwise every ``claim_interval_s``;
+  when one of its runs ends, when a run is queued or a busy run ends anywhere
+  (``pipeline.store.wake``: LISTEN/NOTIFY on PostgreSQL, in-process on
+  SQLite), and otherwise every ``claim_interval_s`` as a fallback;
 - each claimed run executes the run pipeline in its own thread, holding no
   database lock (agents are subprocesses; see docs/adr/0003);
 - one monitor thread renews every lease, watches for cancel and for the
@@ -32,6 +34,7 @@ from pipeline.queue.worker import RunContext, Worker, stop_error, summarise_trac
 from pipeline.store.claim import SweepReport
 from pipeline.store.records import Run
 from pipeline.store.roles import QueueStore
+from pipeline.store.wake import QueueWake
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +63,6 @@ class Scheduler:
         max_concurrency: int,
         owner: str | None = None,
         on_finished: Callable[[Run], None] | None = None,
-        excluded_repos: Callable[[], Collection[int]] | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.pipeline = pipeline
@@ -69,8 +70,9 @@ class Scheduler:
         self.max_concurrency = max_concurrency
         self.owner = owner or default_owner()
         self.on_finished = on_finished
-        self.excluded_repos = excluded_repos
-        self.clock = clock
+        # Repos not to claim from now (e.g. over budget); set by the daemon.
+        self.excluded_repos: Callable[[], Collection[int]] | None = None
+        self.clock: Callable[[], float] = time.monotonic
         # Keyed by (run id, attempt): a run recovered and claimed again by this same
         # process must not hide the superseded worker, which still has an agent to stop.
         self._workers: dict[tuple[int, int], Worker] = {}
@@ -83,6 +85,10 @@ class Scheduler:
         self._periodic = Periodic(name=f"sweep-{self.owner}")
         self._beat_s = min(settings.heartbeat_s, settings.cancel_check_s)
         self._tick_s = max(0.02, min(0.25, self._beat_s / 2))
+        engine = getattr(store, "engine", None)
+        self.queue_wake = (
+            QueueWake(engine, str(store.url), self._wake.set) if engine is not None else None
+        )
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -90,6 +96,8 @@ class Scheduler:
         """Start claiming, the monitor and the periodic sweep."""
         self._periodic.add("sweep", self.sweep_once, self.settings.sweep_interval_s, run_now=True)
         self._periodic.start()
+        if self.queue_wake is not None:
+            self.queue_wake.start()
         for name, target in (("claim", self._claim_loop), ("monitor", self._monitor_loop)):
             thread = threading.Thread(target=target, name=f"{name}-{self.owner}", daemon=True)
             thread.start()
@@ -99,6 +107,8 @@ class Scheduler:
         """Stop claiming, give running work ``grace_s``, then stop it; leases go to recovery."""
         self._stopping.set()
         self._wake.set()
+        if self.queue_wake is not None:
+            self.queue_wake.stop()
         with self._claiming:
             pass  # a claim in flight finishes (and its worker is joined below); none starts after
         self._periodic.shutdown()

@@ -4,17 +4,18 @@ Claim picks the highest-priority, then oldest, queued run whose ``run_after``
 has come, of a repo that is not frozen and has no busy run, while fewer than
 ``max_concurrency`` runs are busy in total.
 
-- SQLite: the write transaction starts with ``BEGIN IMMEDIATE``, so claims of
-  every process on the host are serialised; one ``UPDATE ... WHERE id =
-  (SELECT ...) RETURNING`` both checks the cap and takes the run.
-- PostgreSQL: a transaction-level advisory lock serialises the cap count
-  across replicas; the candidate row is taken with ``FOR UPDATE SKIP LOCKED``.
-  ``uq_runs_busy_repo`` backs the serial-per-repo rule: a unique violation
-  means "nothing claimed".
+- SQLite (one writer per host): a cheap read first, so an idle daemon takes
+  no write lock; then the write transaction starts with ``BEGIN IMMEDIATE`` and
+  one ``UPDATE ... WHERE id = (SELECT ...) RETURNING`` checks the cap and
+  takes the run.
+- PostgreSQL: one statement in its own transaction, no global lock; the cap is
+  a set of slots held by busy runs (``pipeline.store.claim_pg``, ADR 0019).
+  ``uq_runs_busy_repo`` and ``uq_runs_busy_slot`` back the rules: a unique
+  violation means "nothing claimed this time".
 
 The sweeper runs on every replica with no leader: each change is a
 conditional UPDATE that re-checks the expired lease, so two sweepers (or a
-late heartbeat) can never both win.
+late heartbeat) can never both win. It too reads before it writes.
 """
 
 from __future__ import annotations
@@ -24,16 +25,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, DateTime, func, literal, select, text, update
+from sqlalchemy import Connection, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.store.base import StoreBase
+from pipeline.store.claim_pg import claim_postgres
 from pipeline.store.engine import db_now
-from pipeline.store.models import BUSY_STATES, RepoRow, RunRow
+from pipeline.store.models import BUSY_STATES, TERMINAL_STATES, IssueRow, RepoRow, RunRow
 from pipeline.store.records import Run
 from pipeline.store.runs import read_run
 
-CLAIM_LOCK_KEY = 7_316_243_002
+# A unique violation on PostgreSQL (a stale snapshot lost a race) is retried this often.
+CLAIM_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,48 @@ def _busy_count() -> Any:
     return select(func.count(busy.c.id)).where(busy.c.state.in_(BUSY_STATES)).correlate(None)
 
 
+def _anything_queued(conn: Connection, now: datetime) -> bool:
+    query = select(RunRow.id).where(RunRow.state == "queued", RunRow.run_after <= now).limit(1)
+    return conn.execute(query).first() is not None
+
+
+def _anything_to_sweep(conn: Connection, now: datetime) -> bool:
+    due = or_(
+        (RunRow.state.in_(BUSY_STATES)) & (RunRow.lease_until < now),
+        (RunRow.state == "retry_wait") & (RunRow.run_after <= now),
+    )
+    return bool(conn.execute(select(exists().where(due))).scalar())
+
+
+def _recovery(row: Any, now: datetime, max_recoveries: int) -> tuple[dict[str, Any], str]:
+    """What an expired lease becomes, and the SweepReport list it is counted in."""
+    _, owner, _, cancel, deadline, recoveries = row
+    ended = {"owner": None, "lease_until": None, "finished_at": now, "updated_at": now}
+    if cancel:
+        why = f"cancelled; its worker {owner} stopped renewing the lease"
+        return {**ended, "state": "cancelled", "error_class": "cancelled", "error": why}, (
+            "cancelled"
+        )
+    if deadline is not None and deadline <= now:
+        why = f"timed out; its worker {owner} stopped renewing the lease"
+        return {**ended, "state": "failed", "error_class": "timeout", "error": why}, "timed_out"
+    if recoveries >= max_recoveries:
+        why = (
+            f"worker {owner} lost the run {recoveries + 1} times (max_recoveries={max_recoveries})"
+        )
+        return {**ended, "state": "failed", "error_class": "lease_expired", "error": why}, "failed"
+    retry = {
+        "state": "retry_wait",
+        "owner": None,
+        "lease_until": None,
+        "deadline_at": None,
+        "run_after": now,
+        "recoveries": recoveries + 1,
+        "updated_at": now,
+    }
+    return retry, "recovered"
+
+
 def _claim_values(owner: str, now: datetime, lease_s: float) -> dict[str, Any]:
     return {
         "state": "preparing",
@@ -106,15 +151,17 @@ class ClaimMixin(StoreBase):
         exclude_repo_ids: Collection[int] = (),
     ) -> Run | None:
         """Take the next claimable run for ``owner``, or None when nothing may start now."""
+        if self.dialect == "postgresql":
+            return self._claim_postgres(owner, max_concurrency, lease_s, exclude_repo_ids)
+        with self._read() as conn:
+            if not _anything_queued(conn, db_now(conn)):
+                return None  # nothing to take: no write lock for an idle daemon
         try:
             with self._write() as conn:
                 now = db_now(conn)
-                claim = (
-                    self._claim_postgres
-                    if conn.dialect.name == "postgresql"
-                    else (self._claim_sqlite)
+                taken = self._claim_sqlite(
+                    conn, owner, now, max_concurrency, lease_s, exclude_repo_ids
                 )
-                taken = claim(conn, owner, now, max_concurrency, lease_s, exclude_repo_ids)
                 if taken is None:
                     return None
                 run_id, attempt = taken
@@ -127,11 +174,21 @@ class ClaimMixin(StoreBase):
                     {"owner": owner, "attempt": attempt},
                     now,
                 )
+                return read_run(conn, run_id)
         except IntegrityError:
             return None  # uq_runs_busy_repo: another claimer took this repo first
-        # Read after commit: on PostgreSQL the claim lock is held until then, so keep it short.
-        with self._read() as conn:
-            return read_run(conn, run_id)
+
+    def _claim_postgres(
+        self, owner: str, cap: int, lease_s: float, exclude: Collection[int]
+    ) -> Run | None:
+        for _ in range(CLAIM_RETRIES):
+            try:
+                with self.engine.connect() as conn:
+                    conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+                    return claim_postgres(conn, owner, cap, lease_s, exclude)
+            except IntegrityError:
+                continue  # a claim committed after our snapshot took that repo or slot
+        return None
 
     @staticmethod
     def _claim_sqlite(
@@ -160,36 +217,12 @@ class ClaimMixin(StoreBase):
             )
         return int(run_id), int(attempt)
 
-    @staticmethod
-    def _claim_postgres(
-        conn: Connection,
-        owner: str,
-        now: datetime,
-        cap: int,
-        lease_s: float,
-        exclude: Collection[int],
-    ) -> tuple[int, int] | None:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": CLAIM_LOCK_KEY})
-        run_id = conn.execute(
-            _candidates(now, exclude)
-            .where(_busy_count().scalar_subquery() < cap)
-            .with_for_update(skip_locked=True, of=RunRow)
-        ).scalar_one_or_none()
-        if run_id is None:
-            return None
-        # Execution time only: the deadline starts at the claim (NULL timeout, NULL deadline).
-        deadline = literal(now, DateTime()) + func.make_interval(0, 0, 0, 0, 0, 0, RunRow.timeout_s)
-        attempt = conn.execute(
-            update(RunRow)
-            .where(RunRow.id == run_id)
-            .values(**{**_claim_values(owner, now, lease_s), "deadline_at": deadline})
-            .returning(RunRow.attempt)
-        ).scalar_one()
-        return int(run_id), int(attempt)
-
     def sweep(self, *, max_recoveries: int) -> SweepReport:
         """Recover expired leases and requeue runs whose retry time has come."""
         report = SweepReport()
+        with self._read() as conn:
+            if not _anything_to_sweep(conn, db_now(conn)):
+                return report  # nothing expired or due: no write lock
         with self._write() as conn:
             now = db_now(conn)
             expired = conn.execute(
@@ -212,44 +245,8 @@ class ClaimMixin(StoreBase):
     def _recover(
         self, conn: Connection, row: Any, now: datetime, max_recoveries: int, report: SweepReport
     ) -> None:
-        run_id, owner, attempt, cancel, deadline, recoveries = row
-        ended = {"owner": None, "lease_until": None, "finished_at": now, "updated_at": now}
-        if cancel:
-            values = {
-                **ended,
-                "state": "cancelled",
-                "error_class": "cancelled",
-                "error": f"cancelled; its worker {owner} stopped renewing the lease",
-            }
-            bucket = report.cancelled
-        elif deadline is not None and deadline <= now:
-            values = {
-                **ended,
-                "state": "failed",
-                "error_class": "timeout",
-                "error": f"timed out; its worker {owner} stopped renewing the lease",
-            }
-            bucket = report.timed_out
-        elif recoveries >= max_recoveries:
-            values = {
-                **ended,
-                "state": "failed",
-                "error_class": "lease_expired",
-                "error": f"worker {owner} lost the run {recoveries + 1} times "
-                f"(max_recoveries={max_recoveries})",
-            }
-            bucket = report.failed
-        else:
-            values = {
-                "state": "retry_wait",
-                "owner": None,
-                "lease_until": None,
-                "deadline_at": None,
-                "run_after": now,
-                "recoveries": recoveries + 1,
-                "updated_at": now,
-            }
-            bucket = report.recovered
+        run_id, owner, attempt = row[0], row[1], row[2]
+        values, bucket_name = _recovery(row, now, max_recoveries)
         changed = conn.execute(
             update(RunRow)
             .where(
@@ -262,7 +259,7 @@ class ClaimMixin(StoreBase):
             .values(**values)
         ).rowcount
         if changed == 1:
-            bucket.append(int(run_id))
+            getattr(report, bucket_name).append(int(run_id))
             message = f"lease of {owner} expired: {values['state']}"
             self._append_event(
                 conn,
@@ -302,6 +299,17 @@ class ClaimMixin(StoreBase):
                 .group_by(RunRow.repo_id)
             )
             return {int(repo_id): int(count) for repo_id, count in rows}
+
+    def issues_in_queue(self) -> set[tuple[str, int]]:
+        """(repo name, issue number) of every issue with a run not yet ended, in one read."""
+        with self._read() as conn:
+            rows = conn.execute(
+                select(RepoRow.name, IssueRow.number)
+                .join(RunRow, RunRow.repo_id == RepoRow.id)
+                .join(IssueRow, IssueRow.id == RunRow.issue_id)
+                .where(RunRow.state.not_in(TERMINAL_STATES))
+            )
+            return {(str(name), int(number)) for name, number in rows}
 
     def claimed_by(self, owner: str) -> list[int]:
         """Ids of busy runs held by ``owner`` (diagnostics and tests)."""

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, select, update
 
 from pipeline.core.errors import LeaseLost
 from pipeline.store.base import StoreBase
+from pipeline.store.claim_pg import finish_postgres
 from pipeline.store.engine import db_now
 from pipeline.store.models import BUSY_STATES, TERMINAL_STATES, RunRow
 from pipeline.store.records import Run
@@ -171,6 +172,8 @@ class FencedMixin(StoreBase):
         if state not in TERMINAL_STATES:
             raise ValueError(f"finish with {state!r}: a terminal state is one of {TERMINAL_STATES}")
         values: dict[str, object] = {"error_class": error_class, "error": error}
+        if self.dialect == "postgresql":  # one statement (pipeline.store.claim_pg)
+            return finish_postgres(self.engine, (run_id, owner, attempt, state), summary, values)
         if summary is not None:
             values["summary"] = summary
         with self._write() as conn:

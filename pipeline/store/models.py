@@ -7,7 +7,9 @@ Two partial unique indexes carry the core guarantees in the database itself,
 so that neither a crash nor a second replica can break them:
 
 - ``uq_runs_active_issue``: at most one non-terminal run per issue;
-- ``uq_runs_busy_repo``: at most one run past ``queued`` per repo.
+- ``uq_runs_busy_repo``: at most one run past ``queued`` per repo;
+- ``uq_runs_busy_slot``: no two busy runs hold the same one of the
+  ``max_concurrency`` slots, so the global cap needs no global lock (ADR 0019).
 """
 
 from __future__ import annotations
@@ -114,6 +116,13 @@ class RunRow(Base):
             sqlite_where=text(BUSY_REPO_WHERE),
             postgresql_where=text(BUSY_REPO_WHERE),
         ),
+        Index(
+            "uq_runs_busy_slot",
+            "slot",
+            unique=True,
+            sqlite_where=text(BUSY_REPO_WHERE),
+            postgresql_where=text(BUSY_REPO_WHERE),
+        ),
         Index("ix_runs_claim", "state", "repo_id", "priority", "id"),
         Index("ix_runs_repo_created", "repo_id", "created_at"),
     )
@@ -154,6 +163,8 @@ class RunRow(Base):
     requested_by: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
+    # The cap slot a busy run holds (PostgreSQL claims; NULL on SQLite and when not busy).
+    slot: Mapped[int | None] = mapped_column(Integer)
 
 
 # The claim order (priority first, then age) over queued runs only, so a claim walks

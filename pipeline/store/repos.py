@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from datetime import datetime
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.config.settings import RepoSettings
@@ -43,25 +43,40 @@ class ReposMixin(StoreBase):
             self._sync_repos(repos)
 
     def _sync_repos(self, repos: list[RepoSettings]) -> None:
+        """A batch: one read, one insert of the new repos, one update of the changed ones."""
+        fields = (RepoRow.tracker, RepoRow.slug, RepoRow.default_branch, RepoRow.settings_json)
+        with self._read() as conn:
+            known = {row[0]: tuple(row[1:]) for row in conn.execute(select(RepoRow.name, *fields))}
+        wanted = {
+            repo.name: (repo.tracker, repo.slug, repo.default_branch, _settings_json(repo))
+            for repo in repos
+        }
+        changed = {name: v for name, v in wanted.items() if known.get(name) != v}
+        if not changed:
+            return  # a restart with the same config writes nothing
+        names = ("tracker", "slug", "default_branch", "settings_json")
         with self._write() as conn:
             now = db_now(conn)
-            for repo in repos:
-                values = {
-                    "tracker": repo.tracker,
-                    "slug": repo.slug,
-                    "default_branch": repo.default_branch,
-                    "settings_json": _settings_json(repo),
-                    "updated_at": now,
-                }
-                found = self._repo_id(conn, repo.name)
-                if found is None:
-                    conn.execute(
-                        insert(RepoRow).values(
-                            name=repo.name, created_at=now, state="active", **values
-                        )
-                    )
-                else:
-                    conn.execute(update(RepoRow).where(RepoRow.id == found).values(**values))
+            rows = [
+                {**dict(zip(names, v, strict=True)), "updated_at": now} for v in changed.values()
+            ]
+            new = [
+                {**row, "name": name, "created_at": now, "state": "active"}
+                for name, row in zip(changed, rows, strict=True)
+                if name not in known
+            ]
+            old = [
+                {**row, "b_name": name}
+                for name, row in zip(changed, rows, strict=True)
+                if name in known
+            ]
+            if new:
+                conn.execute(insert(RepoRow), new)
+            if old:
+                conn.execute(
+                    update(RepoRow).where(RepoRow.name == bindparam("b_name")),
+                    old,
+                )
 
     def ensure_repo(self, name: str, tracker: str = "local", slug: str | None = None) -> int:
         """The repo's id, enrolling a minimal row when it is new (tests, manual runs)."""

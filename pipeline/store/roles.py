@@ -63,6 +63,8 @@ class WorkerStore(Protocol):
 class QueueStore(WorkerStore, Protocol):
     """The scheduler: claim, renew leases, sweep, and its workers' fenced writes."""
 
+    url: str
+
     def claim_next(
         self,
         owner: str,
@@ -79,6 +81,8 @@ class QueueStore(WorkerStore, Protocol):
 
 class IntakeStore(Protocol):
     """Intake: record what a tracker shows, queue it, drop replayed webhooks."""
+
+    def issues_in_queue(self) -> set[tuple[str, int]]: ...
 
     def upsert_issue(self, repo: str, issue: SeenIssue) -> Issue: ...
 
