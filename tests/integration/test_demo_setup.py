@@ -179,7 +179,7 @@ def test_projects_are_package_data_with_passing_suites(
     world: DemoWorld, settings: Settings, tmp_path: Path
 ) -> None:
     """The projects are reachable as package resources and their suites pass as shipped."""
-    base = files("pipeline") / "demo_projects"
+    base = files("pipeline.demo") / "projects"
     assert (base / "greeter" / "greeter" / "core.py").is_file()
     assert (base / "webapp" / "service" / "routes.py").is_file()
     assert not any("__pycache__" in name for name in project_files("webapp"))
