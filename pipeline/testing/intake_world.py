@@ -22,8 +22,9 @@ from pipeline.config.settings import RepoSettings, SecretRef, Settings, TrackerS
 from pipeline.intake.service import Intake
 from pipeline.run.lifecycle import Lifecycle
 from pipeline.store import Run, RunFilter, Store
+from pipeline.testing.clock import ManualClock
 from pipeline.testing.forges.base import FakeForge
-from pipeline.testing.forges.clients import ManualClock, RemoteTracker, client_for
+from pipeline.testing.forges.clients import RemoteTracker, client_for
 from pipeline.trackers import HttpOptions
 from pipeline.trackers.base import Tracker
 
