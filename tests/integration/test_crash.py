@@ -24,12 +24,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    s.ensure_repo("alpha")
-    yield s
-    s.close()
+def store(store: Store) -> Store:
+    """The shared store with alpha enrolled."""
+    store.ensure_repo("alpha")
+    return store
 
 
 @pytest.fixture

@@ -33,13 +33,11 @@ WAIT_S = 30.0
 
 
 @pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    s.ensure_repo("alpha")
-    s.ensure_repo("beta")
-    yield s
-    s.close()
+def store(store: Store) -> Store:
+    """The shared store with alpha and beta enrolled."""
+    store.ensure_repo("alpha")
+    store.ensure_repo("beta")
+    return store
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:

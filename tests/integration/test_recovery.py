@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import EscalationError
@@ -18,14 +15,6 @@ from pipeline.store import Run, Store
 @dataclass
 class Ctx:
     run: Run
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    yield s
-    s.close()
 
 
 @dataclass
