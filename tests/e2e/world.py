@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.store import Run, Store
-from pipeline.testing.deploy_target import DEMO_APP, DeployTarget, free_port
+from pipeline.testing.deploy_target import DEMO_APP, DeployTarget
 from pipeline.testing.forges import FakeGitHub
 from pipeline.testing.gitrepos import commit_to_remote, git
+from pipeline.testing.ports import free_port
 from pipeline.testing.receiver import Receiver
 
 from .ci_feeder import CheckPlan, CiFeeder, default_plan

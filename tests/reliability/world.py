@@ -13,23 +13,21 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline.store import Store
+from pipeline.testing import databases
+from pipeline.testing.databases import postgres_problem
 from pipeline.testing.gitrepos import git, make_remote
+from pipeline.testing.ports import free_port
 
-POSTGRES_URL = os.environ.get(
-    "PIPELINE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-)
 PROJECT = {
     "README.md": "a project the campaign's agent edits\n",
     "test_ok.py": "import unittest\n\n\nclass T(unittest.TestCase):\n"
@@ -86,44 +84,14 @@ print("wrote", name)
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _psycopg_dsn(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
-
-
 def postgres_available() -> str | None:
     """None when the test PostgreSQL server answers, else why not."""
-    try:
-        import psycopg
-
-        with psycopg.connect(_psycopg_dsn(POSTGRES_URL), connect_timeout=3):
-            return None
-    except Exception as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return postgres_problem()
 
 
-@contextmanager
-def fresh_database(engine: str, root: Path) -> Iterator[str]:
+def fresh_database(engine: str, root: Path) -> AbstractContextManager[str]:
     """A new empty database on ``engine`` (sqlite|postgresql), dropped afterwards."""
-    if engine == "sqlite":
-        yield f"sqlite:///{root / 'history.db'}"
-        return
-    import psycopg
-
-    name = f"afk_rel_{uuid.uuid4().hex[:12]}"
-    admin = _psycopg_dsn(POSTGRES_URL)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{POSTGRES_URL.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return databases.fresh_database(engine, root, "afk_rel")
 
 
 @dataclass
