@@ -9,7 +9,6 @@ world by environment variables (``AGENT_MODE``, ``AGENT_SLEEP_MIN_S``...).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -24,6 +23,7 @@ from typing import Any
 
 from pipeline.store import Store
 from pipeline.testing import databases
+from pipeline.testing.configs import merged, write_config
 from pipeline.testing.databases import postgres_problem
 from pipeline.testing.gitrepos import git, make_remote
 from pipeline.testing.ports import free_port
@@ -111,16 +111,11 @@ class WorldSpec:
     idle_timeout_s: float = 600.0
     run_timeout_s: float = 300.0
     agent_env: Mapping[str, str] = field(default_factory=dict)
-    extra_toml: str = ""
-    repo_toml: str = ""
-    per_repo_toml: Mapping[str, str] = field(default_factory=dict)
-    tracker_toml: str = ""
-    agent_toml: str = ""
+    # Laid over the generated config, tables merged key by key (pipeline.testing.configs).
+    config: Mapping[str, Any] = field(default_factory=dict)
     agent_name: str = "scripted"
-    extra_agents_toml: str = ""
     remote_urls: Mapping[str, str] = field(default_factory=dict)
     test_command: str = f"{sys.executable} -m unittest -q"
-    http_toml: str = ""
 
 
 def agent_area(root: Path) -> Path:
@@ -152,7 +147,7 @@ class World:
         # the one host directory their sandbox may write besides their own tree and HOME.
         self.agent_area = agent_area(root)
         self.config = root / "pipeline.toml"
-        self.config.write_text(self._toml())
+        write_config(self.config, self._config())
         self._store: Store | None = None
 
     # -- building ------------------------------------------------------------------
@@ -177,60 +172,50 @@ class World:
         )
         return env
 
-    def _toml(self) -> str:
+    def _config(self) -> dict[str, Any]:
         spec = self.spec
-        agent_env = "\n".join(f"{k} = {json.dumps(v)}" for k, v in spec.agent_env.items())
-        head = f"""
-database_url = {json.dumps(self.database_url)}
-volume = {json.dumps(str(self.root / "volume"))}
-poll_interval_s = 0.3
-max_concurrency = {spec.max_concurrency}
-{spec.extra_toml}
-[sandbox]
-writable_paths = [{json.dumps(str(agent_area(self.root)))}]
-[scheduler]
-lease_s = {spec.lease_s}
-heartbeat_s = {spec.heartbeat_s}
-sweep_interval_s = {spec.sweep_interval_s}
-claim_interval_s = {spec.claim_interval_s}
-cancel_check_s = {spec.heartbeat_s}
-max_attempts = {spec.max_attempts}
-max_recoveries = {spec.max_recoveries}
-backoff_base_s = {spec.backoff_base_s}
-backoff_max_s = {spec.backoff_max_s}
-run_timeout_s = {spec.run_timeout_s}
-kill_grace_s = 1
-[http]
-listen = "127.0.0.1:{self.port}"
-{spec.http_toml}
-[trackers.local]
-kind = "local"
-{spec.tracker_toml}
-[agents.scripted]
-kind = "command"
-command = [{json.dumps(sys.executable)}, {json.dumps(str(self.agent))},
-           "{{prompt_file}}", "{{workdir}}"]
-idle_timeout_s = {spec.idle_timeout_s}
-exit_grace_s = 1
-{spec.agent_toml}
-[agents.scripted.env]
-{agent_env}
-{spec.extra_agents_toml}
-"""
-        repos = [
-            f"""
-[repos.{name}]
-tracker = "local"
-slug = "demo/{name}"
-remote_url = {json.dumps(spec.remote_urls.get(name, url))}
-test_command = {json.dumps(spec.test_command)}
-agent = "{spec.agent_name}"
-{spec.repo_toml}
-{spec.per_repo_toml.get(name, "")}
-"""
-            for name, url in self.remotes.items()
-        ]
-        return head + "".join(repos)
+        scheduler = {
+            "lease_s": spec.lease_s,
+            "heartbeat_s": spec.heartbeat_s,
+            "sweep_interval_s": spec.sweep_interval_s,
+            "claim_interval_s": spec.claim_interval_s,
+            "cancel_check_s": spec.heartbeat_s,
+            "max_attempts": spec.max_attempts,
+            "max_recoveries": spec.max_recoveries,
+            "backoff_base_s": spec.backoff_base_s,
+            "backoff_max_s": spec.backoff_max_s,
+            "run_timeout_s": spec.run_timeout_s,
+            "kill_grace_s": 1,
+        }
+        agent = {
+            "kind": "command",
+            "command": [sys.executable, str(self.agent), "{prompt_file}", "{workdir}"],
+            "idle_timeout_s": spec.idle_timeout_s,
+            "exit_grace_s": 1,
+            "env": dict(spec.agent_env),
+        }
+        base = {
+            "database_url": self.database_url,
+            "volume": str(self.root / "volume"),
+            "poll_interval_s": 0.3,
+            "max_concurrency": spec.max_concurrency,
+            "sandbox": {"writable_paths": [str(agent_area(self.root))]},
+            "scheduler": scheduler,
+            "http": {"listen": f"127.0.0.1:{self.port}"},
+            "trackers": {"local": {"kind": "local"}},
+            "agents": {"scripted": agent},
+            "repos": {name: self._repo(name, url) for name, url in self.remotes.items()},
+        }
+        return merged(base, spec.config)
+
+    def _repo(self, name: str, url: str) -> dict[str, Any]:
+        return {
+            "tracker": "local",
+            "slug": f"demo/{name}",
+            "remote_url": self.spec.remote_urls.get(name, url),
+            "test_command": self.spec.test_command,
+            "agent": self.spec.agent_name,
+        }
 
     # -- database ------------------------------------------------------------------
 
