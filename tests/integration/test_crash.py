@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.store import RunEvent, Store
 from pipeline.testing.daemons import DaemonProcess, kill_pid_group, start_daemon
+from pipeline.testing.databases import open_store
 from pipeline.testing.invariants import InvariantMonitor
 
 LEASE_S = 2.0
@@ -116,11 +117,9 @@ def test_kill9_mid_run_is_recovered_by_the_lease_sweep(
 
 @pytest.fixture
 def pg_store(postgres_url: str) -> Iterator[Store]:
-    s = Store(postgres_url)
-    s.upgrade()
-    s.ensure_repo("alpha")
-    yield s
-    s.close()
+    """A store on PostgreSQL only, with alpha enrolled."""
+    with open_store(postgres_url, repos=("alpha",)) as s:
+        yield s
 
 
 @pytest.mark.postgres
