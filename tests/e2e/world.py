@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.store import Run, Store
+from pipeline.testing.configs import write_config
 from pipeline.testing.deploy_target import DEMO_APP, DeployTarget
 from pipeline.testing.forges import FakeGitHub
 from pipeline.testing.gitrepos import commit_to_remote, git
@@ -169,8 +170,8 @@ class ShipWorld:
         notify_urls = root / "notify-urls"
         notify_urls.write_text(f"json://127.0.0.1:{receiver.port}/afk-hook\n")
         (root / "volume").mkdir()
-        config = root / "pipeline.toml"
-        config.write_text(_config(root, fake.url, specs, world_file, notify_urls, max_fix_forwards))
+        document = _config(root, fake.url, specs, world_file, notify_urls, max_fix_forwards)
+        config = write_config(root / "pipeline.toml", document)
         env = {**env, TOKEN_ENV: TOKEN}
         cli = Cli(config, env)
         cli("db", "upgrade")
@@ -323,82 +324,62 @@ def _config(
     world_file: Path,
     notify_urls: Path,
     max_fix_forwards: int,
-) -> str:
-    python = json.dumps(sys.executable)
-    head = f"""
-database_url = "sqlite:///{root / "history.db"}"
-volume = "{root / "volume"}"
-poll_interval_s = 0.5
-max_concurrency = 3
-
-[scheduler]
-lease_s = 10
-heartbeat_s = 1
-sweep_interval_s = 0.5
-claim_interval_s = 0.2
-backoff_base_s = 0.5
-backoff_max_s = 2
-
-[workspace]
-fetch_debounce_s = 0
-
-[http]
-listen = "127.0.0.1:{free_port()}"
-
-[trackers.gh]
-kind = "github"
-base_url = "{forge_url}"
-token_env = "{TOKEN_ENV}"
-
-[agents.scripted]
-kind = "command"
-command = [{python}, "{AGENT_SCRIPT}", "{{prompt_file}}", "{{workdir}}"]
-idle_timeout_s = 60
-exit_grace_s = 2
-
-[agents.scripted.env]
-AGENT_WORLD = "{world_file}"
-
-[sandbox]
-writable_paths = {json.dumps([str(world_file.parent)])}
-
-[notify]
-urls_file = "{notify_urls}"
-retries = 2
-retry_delay_s = 0.2
-"""
-    return head + "".join(_repo(spec, max_fix_forwards) for spec in repos.values())
+) -> dict[str, Any]:
+    return {
+        "database_url": f"sqlite:///{root / 'history.db'}",
+        "volume": str(root / "volume"),
+        "poll_interval_s": 0.5,
+        "max_concurrency": 3,
+        "scheduler": {
+            "lease_s": 10,
+            "heartbeat_s": 1,
+            "sweep_interval_s": 0.5,
+            "claim_interval_s": 0.2,
+            "backoff_base_s": 0.5,
+            "backoff_max_s": 2,
+        },
+        "workspace": {"fetch_debounce_s": 0},
+        "http": {"listen": f"127.0.0.1:{free_port()}"},
+        "trackers": {"gh": {"kind": "github", "base_url": forge_url, "token_env": TOKEN_ENV}},
+        "agents": {
+            "scripted": {
+                "kind": "command",
+                "command": [sys.executable, str(AGENT_SCRIPT), "{prompt_file}", "{workdir}"],
+                "idle_timeout_s": 60,
+                "exit_grace_s": 2,
+                "env": {"AGENT_WORLD": str(world_file)},
+            }
+        },
+        "sandbox": {"writable_paths": [str(world_file.parent)]},
+        "notify": {"urls_file": str(notify_urls), "retries": 2, "retry_delay_s": 0.2},
+        "repos": {spec.name: _repo(spec, max_fix_forwards) for spec in repos.values()},
+    }
 
 
-def _repo(spec: RepoSpec, max_fix_forwards: int) -> str:
-    return f"""
-[repos.{spec.name}]
-tracker = "gh"
-slug = "{spec.slug}"
-remote_url = "{spec.target.remote_url}"
-test_command = "{sys.executable} -m unittest -q"
-test_timeout_s = 60
-agent = "scripted"
-max_fix_iterations = 1
-max_fix_forwards = {max_fix_forwards}
-run_timeout_s = 120
-
-[repos.{spec.name}.ci]
-kind = "github"
-poll_interval_s = 0.3
-appear_timeout_s = 30
-timeout_s = 60
-
-[repos.{spec.name}.deploy]
-initial_delay_s = 0.3
-interval_s = 0.3
-count = 2
-failure_limit = 0
-progress_deadline_s = 30
-
-[[repos.{spec.name}.deploy.probes]]
-kind = "http"
-url = "{spec.target.health_url}"
-json_field = "version"
-timeout_s = 10
-"""
+def _repo(spec: RepoSpec, max_fix_forwards: int) -> dict[str, Any]:
+    probe = {
+        "kind": "http",
+        "url": spec.target.health_url,
+        "json_field": "version",
+        "timeout_s": 10,
+    }
+    return {
+        "tracker": "gh",
+        "slug": spec.slug,
+        "remote_url": spec.target.remote_url,
+        "test_command": f"{sys.executable} -m unittest -q",
+        "test_timeout_s": 60,
+        "agent": "scripted",
+        "max_fix_iterations": 1,
+        "max_fix_forwards": max_fix_forwards,
+        "run_timeout_s": 120,
+        "ci": {"kind": "github", "poll_interval_s": 0.3, "appear_timeout_s": 30, "timeout_s": 60},
+        "deploy": {
+            "initial_delay_s": 0.3,
+            "interval_s": 0.3,
+            "count": 2,
+            "failure_limit": 0,
+            "progress_deadline_s": 30,
+            "probes": [probe],
+        },
+    }
