@@ -64,6 +64,20 @@ def build_trackers(settings: Settings, store: Store) -> dict[str, Tracker]:
     return trackers
 
 
+def _open_store(settings: Settings) -> Store:
+    """The store with its schema current (migrated unless run_migrations is off), repos synced."""
+    store = Store(settings.database_url)
+    if settings.run_migrations:
+        store.upgrade()
+    elif not store.schema_current():
+        raise ConfigError(
+            f"{redact_url(settings.database_url)}: the schema is out of date and "
+            "run_migrations is off; run `pipeline db upgrade`"
+        )
+    store.sync_repos(settings.repos)
+    return store
+
+
 class Daemon:
     """Every part of the pipeline, wired."""
 
@@ -72,29 +86,11 @@ class Daemon:
         for warning in register_settings_secrets(settings):
             log.warning("%s", warning)
         self.sandbox = self._sandbox()  # before the database: refuse early, touch nothing
-        self.store = Store(settings.database_url)
-        if settings.run_migrations:
-            self.store.upgrade()
-        elif not self.store.schema_current():
-            raise ConfigError(
-                f"{redact_url(settings.database_url)}: the schema is out of date and "
-                "run_migrations is off; run `pipeline db upgrade`"
-            )
-        self.store.sync_repos(settings.repos)
+        self.store = _open_store(settings)
         if settings.volume == default_data_dir() / "volume":
             settings.volume.mkdir(parents=True, exist_ok=True)  # embedded default: zero setup
         self.trackers = build_trackers(settings, self.store)
-        self.workspaces = Workspaces(
-            settings.volume,
-            settings.workspace,
-            jailer=Jailer(
-                self.sandbox,
-                host_env=dict(os.environ),
-                homes_root=settings.volume / "homes",
-                pass_env=settings.sandbox.pass_env,
-                network_for=self.repo_network,
-            ),
-        )
+        self.workspaces = self._workspaces()
         self.notifier = Notifier(settings.notify, store=self.store)
         self.http_enabled = http
         self.dashboard_url = f"http://{settings.http.listen_host}:{settings.http.listen_port}"
@@ -107,30 +103,49 @@ class Daemon:
         self.recovery = Recovery(settings, self.store, self.lifecycle)
         self.endings = Endings(settings, self.store, self.lifecycle, self.recovery, self.notifier)
         self.budget = DailyBudget(settings, self.store, self.notifier)
-        self.flow = RunFlow(
-            FlowDeps(
-                settings=settings,
-                store=self.store,
-                trackers=self.trackers,
-                lifecycle=self.lifecycle,
-                workspaces=self.workspaces,
-                recovery=self.recovery,
-                agent_factory=self.agent_for,
-                base_env=dict(os.environ),
-            )
-        )
-        self.scheduler = Scheduler(
-            self.store,
-            self.flow,
-            settings=settings.scheduler,
-            max_concurrency=settings.max_concurrency,
-            on_finished=self.endings.announce,
-        )
-        self.scheduler.excluded_repos = self.budget.over_budget
+        self.flow = self._flow()
+        self.scheduler = self._scheduler()
         self.intake = Intake(self.store, settings, self.trackers, self.lifecycle)
         self.periodic = Periodic(name="daemon")
         self.server: Any = None
         self._stopped = threading.Event()
+
+    def _workspaces(self) -> Workspaces:
+        """The volume's workspaces, running repository commands in the sandbox."""
+        jailer = Jailer(
+            self.sandbox,
+            host_env=dict(os.environ),
+            homes_root=self.settings.volume / "homes",
+            pass_env=self.settings.sandbox.pass_env,
+            network_for=self.repo_network,
+        )
+        return Workspaces(self.settings.volume, self.settings.workspace, jailer=jailer)
+
+    def _flow(self) -> RunFlow:
+        """One run from claim to verdict, wired to the daemon's parts."""
+        deps = FlowDeps(
+            settings=self.settings,
+            store=self.store,
+            trackers=self.trackers,
+            lifecycle=self.lifecycle,
+            workspaces=self.workspaces,
+            recovery=self.recovery,
+            agent_factory=self.agent_for,
+            base_env=dict(os.environ),
+        )
+        return RunFlow(deps)
+
+    def _scheduler(self) -> Scheduler:
+        """The claim loop: runs the flow, skips repos over budget, announces every ending."""
+        scheduler = Scheduler(
+            self.store,
+            self.flow,
+            settings=self.settings.scheduler,
+            max_concurrency=self.settings.max_concurrency,
+            on_finished=self.endings.announce,
+        )
+        scheduler.excluded_repos = self.budget.over_budget
+        return scheduler
 
     def _sandbox(self) -> Sandbox:
         try:

@@ -1,15 +1,17 @@
-"""Shared fixtures: a clean environment and databases on SQLite and PostgreSQL."""
+"""Shared fixtures: a clean environment, databases on SQLite and PostgreSQL, a store on each."""
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pipeline.core.masking import clear_secrets
+from pipeline.store import Store
+from pipeline.testing.databases import fresh_postgres, open_store, postgres_problem
+from pipeline.testing.databases import postgres_url as _server_url
 
 # Variables a developer's shell might carry that would change what tests see.
 _LEAKY_PREFIXES = ("PIPELINE_", "ANTHROPIC_", "CLAUDE_", "OPENAI_", "CODEX_", "GIT_")
@@ -17,9 +19,7 @@ _LEAKY_NAMES = ("GITHUB_TOKEN", "GH_TOKEN", "GITEA_TOKEN", "GITLAB_TOKEN", "XDG_
 # Kept: these steer the test run itself, not the code under test.
 _KEEP = ("PIPELINE_TEST_REQUIRE_POSTGRES", "PIPELINE_TEST_POSTGRES_URL", "PIPELINE_TEST_LONG")
 
-POSTGRES_URL = os.environ.get(
-    "PIPELINE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-)
+POSTGRES_URL = _server_url()
 
 
 @pytest.fixture(autouse=True)
@@ -46,22 +46,8 @@ def clean_secrets() -> Iterator[None]:
     clear_secrets()
 
 
-def _postgres_available() -> str | None:
-    try:
-        import psycopg
-
-        with psycopg.connect(_psycopg_dsn(POSTGRES_URL), connect_timeout=3):
-            return None
-    except Exception as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
-def _psycopg_dsn(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
-
-
 def _require_postgres() -> None:
-    problem = _postgres_available()
+    problem = postgres_problem(POSTGRES_URL)
     if problem is None:
         return
     message = f"PostgreSQL at {POSTGRES_URL} is not reachable: {problem}"
@@ -74,16 +60,8 @@ def _require_postgres() -> None:
 def postgres_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database, dropped afterwards."""
     _require_postgres()
-    import psycopg
-
-    name = f"afk_test_{uuid.uuid4().hex[:12]}"
-    admin = _psycopg_dsn(POSTGRES_URL)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base = POSTGRES_URL.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres("afk_test", POSTGRES_URL) as url:
+        yield url
 
 
 @pytest.fixture
@@ -99,6 +77,14 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'history.db'}"
     url: str = request.getfixturevalue("postgres_url")
     return url
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Store]:
+    """A store on each engine, schema current, no repos; a module enrolls its own by overriding
+    this fixture (``def store(store): store.ensure_repo("alpha"); return store``)."""
+    with open_store(database_url) as opened:
+        yield opened
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

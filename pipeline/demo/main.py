@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from pipeline.cli import render
 from pipeline.config.load import load_settings
@@ -29,6 +28,10 @@ from pipeline.daemon import Daemon
 from pipeline.sandbox import SandboxUnavailable
 from pipeline.sandbox.bwrap import find_bwrap, probe
 from pipeline.store import Run, RunFilter, Store
+from pipeline.testing.ports import free_port
+
+if TYPE_CHECKING:
+    from pipeline.demo.setup import DemoWorld
 
 DEMO_TIMEOUT_S = 150.0
 PROGRESS_KINDS = ("queued", "state", "recovery", "publish", "test", "deploy", "ci", "repo")
@@ -69,17 +72,11 @@ class DemoOutcome:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def demo_settings(config: Path, database_url: str | None) -> tuple[Settings, str | None]:
     """The demo's settings, and why it runs unconfined when this host cannot sandbox."""
     settings = load_settings(config)
     settings.volume.mkdir(parents=True, exist_ok=True)
-    http = replace(settings.http, listen_port=_free_port())
+    http = replace(settings.http, listen_port=free_port())
     sandbox, unconfined = demo_sandbox(settings.sandbox)
     settings = replace(
         settings, database_url=database_url or default_database_url(), http=http, sandbox=sandbox
@@ -149,10 +146,23 @@ def run_demo(
     say = err if as_json else out
     say.write(f"afk-pipeline demo: building a world in {root}\n")
     world = build_world(root)
-    daemon: Daemon | None = None
     try:
-        settings, unconfined = demo_settings(world.config_path, database_url)
-        daemon = Daemon(settings)
+        settings, outcome = _run_world(world, database_url, say, started)
+    finally:
+        world.close()
+    _report(outcome, settings, out, as_json)
+    if not keep and workdir is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if outcome.as_designed else 1
+
+
+def _run_world(
+    world: DemoWorld, database_url: str | None, say: TextIO, started: float
+) -> tuple[Settings, DemoOutcome]:
+    """Start the real daemon on the world, file its issues, and wait until every run settles."""
+    settings, unconfined = demo_settings(world.config_path, database_url)
+    daemon = Daemon(settings)
+    try:
         say.write(f"sandbox: {daemon.sandbox.description}\n")
         if unconfined is not None:
             say.write(f"  (this host cannot sandbox: {unconfined})\n")
@@ -165,15 +175,9 @@ def run_demo(
         first_run = max((r.id for r in daemon.store.list_runs(RunFilter(limit=1))), default=0)
         daemon.start()
         say.write(f"daemon started; dashboard at {daemon.dashboard_url}/\n")
-        outcome = _wait(daemon, issue_ids, progress, started, first_run)
+        return settings, _wait(daemon, issue_ids, progress, started, first_run)
     finally:
-        if daemon is not None:
-            daemon.stop(grace_s=5)
-        world.close()
-    _report(outcome, settings, out, as_json)
-    if not keep and workdir is None:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0 if outcome.as_designed else 1
+        daemon.stop(grace_s=5)
 
 
 def _file_issues(store: Store, issues: list[dict[str, str]], world: object) -> list[int]:

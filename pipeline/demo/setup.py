@@ -26,8 +26,9 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from pipeline.testing.deploy_target import DeployTarget, free_port
+from pipeline.testing.deploy_target import DeployTarget
 from pipeline.testing.gitrepos import make_remote
+from pipeline.testing.ports import free_port
 
 GITIGNORE = "__pycache__/\n*.pyc\n.venv/\n"
 TEST_COMMAND_ARGS = ("-m", "unittest", "discover", "-s", "tests", "-q")

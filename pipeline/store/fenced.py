@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import Connection, select, update
 
@@ -80,6 +80,14 @@ def _retry_values(
         "deadline_at": None,
     }
     return values, f"retry in {delay_s:.1f} s ({failures}/{max_attempts} failed)"
+
+
+class FinishDetails(TypedDict, total=False):
+    """Why a run ended: its error class and message, and a summary for the run list."""
+
+    error_class: str | None
+    error: str | None
+    summary: str | None
 
 
 class FencedMixin(StoreBase):
@@ -163,14 +171,13 @@ class FencedMixin(StoreBase):
         owner: str,
         attempt: int,
         state: str,
-        *,
-        error_class: str | None = None,
-        error: str | None = None,
-        summary: str | None = None,
+        **details: Unpack[FinishDetails],
     ) -> Run:
         """End a run we hold in a terminal state; clears owner and lease."""
         if state not in TERMINAL_STATES:
             raise ValueError(f"finish with {state!r}: a terminal state is one of {TERMINAL_STATES}")
+        error_class, error = details.get("error_class"), details.get("error")
+        summary = details.get("summary")
         values: dict[str, object] = {"error_class": error_class, "error": error}
         if self.dialect == "postgresql":  # one statement (pipeline.store.claim_pg)
             return finish_postgres(self.engine, (run_id, owner, attempt, state), summary, values)

@@ -8,10 +8,10 @@ written down here, and a fake for one of them needs only its few verbs.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, Unpack
 
 from pipeline.store.claim import SweepReport
-from pipeline.store.fenced import Heartbeat
+from pipeline.store.fenced import FinishDetails, Heartbeat
 from pipeline.store.issues import SeenIssue
 from pipeline.store.outbox import NotificationCounts
 from pipeline.store.records import Issue, Repo, Run, RunEvent, RunFilter, Stats
@@ -49,10 +49,7 @@ class WorkerStore(Protocol):
         owner: str,
         attempt: int,
         state: str,
-        *,
-        error_class: str | None = None,
-        error: str | None = None,
-        summary: str | None = None,
+        **details: Unpack[FinishDetails],
     ) -> Run: ...
 
     def schedule_retry(

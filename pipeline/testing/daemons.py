@@ -61,9 +61,8 @@ def start_daemon(
     lease_s: float,
     agent_s: float = 0.0,
     extra: list[str] | None = None,
-    wait: bool = True,
 ) -> DaemonProcess:
-    """Start a dummy daemon; its stdout and stderr go to ``log_dir/<owner>.log``."""
+    """Start a dummy daemon, ready to claim; its stdout and stderr go to ``log_dir/<owner>.log``."""
     log_path = log_dir / f"{owner}.log"
     argv = [
         sys.executable,
@@ -84,8 +83,7 @@ def start_daemon(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
     daemon = DaemonProcess(owner, proc, log_path)
-    if wait:
-        daemon.wait_ready()
+    daemon.wait_ready()
     return daemon
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config.settings import ProbeSettings
+from pipeline.testing.ports import free_port
 
 DEMO_APP = '''"""Demo service deployed by the local deploy target."""
 import json
@@ -136,13 +136,6 @@ for line in sys.stdin:
     if ref == "refs/heads/" + CONFIG["branch"] and set(new) != {{"0"}}:
         deploy(new)
 '''
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -16,14 +16,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from pipeline.config.settings import RepoSettings, SecretRef, Settings, TrackerSettings
 from pipeline.intake.service import Intake
 from pipeline.run.lifecycle import Lifecycle
 from pipeline.store import Run, RunFilter, Store
+from pipeline.testing.clock import ManualClock
 from pipeline.testing.forges.base import FakeForge
-from pipeline.testing.forges.clients import ManualClock, RemoteTracker, client_for
+from pipeline.testing.forges.clients import RemoteTracker, client_for
 from pipeline.trackers import HttpOptions
 from pipeline.trackers.base import Tracker
 
@@ -33,6 +34,43 @@ REMOTE_URL = "https://git.invalid/unused.git"
 def repo_name(tracker: str, slug: str) -> str:
     """The enrolled repo's name for ``slug`` on ``tracker`` (``github-acme-app``)."""
     return f"{tracker}-{slug.replace('/', '-')}"
+
+
+class WorldKnobs(TypedDict, total=False):
+    """What ``IntakeWorld.build`` can change.
+
+    ``options``: the clients' HTTP options; ``poll_interval_s``: the global default;
+    ``tracker_poll_interval_s``: each tracker's own; ``webhook_secret_env``: the variable
+    holding the trackers' webhook secret; ``wall_clock``: intake and clients on real time
+    (benchmarks) instead of the manual clock; ``trusted_actors``, ``untrusted_text``: the
+    trackers' settings of those names.
+    """
+
+    options: HttpOptions
+    poll_interval_s: float
+    tracker_poll_interval_s: float
+    webhook_secret_env: str
+    wall_clock: bool
+    trusted_actors: tuple[str, ...]
+    untrusted_text: str
+
+
+def _tracker(name: str, fake: FakeForge) -> TrackerSettings:
+    return TrackerSettings(name=name, kind=fake.forge, base_url=fake.url + fake.api_prefix)
+
+
+def _tracker_overrides(knobs: WorldKnobs) -> dict[str, Any]:
+    """The ``TrackerSettings`` fields the knobs set."""
+    overrides: dict[str, Any] = {}
+    if "tracker_poll_interval_s" in knobs:
+        overrides["poll_interval_s"] = knobs["tracker_poll_interval_s"]
+    if "webhook_secret_env" in knobs:
+        overrides["webhook_secret"] = SecretRef(env=knobs["webhook_secret_env"])
+    if "trusted_actors" in knobs:
+        overrides["trusted_actors"] = knobs["trusted_actors"]
+    if "untrusted_text" in knobs:
+        overrides["untrusted_text"] = knobs["untrusted_text"]
+    return overrides
 
 
 @dataclass
@@ -56,40 +94,18 @@ class IntakeWorld:
         volume: Path,
         fakes: Mapping[str, FakeForge],
         repos: Sequence[tuple[str, str]],
-        *,
-        clock: ManualClock | None = None,
-        options: HttpOptions | None = None,
-        poll_interval_s: float = 60.0,
-        webhook_secret_env: str | None = None,
-        wall_clock: bool = False,
-        tracker_poll_interval_s: float | None = None,
-        **tracker_overrides: Any,
+        **knobs: Unpack[WorldKnobs],
     ) -> IntakeWorld:
-        """Fakes must be served. ``repos`` are ``(tracker name, slug)`` pairs to enrol.
-
-        ``wall_clock`` runs intake and clients on real time (benchmarks) instead
-        of the manual clock; ``tracker_poll_interval_s`` is each tracker's own
-        ``poll_interval_s`` (``poll_interval_s`` is the global default).
-        """
-        clock = clock or ManualClock()
-        options = options or HttpOptions(mutation_spacing_s=0.0, timeout_s=5.0)
-        if tracker_poll_interval_s is not None:
-            tracker_overrides["poll_interval_s"] = tracker_poll_interval_s
-        if webhook_secret_env:
-            tracker_overrides["webhook_secret"] = SecretRef(env=webhook_secret_env)
-        tracker_settings = tuple(
-            replace(
-                TrackerSettings(name=name, kind=fake.forge, base_url=fake.url + fake.api_prefix),
-                **tracker_overrides,
-            )
-            for name, fake in fakes.items()
-        )
+        """Fakes must be served. ``repos`` are ``(tracker name, slug)`` pairs to enrol."""
+        overrides = _tracker_overrides(knobs)
         settings = Settings(
             database_url=database_url,
             volume=volume,
-            poll_interval_s=poll_interval_s,
+            poll_interval_s=knobs.get("poll_interval_s", 60.0),
             max_queue_depth=10_000,
-            trackers=tracker_settings,
+            trackers=tuple(
+                replace(_tracker(name, fake), **overrides) for name, fake in fakes.items()
+            ),
             repos=tuple(
                 RepoSettings(name=repo_name(t, slug), tracker=t, slug=slug, remote_url=REMOTE_URL)
                 for t, slug in repos
@@ -98,7 +114,9 @@ class IntakeWorld:
         store = Store(database_url)
         store.upgrade()
         store.sync_repos(settings.repos)
-        world = cls(store, settings, fakes, clock, options, dict(tracker_overrides), wall_clock)
+        options = knobs.get("options") or HttpOptions(mutation_spacing_s=0.0, timeout_s=5.0)
+        wall_clock = knobs.get("wall_clock", False)
+        world = cls(store, settings, fakes, ManualClock(), options, overrides, wall_clock)
         world.restart()
         return world
 

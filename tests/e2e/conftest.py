@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,11 +14,8 @@ from typing import Any
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from pipeline.testing.configs import write_config
+from pipeline.testing.ports import free_port
 
 
 class Cli:
@@ -80,32 +76,32 @@ def local_config(
     tmp_path: Path, remote: str, agent_argv: list[str], agent_env: dict[str, str] | None = None
 ) -> Path:
     """A config for one repo ``calc`` on the local tracker, run by a scripted command agent."""
-    env_table = "".join(f'{k} = "{v}"\n' for k, v in (agent_env or {}).items())
-    config = tmp_path / "pipeline.toml"
-    config.write_text(f"""
-database_url = "sqlite:///{tmp_path / "history.db"}"
-volume = "{tmp_path / "volume"}"
-poll_interval_s = 0.5
-[scheduler]
-lease_s = 10
-heartbeat_s = 1
-sweep_interval_s = 0.5
-claim_interval_s = 0.2
-[http]
-listen = "127.0.0.1:{free_port()}"
-[trackers.local]
-kind = "local"
-[agents.scripted]
-kind = "command"
-command = {json.dumps(agent_argv)}
-[agents.scripted.env]
-{env_table}[repos.calc]
-tracker = "local"
-slug = "demo/calc"
-remote_url = "{remote}"
-test_command = "{sys.executable} -m unittest -q"
-agent = "scripted"
-""")
+    document: dict[str, Any] = {
+        "database_url": f"sqlite:///{tmp_path / 'history.db'}",
+        "volume": str(tmp_path / "volume"),
+        "poll_interval_s": 0.5,
+        "scheduler": {
+            "lease_s": 10,
+            "heartbeat_s": 1,
+            "sweep_interval_s": 0.5,
+            "claim_interval_s": 0.2,
+        },
+        "http": {"listen": f"127.0.0.1:{free_port()}"},
+        "trackers": {"local": {"kind": "local"}},
+        "agents": {
+            "scripted": {"kind": "command", "command": agent_argv, "env": dict(agent_env or {})}
+        },
+        "repos": {
+            "calc": {
+                "tracker": "local",
+                "slug": "demo/calc",
+                "remote_url": remote,
+                "test_command": f"{sys.executable} -m unittest -q",
+                "agent": "scripted",
+            }
+        },
+    }
+    config = write_config(tmp_path / "pipeline.toml", document)
     (tmp_path / "volume").mkdir(exist_ok=True)
     return config
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -270,10 +269,9 @@ def test_stalled_stream_is_killed_as_idle(
 ) -> None:
     """A stream that stops mid-message kills the CLI after the idle timeout."""
     api.state.script[:] = [Turn(stall=True, sticky=True)]
-    started = time.monotonic()
     with pytest.raises(RetryableError) as caught:
         _run(project, _preset(claude_bin, api, idle_timeout_s=4.0), RecordingSink())
-    assert caught.value.kind == "idle_timeout" and time.monotonic() - started < 60
+    assert caught.value.kind == "idle_timeout"
 
 
 def test_cli_lingering_after_its_result_is_killed_and_the_run_succeeds(
@@ -281,7 +279,10 @@ def test_cli_lingering_after_its_result_is_killed_and_the_run_succeeds(
 ) -> None:
     """A wrapper that outlives the CLI's result is killed after the grace; the run succeeds."""
     wrapper = project.outside / "claude-then-linger"
-    wrapper.write_text(f'#!/bin/sh\n"{claude_bin}" "$@"\nsleep 60\n')
+    pid_file, outlived = project.outside / "wrapper.pid", project.outside / "outlived"
+    wrapper.write_text(
+        f'#!/bin/sh\necho $$ > "{pid_file}"\n"{claude_bin}" "$@"\nsleep 60\ntouch "{outlived}"\n'
+    )
     wrapper.chmod(0o755)
     api.state.script[:] = [
         Turn(tools=(_write_test(project),)),
@@ -289,11 +290,11 @@ def test_cli_lingering_after_its_result_is_killed_and_the_run_succeeds(
         Turn(tools=(_edit(project, "a - b", "a + b"),)),
         Turn(text="Done."),
     ]
-    started = time.monotonic()
     outcome = _run(
         project,
         _preset(claude_bin, api, command=(str(wrapper),), exit_grace_s=1.0),
         RecordingSink(),
     )
     assert outcome.agent.lingered and len(project.commits()) == 1
-    assert time.monotonic() - started < 50
+    pid = int(pid_file.read_text())  # the wrapper was killed, not waited out
+    assert not Path(f"/proc/{pid}").exists() and not outlived.exists()

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.store import Run, Store
-from pipeline.testing.deploy_target import DEMO_APP, DeployTarget, free_port
+from pipeline.testing.configs import write_config
+from pipeline.testing.deploy_target import DEMO_APP, DeployTarget
 from pipeline.testing.forges import FakeGitHub
 from pipeline.testing.gitrepos import commit_to_remote, git
+from pipeline.testing.ports import free_port
 from pipeline.testing.receiver import Receiver
 
 from .ci_feeder import CheckPlan, CiFeeder, default_plan
@@ -181,10 +183,10 @@ class ShipWorld:
         notify_urls = root / "notify-urls"
         notify_urls.write_text(f"json://127.0.0.1:{receiver.port}/afk-hook\n")
         (root / "volume").mkdir()
-        config = root / "pipeline.toml"
-        config.write_text(
-            _config(root, fake.url, specs, (world_file, notify_urls), max_fix_forwards, tuning)
+        document = _config(
+            root, fake.url, specs, (world_file, notify_urls), max_fix_forwards, tuning
         )
+        config = write_config(root / "pipeline.toml", document)
         env = {**env, TOKEN_ENV: TOKEN}
         cli = Cli(config, env)
         cli("db", "upgrade")
@@ -337,84 +339,64 @@ def _config(
     files: tuple[Path, Path],
     max_fix_forwards: int,
     tuning: Tuning,
-) -> str:
+) -> dict[str, Any]:
     world_file, notify_urls = files
-    python = json.dumps(sys.executable)
-    head = f"""
-database_url = {json.dumps(tuning.database_url)}
-volume = "{root / "volume"}"
-poll_interval_s = 0.5
-max_concurrency = 3
-
-[scheduler]
-lease_s = 10
-heartbeat_s = 1
-sweep_interval_s = 0.5
-claim_interval_s = 0.2
-backoff_base_s = 0.5
-backoff_max_s = 2
-max_attempts = {tuning.max_attempts}
-
-[workspace]
-fetch_debounce_s = 0
-
-[http]
-listen = "127.0.0.1:{free_port()}"
-
-[trackers.gh]
-kind = "github"
-base_url = "{forge_url}"
-token_env = "{TOKEN_ENV}"
-
-[agents.scripted]
-kind = "command"
-command = [{python}, "{AGENT_SCRIPT}", "{{prompt_file}}", "{{workdir}}"]
-idle_timeout_s = 60
-exit_grace_s = 2
-
-[agents.scripted.env]
-AGENT_WORLD = "{world_file}"
-
-[sandbox]
-writable_paths = {json.dumps([str(world_file.parent)])}
-
-[notify]
-urls_file = "{notify_urls}"
-retries = 2
-retry_delay_s = 0.2
-"""
-    return head + "".join(_repo(spec, max_fix_forwards, tuning) for spec in repos.values())
+    return {
+        "database_url": str(tuning.database_url),
+        "volume": str(root / "volume"),
+        "poll_interval_s": 0.5,
+        "max_concurrency": 3,
+        "scheduler": {
+            "lease_s": 10,
+            "heartbeat_s": 1,
+            "sweep_interval_s": 0.5,
+            "claim_interval_s": 0.2,
+            "backoff_base_s": 0.5,
+            "backoff_max_s": 2,
+            "max_attempts": tuning.max_attempts,
+        },
+        "workspace": {"fetch_debounce_s": 0},
+        "http": {"listen": f"127.0.0.1:{free_port()}"},
+        "trackers": {"gh": {"kind": "github", "base_url": forge_url, "token_env": TOKEN_ENV}},
+        "agents": {
+            "scripted": {
+                "kind": "command",
+                "command": [sys.executable, str(AGENT_SCRIPT), "{prompt_file}", "{workdir}"],
+                "idle_timeout_s": 60,
+                "exit_grace_s": 2,
+                "env": {"AGENT_WORLD": str(world_file)},
+            }
+        },
+        "sandbox": {"writable_paths": [str(world_file.parent)]},
+        "notify": {"urls_file": str(notify_urls), "retries": 2, "retry_delay_s": 0.2},
+        "repos": {spec.name: _repo(spec, max_fix_forwards, tuning) for spec in repos.values()},
+    }
 
 
-def _repo(spec: RepoSpec, max_fix_forwards: int, tuning: Tuning) -> str:
-    return f"""
-[repos.{spec.name}]
-tracker = "gh"
-slug = "{spec.slug}"
-remote_url = "{spec.target.remote_url}"
-test_command = "{sys.executable} -m unittest -q"
-test_timeout_s = 60
-agent = "scripted"
-max_fix_iterations = 1
-max_fix_forwards = {max_fix_forwards}
-run_timeout_s = {tuning.run_timeout_s}
-
-[repos.{spec.name}.ci]
-kind = "github"
-poll_interval_s = 0.3
-appear_timeout_s = 30
-timeout_s = 60
-
-[repos.{spec.name}.deploy]
-initial_delay_s = 0.3
-interval_s = 0.3
-count = 2
-failure_limit = 0
-progress_deadline_s = 30
-
-[[repos.{spec.name}.deploy.probes]]
-kind = "http"
-url = "{spec.target.health_url}"
-json_field = "version"
-timeout_s = 10
-"""
+def _repo(spec: RepoSpec, max_fix_forwards: int, tuning: Tuning) -> dict[str, Any]:
+    probe = {
+        "kind": "http",
+        "url": spec.target.health_url,
+        "json_field": "version",
+        "timeout_s": 10,
+    }
+    return {
+        "tracker": "gh",
+        "slug": spec.slug,
+        "remote_url": spec.target.remote_url,
+        "test_command": f"{sys.executable} -m unittest -q",
+        "test_timeout_s": 60,
+        "agent": "scripted",
+        "max_fix_iterations": 1,
+        "max_fix_forwards": max_fix_forwards,
+        "run_timeout_s": tuning.run_timeout_s,
+        "ci": {"kind": "github", "poll_interval_s": 0.3, "appear_timeout_s": 30, "timeout_s": 60},
+        "deploy": {
+            "initial_delay_s": 0.3,
+            "interval_s": 0.3,
+            "count": 2,
+            "failure_limit": 0,
+            "progress_deadline_s": 30,
+            "probes": [probe],
+        },
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -111,17 +112,19 @@ def test_bad_last_event_id_is_422(sqlite_url: str, tmp_path: Path, header: str) 
     assert resp.status_code == 422 and resp.json()["field"] == "Last-Event-ID"
 
 
-def test_server_stop_ends_open_streams(sqlite_url: str, tmp_path: Path) -> None:
-    """Stopping the server ends open streams promptly instead of waiting them out."""
+def test_server_stop_ends_open_streams(
+    sqlite_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopping the server ends open streams itself instead of waiting them out."""
+    caplog.set_level(logging.WARNING, logger="uvicorn.error")
     with running_api(sqlite_url, tmp_path, app_kwargs={"sse_keepalive_s": 60}) as api:
         with open_stream(api) as reader:
-            started = time.monotonic()
             api.handle.stop()
-            elapsed = time.monotonic() - started
             rest = list(reader.lines)  # returns only because the stream ended
             assert [line for line in rest if line] == []
-    assert elapsed < 3.0, f"stop took {elapsed:.1f}s (graceful timeout is 5s)"
     assert not api.handle.thread.is_alive()
+    # Waiting streams out ends in uvicorn cancelling them when its graceful timeout runs out.
+    assert not [r for r in caplog.records if "graceful shutdown exceeded" in r.getMessage()]
 
 
 def test_client_disconnect_ends_the_stream(sqlite_url: str, tmp_path: Path) -> None:

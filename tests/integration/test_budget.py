@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.events import EventSink
@@ -22,14 +19,6 @@ class FakeNotifier:
         self, title: str, body: str, *, kind: str, events: EventSink, run_id: int | None = None
     ) -> None:
         self.sent.append((title, kind))
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    yield s
-    s.close()
 
 
 def _spend(store: Store, repo: str, usd: float) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ _FAKE_CLI = """\
 import json, os, sys, time
 mode = os.environ["FAKE_MODE"]
 prompt = sys.stdin.read()
+open(os.environ["FAKE_OUT"] + ".pid", "w").write(str(os.getpid()))
 open(os.environ["FAKE_OUT"], "w").write(json.dumps({"argv": sys.argv[1:], "prompt": prompt}))
 def emit(event):
     print(json.dumps(event), flush=True)
@@ -28,6 +28,7 @@ if mode == "crash":
     sys.exit(3)
 if mode == "idle":
     time.sleep(60)
+    open(os.environ["FAKE_OUT"] + ".outlived", "w").close()
 print("this line is not JSON", flush=True)
 emit({"type": "assistant", "message": {"content": [
     {"type": "tool_use", "id": "t1", "name": "Bash",
@@ -37,6 +38,7 @@ emit({"type": "result", "subtype": "success", "is_error": False, "num_turns": 2,
       "usage": {"input_tokens": 10, "output_tokens": 3}})
 if mode == "linger":
     time.sleep(60)
+    open(os.environ["FAKE_OUT"] + ".outlived", "w").close()
 """
 
 
@@ -54,6 +56,16 @@ def _agent(tmp_path: Path, mode: str, **preset: object) -> tuple[Agent, Path]:
     }
     settings.update(preset)
     return build_agent(AgentPreset(**settings)), out  # type: ignore[arg-type]
+
+
+def _killed_before_its_sleep_ended(out: Path) -> bool:
+    """The fake CLI is no longer running and never got past its long sleep."""
+    pid = int(Path(f"{out}.pid").read_text())
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    return state in ("gone", "Z") and not Path(f"{out}.outlived").exists()
 
 
 def _request(tmp_path: Path, prompt: str = "fix it; $(touch /tmp/x) `id`") -> AgentRequest:
@@ -76,22 +88,20 @@ def test_process_lingering_after_its_result_is_killed_and_the_result_kept(
     tmp_path: Path,
 ) -> None:
     """A CLI still alive ``exit_grace_s`` after its result is killed; the run goes on."""
-    agent, _ = _agent(tmp_path, "linger")
+    agent, out = _agent(tmp_path, "linger")
     sink = RecordingSink()
-    started = time.monotonic()
     result = agent.run(_request(tmp_path), events=sink, stop=None)
-    assert time.monotonic() - started < 20
+    assert _killed_before_its_sleep_ended(out)
     assert result.lingered and result.result_text == "All done"
     assert any("killed" in message for _, message, _ in sink.of_kind("agent"))
 
 
 def test_silent_process_is_killed_as_idle(tmp_path: Path) -> None:
     """No output for ``idle_timeout_s`` kills the agent: retryable ``idle_timeout``."""
-    agent, _ = _agent(tmp_path, "idle", idle_timeout_s=0.5)
-    started = time.monotonic()
+    agent, out = _agent(tmp_path, "idle", idle_timeout_s=0.5)
     with pytest.raises(RetryableError) as caught:
         agent.run(_request(tmp_path), events=RecordingSink(), stop=None)
-    assert caught.value.kind == "idle_timeout" and time.monotonic() - started < 20
+    assert caught.value.kind == "idle_timeout" and _killed_before_its_sleep_ended(out)
 
 
 def test_process_exiting_without_result_is_a_crash(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_pull_requests_and_repos_not_enrolled_are_ignored(
     fake: FakeForge, world: IntakeWorld
 ) -> None:
     """A labelled PR and a ready issue in a repo that is not enrolled queue nothing."""
-    pull = fake.add_issue(SLUG, "a PR", labels=[READY], pull_request=True)
+    pull = fake.add_pull_request(SLUG, "a PR", labels=[READY])
     fake.add_issue(OTHER, "elsewhere", labels=[READY])
     issue = fake.add_issue(SLUG, "real", labels=[READY])
     report = world.intake.poll(fake.forge)

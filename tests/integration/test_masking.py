@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
@@ -194,14 +193,6 @@ def read_stream(client: httpx.Client, count: int) -> str:
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     return secret_settings(database_url, tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    store = Store(database_url)
-    store.upgrade()
-    yield store
-    store.close()
 
 
 def test_every_secret_is_stored_masked(

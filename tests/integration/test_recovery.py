@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,6 @@ from pipeline.testing.sinks import RecordingSink
 from pipeline.trackers.local import LocalTracker
 
 BROKEN = Verdict(VerdictState.BROKEN, "health: 500 Internal Server Error", "green", "broken")
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    yield s
-    s.close()
 
 
 def _recovery(store: Store, tmp_path: Path, **repo: Any) -> tuple[Recovery, RepoSettings]:

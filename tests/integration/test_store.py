@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -11,14 +10,6 @@ from sqlalchemy.exc import IntegrityError
 
 from pipeline.store import RunFilter, SeenIssue, Store, UnknownRepo
 from pipeline.store.models import IssueRow, RunRow
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    yield s
-    s.close()
 
 
 def _now() -> datetime:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from pipeline.config.settings import RepoSettings
@@ -11,12 +9,10 @@ from pipeline.store import Issue, IssueSnapshot, SeenIssue, Store
 
 
 @pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    s.sync_repos((RepoSettings(name="app", tracker="gh", slug="acme/app", remote_url="x"),))
-    yield s
-    s.close()
+def store(store: Store) -> Store:
+    """The shared store with app (gh:acme/app) enrolled."""
+    store.sync_repos((RepoSettings(name="app", tracker="gh", slug="acme/app", remote_url="x"),))
+    return store
 
 
 def _seen(store: Store, snapshot: IssueSnapshot | None) -> Issue:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -24,13 +23,11 @@ LEASE_S = 30.0
 
 
 @pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    s.ensure_repo("alpha")
-    s.ensure_repo("beta")
-    yield s
-    s.close()
+def store(store: Store) -> Store:
+    """The shared store with alpha and beta enrolled."""
+    store.ensure_repo("alpha")
+    store.ensure_repo("beta")
+    return store
 
 
 def _issue(store: Store, number: int, repo: str = "alpha") -> int:

@@ -64,7 +64,7 @@ def test_unchanged_poll_is_304_and_free(fake: FakeForge) -> None:
 def test_pull_requests_are_ignored(fake: FakeForge) -> None:
     """Pull/merge requests carrying the ready label never come back as issues."""
     fake.add_issue(SLUG, "an issue", labels=[READY])
-    fake.add_issue(SLUG, "a pull request", labels=[READY], pull_request=True)
+    fake.add_pull_request(SLUG, "a pull request", labels=[READY])
     issues = client_for(fake).list_ready(SLUG)
     assert issues is not None
     assert [i.title for i in issues] == ["an issue"]

@@ -73,14 +73,6 @@ def test_open_pull_request_on_missing_repo_is_fatal(fake: FakeForge) -> None:
     assert "acme" in str(info.value)
 
 
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    s = Store(database_url)
-    s.upgrade()
-    yield s
-    s.close()
-
-
 def test_local_tracker_comments_once_on_the_referenced_issue(store: Store) -> None:
     """The local tracker returns a local:// URL and comments once on each issue the body names."""
     settings = TrackerSettings(name="local", kind="local")

@@ -18,6 +18,7 @@ from pipeline.core.errors import (
     RetryableError,
 )
 from pipeline.core.proc import StopToken
+from pipeline.testing.clock import ManualClock
 from pipeline.testing.gitrepos import commit_to_remote, git, make_remote, remote_sha
 from pipeline.testing.sinks import RecordingSink
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
@@ -35,20 +36,10 @@ BASE_FILES = {
 }
 
 
-class FakeClock:
-    """A monotonic clock tests move by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> FakeClock:
+def clock() -> ManualClock:
     """A clock standing still until the test advances it."""
-    return FakeClock()
+    return ManualClock(now=1000.0)
 
 
 @pytest.fixture
@@ -60,7 +51,7 @@ def volume(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def workspaces(volume: Path, clock: FakeClock) -> Workspaces:
+def workspaces(volume: Path, clock: ManualClock) -> Workspaces:
     """Workspaces on the volume, fetch debounce 30 s on the fake clock."""
     return Workspaces(volume, WorkspaceSettings(fetch_debounce_s=30.0), clock=clock)
 
@@ -96,7 +87,7 @@ def status(path: Path) -> str:
 
 
 def test_second_run_starts_warm_with_none_of_the_first_runs_edits(
-    tmp_path: Path, workspaces: Workspaces, clock: FakeClock
+    tmp_path: Path, workspaces: Workspaces, clock: ManualClock
 ) -> None:
     """Run N+1 finds run N's .venv/node_modules and none of its tracked/untracked edits."""
     repo = make_repo(tmp_path)
@@ -148,7 +139,7 @@ def test_a_broken_slot_is_rebuilt_keeping_its_dependency_dirs(
     assert status(second.path) == ""
 
 
-def test_fetches_are_debounced(tmp_path: Path, workspaces: Workspaces, clock: FakeClock) -> None:
+def test_fetches_are_debounced(tmp_path: Path, workspaces: Workspaces, clock: ManualClock) -> None:
     """A burst of runs shares one fetch; after the debounce a fetch sees new commits."""
     repo = make_repo(tmp_path)
     first = prepare(workspaces, repo, 1)

@@ -35,9 +35,9 @@ from .world import postgres_available
 
 ROOT = Path(__file__).resolve().parents[2]
 FUZZ_TESTS = (
-    "tests/unit/test_fuzz_webhooks.py",
-    "tests/unit/test_fuzz_config.py",
-    "tests/unit/test_fuzz_streams.py",
+    "tests/fuzz/test_fuzz_webhooks.py",
+    "tests/fuzz/test_fuzz_config.py",
+    "tests/fuzz/test_fuzz_streams.py",
 )
 COLUMNS = (
     "Scenario",
@@ -81,7 +81,7 @@ SCENARIOS = (
     "agent that echoes its key. Then the daemon log, every row of every table, each run's "
     "events and `runs show`, `config show`, every file of the volume (frozen evidence "
     "included) and the agent's environment are scanned for the sentinels.",
-    "- **fuzzing** (`tests/unit/test_fuzz_*.py`, hypothesis): webhook deliveries through "
+    "- **fuzzing** (`tests/fuzz/`, hypothesis): webhook deliveries through "
     "`Intake.handle_webhook` and `POST /webhooks/<tracker>`, config files through "
     '`load_settings`, stream lines through the Claude and Codex parsers. The "faults '
     'injected" cell counts the generated inputs.',

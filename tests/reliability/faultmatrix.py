@@ -82,14 +82,19 @@ def _claude_spec(mode: str = "ok", overloaded: int = 0) -> Callable[[Path], Worl
     def build(root: Path) -> WorldSpec:
         script = root / "fake_claude.py"
         script.write_text(FAKE_CLAUDE)
-        agent = (
-            '[agents.fakeclaude]\nkind = "claude"\n'
-            f"command = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\n"
-            "idle_timeout_s = 30\nexit_grace_s = 1\n[agents.fakeclaude.env]\n"
-            f"FAKE_CLAUDE_STATE = {json.dumps(str(agent_area(root) / 'claude-calls'))}\n"
-            f'FAKE_CLAUDE_MODE = "{mode}"\nFAKE_CLAUDE_529 = "{overloaded}"\n'
-        )
-        return WorldSpec(max_attempts=4, agent_name="fakeclaude", extra_agents_toml=agent)
+        agent = {
+            "kind": "claude",
+            "command": [sys.executable, str(script)],
+            "idle_timeout_s": 30,
+            "exit_grace_s": 1,
+            "env": {
+                "FAKE_CLAUDE_STATE": str(agent_area(root) / "claude-calls"),
+                "FAKE_CLAUDE_MODE": mode,
+                "FAKE_CLAUDE_529": str(overloaded),
+            },
+        }
+        config = {"agents": {"fakeclaude": agent}}
+        return WorldSpec(max_attempts=4, agent_name="fakeclaude", config=config)
 
     return build
 

@@ -12,7 +12,6 @@ the CLI's views and every file of the volume are scanned for the sentinels.
 from __future__ import annotations
 
 import ast
-import json
 import sqlite3
 import sys
 import time
@@ -35,23 +34,26 @@ PRINT_ENV_AND_FAIL = "import os, sys; print(sorted(os.environ.items())); sys.exi
 
 
 def _spec(root: Path) -> WorldSpec:
-    push = '[repos.{name}.push]\ntoken_env = "PUSHER"\n'
-    broken = (
-        "max_fix_forwards = 0\n[repos.r1.deploy]\ninterval_s = 0.2\ncount = 1\n"
-        f'[[repos.r1.deploy.probes]]\nkind = "command"\n'
-        f'command = [{json.dumps(sys.executable)}, "-c", {json.dumps(PRINT_ENV_AND_FAIL)}]\n'
-    )
+    push = {"push": {"token_env": "PUSHER"}}
+    probe = {"kind": "command", "command": [sys.executable, "-c", PRINT_ENV_AND_FAIL]}
+    broken = {"max_fix_forwards": 0, "deploy": {"interval_s": 0.2, "count": 1, "probes": [probe]}}
+    tracker = {
+        "token_env": "SENTINEL_FORGE_TOKEN",
+        "webhook_secret_env": "FORGE_HOOK",
+        "trusted_actors": ["maintainer"],
+    }
     return WorldSpec(
         repos=2,
-        tracker_toml='token_env = "SENTINEL_FORGE_TOKEN"\nwebhook_secret_env = "FORGE_HOOK"\n'
-        'trusted_actors = ["maintainer"]\n',
-        http_toml='api_token_env = "PIPELINE_API_TOKEN"\n',
-        agent_toml='api_key_env = "VENDOR_CRED"\n',
+        config={
+            "trackers": {"local": tracker},
+            "http": {"api_token_env": "PIPELINE_API_TOKEN"},
+            "agents": {"scripted": {"api_key_env": "VENDOR_CRED"}},
+            "repos": {"r0": push, "r1": {**broken, **push}},
+        },
         agent_env={
             "AGENT_ENV_DUMP": str(agent_area(root) / "agent-env.txt"),
             "AGENT_PRINT_KEY": "1",
         },
-        per_repo_toml={"r0": push.format(name="r0"), "r1": broken + push.format(name="r1")},
     )
 
 

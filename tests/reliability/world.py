@@ -9,27 +9,25 @@ world by environment variables (``AGENT_MODE``, ``AGENT_SLEEP_MIN_S``...).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline.store import Store
+from pipeline.testing import databases
+from pipeline.testing.configs import merged, write_config
+from pipeline.testing.databases import postgres_problem
 from pipeline.testing.gitrepos import git, make_remote
+from pipeline.testing.ports import free_port
 
-POSTGRES_URL = os.environ.get(
-    "PIPELINE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-)
 PROJECT = {
     "README.md": "a project the campaign's agent edits\n",
     "test_ok.py": "import unittest\n\n\nclass T(unittest.TestCase):\n"
@@ -86,44 +84,14 @@ print("wrote", name)
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _psycopg_dsn(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
-
-
 def postgres_available() -> str | None:
     """None when the test PostgreSQL server answers, else why not."""
-    try:
-        import psycopg
-
-        with psycopg.connect(_psycopg_dsn(POSTGRES_URL), connect_timeout=3):
-            return None
-    except Exception as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return postgres_problem()
 
 
-@contextmanager
-def fresh_database(engine: str, root: Path) -> Iterator[str]:
+def fresh_database(engine: str, root: Path) -> AbstractContextManager[str]:
     """A new empty database on ``engine`` (sqlite|postgresql), dropped afterwards."""
-    if engine == "sqlite":
-        yield f"sqlite:///{root / 'history.db'}"
-        return
-    import psycopg
-
-    name = f"afk_rel_{uuid.uuid4().hex[:12]}"
-    admin = _psycopg_dsn(POSTGRES_URL)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{POSTGRES_URL.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return databases.fresh_database(engine, root, "afk_rel")
 
 
 @dataclass
@@ -143,16 +111,11 @@ class WorldSpec:
     idle_timeout_s: float = 600.0
     run_timeout_s: float = 300.0
     agent_env: Mapping[str, str] = field(default_factory=dict)
-    extra_toml: str = ""
-    repo_toml: str = ""
-    per_repo_toml: Mapping[str, str] = field(default_factory=dict)
-    tracker_toml: str = ""
-    agent_toml: str = ""
+    # Laid over the generated config, tables merged key by key (pipeline.testing.configs).
+    config: Mapping[str, Any] = field(default_factory=dict)
     agent_name: str = "scripted"
-    extra_agents_toml: str = ""
     remote_urls: Mapping[str, str] = field(default_factory=dict)
     test_command: str = f"{sys.executable} -m unittest -q"
-    http_toml: str = ""
 
 
 def agent_area(root: Path) -> Path:
@@ -184,7 +147,7 @@ class World:
         # the one host directory their sandbox may write besides their own tree and HOME.
         self.agent_area = agent_area(root)
         self.config = root / "pipeline.toml"
-        self.config.write_text(self._toml())
+        write_config(self.config, self._config())
         self._store: Store | None = None
 
     # -- building ------------------------------------------------------------------
@@ -209,60 +172,50 @@ class World:
         )
         return env
 
-    def _toml(self) -> str:
+    def _config(self) -> dict[str, Any]:
         spec = self.spec
-        agent_env = "\n".join(f"{k} = {json.dumps(v)}" for k, v in spec.agent_env.items())
-        head = f"""
-database_url = {json.dumps(self.database_url)}
-volume = {json.dumps(str(self.root / "volume"))}
-poll_interval_s = 0.3
-max_concurrency = {spec.max_concurrency}
-{spec.extra_toml}
-[sandbox]
-writable_paths = [{json.dumps(str(agent_area(self.root)))}]
-[scheduler]
-lease_s = {spec.lease_s}
-heartbeat_s = {spec.heartbeat_s}
-sweep_interval_s = {spec.sweep_interval_s}
-claim_interval_s = {spec.claim_interval_s}
-cancel_check_s = {spec.heartbeat_s}
-max_attempts = {spec.max_attempts}
-max_recoveries = {spec.max_recoveries}
-backoff_base_s = {spec.backoff_base_s}
-backoff_max_s = {spec.backoff_max_s}
-run_timeout_s = {spec.run_timeout_s}
-kill_grace_s = 1
-[http]
-listen = "127.0.0.1:{self.port}"
-{spec.http_toml}
-[trackers.local]
-kind = "local"
-{spec.tracker_toml}
-[agents.scripted]
-kind = "command"
-command = [{json.dumps(sys.executable)}, {json.dumps(str(self.agent))},
-           "{{prompt_file}}", "{{workdir}}"]
-idle_timeout_s = {spec.idle_timeout_s}
-exit_grace_s = 1
-{spec.agent_toml}
-[agents.scripted.env]
-{agent_env}
-{spec.extra_agents_toml}
-"""
-        repos = [
-            f"""
-[repos.{name}]
-tracker = "local"
-slug = "demo/{name}"
-remote_url = {json.dumps(spec.remote_urls.get(name, url))}
-test_command = {json.dumps(spec.test_command)}
-agent = "{spec.agent_name}"
-{spec.repo_toml}
-{spec.per_repo_toml.get(name, "")}
-"""
-            for name, url in self.remotes.items()
-        ]
-        return head + "".join(repos)
+        scheduler = {
+            "lease_s": spec.lease_s,
+            "heartbeat_s": spec.heartbeat_s,
+            "sweep_interval_s": spec.sweep_interval_s,
+            "claim_interval_s": spec.claim_interval_s,
+            "cancel_check_s": spec.heartbeat_s,
+            "max_attempts": spec.max_attempts,
+            "max_recoveries": spec.max_recoveries,
+            "backoff_base_s": spec.backoff_base_s,
+            "backoff_max_s": spec.backoff_max_s,
+            "run_timeout_s": spec.run_timeout_s,
+            "kill_grace_s": 1,
+        }
+        agent = {
+            "kind": "command",
+            "command": [sys.executable, str(self.agent), "{prompt_file}", "{workdir}"],
+            "idle_timeout_s": spec.idle_timeout_s,
+            "exit_grace_s": 1,
+            "env": dict(spec.agent_env),
+        }
+        base = {
+            "database_url": self.database_url,
+            "volume": str(self.root / "volume"),
+            "poll_interval_s": 0.3,
+            "max_concurrency": spec.max_concurrency,
+            "sandbox": {"writable_paths": [str(agent_area(self.root))]},
+            "scheduler": scheduler,
+            "http": {"listen": f"127.0.0.1:{self.port}"},
+            "trackers": {"local": {"kind": "local"}},
+            "agents": {"scripted": agent},
+            "repos": {name: self._repo(name, url) for name, url in self.remotes.items()},
+        }
+        return merged(base, spec.config)
+
+    def _repo(self, name: str, url: str) -> dict[str, Any]:
+        return {
+            "tracker": "local",
+            "slug": f"demo/{name}",
+            "remote_url": self.spec.remote_urls.get(name, url),
+            "test_command": self.spec.test_command,
+            "agent": self.spec.agent_name,
+        }
 
     # -- database ------------------------------------------------------------------
 

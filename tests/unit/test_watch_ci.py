@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.config.settings import CiSettings, SecretRef
 from pipeline.core.errors import FatalError, RetryableError
+from pipeline.testing.clock import ManualClock
 from pipeline.testing.receiver import Receiver
 from pipeline.testing.sinks import RecordingSink
 from pipeline.trackers.base import CiState
@@ -149,17 +150,6 @@ def test_woodpecker_source_classifies_http_errors() -> None:
             WoodpeckerCiSource(server.url, None, "7").state(GREEN)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 class Scripted:
     """A CI source answering from a script; the last answer repeats."""
 
@@ -180,7 +170,7 @@ CI = CiSettings(kind="github", appear_timeout_s=60, timeout_s=600, poll_interval
 
 def test_watch_returns_the_verdict_once_ci_finishes() -> None:
     """Pending then failure: the watch returns failure with the details and log link."""
-    clock, sink = FakeClock(), RecordingSink()
+    clock, sink = ManualClock(now=0.0), RecordingSink()
     source = Scripted(
         CiState("none"),
         CiState("pending"),
@@ -195,7 +185,7 @@ def test_watch_returns_the_verdict_once_ci_finishes() -> None:
 
 def test_no_ci_appearing_is_inconclusive() -> None:
     """Nothing reported within appear_timeout_s ends the watch as none_appeared."""
-    clock = FakeClock()
+    clock = ManualClock(now=0.0)
     outcome = watch_ci(
         Scripted(CiState("none")),
         GREEN,
@@ -210,7 +200,7 @@ def test_no_ci_appearing_is_inconclusive() -> None:
 
 def test_ci_pending_forever_times_out_inconclusive() -> None:
     """CI that started but never finishes times out after timeout_s, inconclusive."""
-    clock = FakeClock()
+    clock = ManualClock(now=0.0)
     outcome = watch_ci(
         Scripted(CiState("pending", ("check test: in_progress",))),
         GREEN,
@@ -225,7 +215,7 @@ def test_ci_pending_forever_times_out_inconclusive() -> None:
 
 def test_transient_errors_are_polled_through() -> None:
     """A retryable source error is recorded and the watch keeps polling."""
-    clock, sink = FakeClock(), RecordingSink()
+    clock, sink = ManualClock(now=0.0), RecordingSink()
     source = Scripted(RetryableError("ci_network", "connection reset"), CiState("success"))
     outcome = watch_ci(source, GREEN, CI, sink, None, pacing=Pacing(clock, clock.sleep))
     assert outcome.state == "success"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeline.config.settings import DeploySettings, ProbeSettings
 from pipeline.core.proc import StopToken
+from pipeline.testing.clock import ManualClock
 from pipeline.testing.sinks import RecordingSink
 from pipeline.watch.deploy import (
     DeployOutcome,
@@ -19,19 +20,6 @@ PROBE = ProbeSettings(kind="http", url="http://127.0.0.1:9/health")
 SHA = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 def scripted(*statuses: ProbeStatus) -> ProbeRunner:
     answers = list(statuses)
 
@@ -44,7 +32,7 @@ def scripted(*statuses: ProbeStatus) -> ProbeRunner:
 
 def analyse(
     *statuses: ProbeStatus, **settings: object
-) -> tuple[DeployOutcome, FakeClock, RecordingSink]:
+) -> tuple[DeployOutcome, ManualClock, RecordingSink]:
     values: dict[str, object] = {
         "probes": (PROBE,),
         "initial_delay_s": 5.0,
@@ -54,7 +42,7 @@ def analyse(
         "progress_deadline_s": 100.0,
     }
     values.update(settings)
-    clock, sink = FakeClock(), RecordingSink()
+    clock, sink = ManualClock(now=0.0), RecordingSink()
     outcome = watch_deploy(
         DeploySettings(**values),
         SHA,

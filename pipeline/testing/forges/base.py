@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, TypedDict, Unpack
 from urllib.parse import parse_qsl, unquote
 
 import httpx
@@ -90,6 +90,18 @@ class Fault:
     status: int | None
     headers: dict[str, str]
     body: str
+    delay_s: float
+    times: int
+    method: str | None
+
+
+class FaultSpec(TypedDict, total=False):
+    """What ``FakeForge.inject`` takes: the status (500 by default; None with ``delay_s`` only
+    delays), headers and raw body of the answer, how many requests meet it (1), which method."""
+
+    status: int | None
+    headers: Mapping[str, str] | None
+    body: str | None
     delay_s: float
     times: int
     method: str | None
@@ -171,31 +183,22 @@ class FakeForge(ForgeState):
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def inject(
-        self,
-        path_regex: str,
-        *,
-        status: int | None = 500,
-        headers: Mapping[str, str] | None = None,
-        body: str | None = None,
-        delay_s: float = 0.0,
-        times: int = 1,
-        method: str | None = None,
-    ) -> None:
+    def inject(self, path_regex: str, **spec: Unpack[FaultSpec]) -> None:
         """Make the next ``times`` matching requests fail (``re.search`` on the path)."""
+        status = spec.get("status", 500)
+        body = spec.get("body")
         default = json.dumps({"message": f"injected {status}"}) if status else ""
+        fault = Fault(
+            re.compile(path_regex),
+            status,
+            dict(spec.get("headers") or {}),
+            default if body is None else body,
+            spec.get("delay_s", 0.0),
+            spec.get("times", 1),
+            spec.get("method"),
+        )
         with self.lock:
-            self.faults.append(
-                Fault(
-                    re.compile(path_regex),
-                    status,
-                    dict(headers or {}),
-                    default if body is None else body,
-                    delay_s,
-                    times,
-                    method,
-                )
-            )
+            self.faults.append(fault)
 
     def paths(self, method: str | None = None) -> list[str]:
         with self.lock:
@@ -316,41 +319,40 @@ def send_webhook(
     *,
     kind: str = "github",
     delivery_id: str | None = None,
-    timeout_s: float = 5.0,
 ) -> httpx.Response:
     """POST ``payload`` to ``target_url`` signed and headed exactly as ``kind`` does."""
     body = json.dumps(payload).encode()
     delivery = delivery_id or str(uuid.uuid4())
     headers = {"Content-Type": "application/json"}
+    headers.update(webhook_headers(kind, event, delivery, secret, body))
+    return httpx.post(target_url, content=body, headers=headers, timeout=5.0)
+
+
+def webhook_headers(
+    kind: str, event: str, delivery: str, secret: str, body: bytes
+) -> dict[str, str]:
+    """The event, delivery and signature headers ``kind`` sends with a webhook ``body``."""
     if kind == "github":
-        headers.update(
-            {
-                "X-GitHub-Event": event,
-                "X-GitHub-Delivery": delivery,
-                "X-Hub-Signature-256": sign_github(secret.encode(), body),
-            }
-        )
-    elif kind in ("gitea", "forgejo"):
+        return {
+            "X-GitHub-Event": event,
+            "X-GitHub-Delivery": delivery,
+            "X-Hub-Signature-256": sign_github(secret.encode(), body),
+        }
+    if kind in ("gitea", "forgejo"):
         signature = sign_gitea(secret.encode(), body)
-        headers.update(
-            {
-                "X-Gitea-Event": event,
-                "X-Gitea-Delivery": delivery,
-                "X-Gitea-Signature": signature,
-                "X-Forgejo-Event": event,
-                "X-Forgejo-Delivery": delivery,
-                "X-Forgejo-Signature": signature,
-            }
-        )
-    elif kind == "gitlab":
-        headers.update(
-            {
-                "X-Gitlab-Event": event,
-                "X-Gitlab-Token": secret,
-                "X-Gitlab-Event-UUID": delivery,
-                "Idempotency-Key": delivery,
-            }
-        )
-    else:
-        raise ValueError(f"send_webhook: unknown forge kind {kind!r}")
-    return httpx.post(target_url, content=body, headers=headers, timeout=timeout_s)
+        return {
+            "X-Gitea-Event": event,
+            "X-Gitea-Delivery": delivery,
+            "X-Gitea-Signature": signature,
+            "X-Forgejo-Event": event,
+            "X-Forgejo-Delivery": delivery,
+            "X-Forgejo-Signature": signature,
+        }
+    if kind == "gitlab":
+        return {
+            "X-Gitlab-Event": event,
+            "X-Gitlab-Token": secret,
+            "X-Gitlab-Event-UUID": delivery,
+            "Idempotency-Key": delivery,
+        }
+    raise ValueError(f"send_webhook: unknown forge kind {kind!r}")

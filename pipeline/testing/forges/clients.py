@@ -1,33 +1,17 @@
-"""Clients wired to a served fake forge, and a manual clock, for tracker tests."""
+"""Clients wired to a served fake forge, for tracker tests."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from pipeline.config.settings import TrackerSettings
+from pipeline.testing.clock import ManualClock
 from pipeline.testing.forges.base import FakeForge
 from pipeline.trackers import GiteaTracker, GitHubTracker, GitLabTracker, HttpOptions
 
 RemoteTracker = GitHubTracker | GiteaTracker | GitLabTracker
-
-
-@dataclass
-class ManualClock:
-    """Wall time that moves only when told; ``sleep`` advances it and is recorded."""
-
-    now: float = 1_800_000_000.0
-    sleeps: list[float] = field(default_factory=list)
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+__all__ = ["ManualClock", "RemoteTracker", "client_for"]
 
 
 def client_for(

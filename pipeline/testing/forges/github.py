@@ -10,9 +10,7 @@ query the pipeline sends (``github_graphql``).
 
 from __future__ import annotations
 
-import base64
 import re
-import zlib
 from typing import Any
 from urllib.parse import unquote
 
@@ -20,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pipeline.testing.forges import github_graphql
+from pipeline.testing.forges import github_shapes as shapes
 from pipeline.testing.forges.base import FakeForge, Reply, json_response, page_bounds
-from pipeline.testing.forges.model import FakeCheckRun, FakeComment, FakeIssue, FakeStatus
+from pipeline.testing.forges.model import FakeComment, FakeIssue
 
 REPO = r"/repos/(?P<owner>[^/]+)/(?P<name>[^/]+)"
 ISSUE = REPO + r"/issues/(?P<number>\d+)"
@@ -86,7 +85,7 @@ class FakeGitHub(FakeForge):
                 "issue": self.render_issue(slug, issue),
                 "label": self.render_label(slug, label),
                 "repository": self.render_repo(slug),
-                "sender": _user(sender),
+                "sender": shapes.user(sender),
             }
 
     # -- shapes ------------------------------------------------------------
@@ -96,10 +95,10 @@ class FakeGitHub(FakeForge):
         owner, name = slug.split("/", 1)
         return {
             "id": repo.id,
-            "node_id": _node("Repository", repo.id),
+            "node_id": shapes.node_id("Repository", repo.id),
             "name": name,
             "full_name": slug,
-            "owner": _user(owner),
+            "owner": shapes.user(owner),
             "private": False,
             "html_url": f"{SITE}/{slug}",
             "url": f"{self._api()}/repos/{slug}",
@@ -109,7 +108,7 @@ class FakeGitHub(FakeForge):
         label_id = self.label_id(slug, name)
         return {
             "id": label_id,
-            "node_id": _node("Label", label_id),
+            "node_id": shapes.node_id("Label", label_id),
             "url": f"{self._api()}/repos/{slug}/labels/{name}",
             "name": name,
             "description": None,
@@ -121,7 +120,7 @@ class FakeGitHub(FakeForge):
         api = f"{self._api()}/repos/{slug}/issues/{issue.number}"
         data: dict[str, Any] = {
             "id": issue.id,
-            "node_id": _node("Issue", issue.id),
+            "node_id": shapes.node_id("Issue", issue.id),
             "url": api,
             "repository_url": f"{self._api()}/repos/{slug}",
             "labels_url": api + "/labels{/name}",
@@ -132,7 +131,7 @@ class FakeGitHub(FakeForge):
             "state": issue.state,
             "title": issue.title,
             "body": issue.body or None,
-            "user": _user(issue.author),
+            "user": shapes.user(issue.author),
             "pinned_comment": None,
             "labels": [self.render_label(slug, name) for name in issue.labels],
             "assignee": None,
@@ -162,11 +161,11 @@ class FakeGitHub(FakeForge):
         api = f"{self._api()}/repos/{slug}/issues"
         return {
             "id": comment.id,
-            "node_id": _node("IssueComment", comment.id),
+            "node_id": shapes.node_id("IssueComment", comment.id),
             "url": f"{api}/comments/{comment.id}",
             "html_url": f"{SITE}/{slug}/issues/{number}#issuecomment-{comment.id}",
             "body": comment.body,
-            "user": _user(comment.author),
+            "user": shapes.user(comment.author),
             "created_at": comment.created_at,
             "updated_at": comment.created_at,
             "issue_url": f"{api}/{number}",
@@ -235,9 +234,9 @@ class FakeGitHub(FakeForge):
         items = [
             {
                 "id": e.id,
-                "node_id": _node("LabeledEvent", e.id),
+                "node_id": shapes.node_id("LabeledEvent", e.id),
                 "url": f"{self._api()}/repos/{slug}/issues/events/{e.id}",
-                "actor": _user(e.actor),
+                "actor": shapes.user(e.actor),
                 "event": "labeled" if e.added else "unlabeled",
                 "commit_id": None,
                 "commit_url": None,
@@ -250,9 +249,9 @@ class FakeGitHub(FakeForge):
         items += [
             {
                 "id": e.id,
-                "node_id": _node("RenamedTitleEvent", e.id),
+                "node_id": shapes.node_id("RenamedTitleEvent", e.id),
                 "url": f"{self._api()}/repos/{slug}/issues/events/{e.id}",
-                "actor": _user(e.editor),
+                "actor": shapes.user(e.editor),
                 "event": "renamed",
                 "commit_id": None,
                 "commit_url": None,
@@ -274,12 +273,13 @@ class FakeGitHub(FakeForge):
         permission = self.repos[_slug(m)].permissions.get(unquote(m["user"]), "none")
         role = {"none": "none", "read": "read"}.get(permission, permission)
         legacy = "write" if permission in ("maintain", "write") else permission
-        return Reply(200, {"permission": legacy, "role_name": role, "user": _user(m["user"])})
+        return Reply(200, {"permission": legacy, "role_name": role, "user": shapes.user(m["user"])})
 
     def _check_runs(self, _r: Request, m: re.Match[str], _: Any) -> Reply:
         runs = self.repos[_slug(m)].check_runs.get(m["sha"], [])
         return Reply(
-            200, {"total_count": len(runs), "check_runs": [_check_run(r, m["sha"]) for r in runs]}
+            200,
+            {"total_count": len(runs), "check_runs": [shapes.check_run(r, m["sha"]) for r in runs]},
         )
 
     def _combined_status(self, _r: Request, m: re.Match[str], _: Any) -> Reply:
@@ -288,9 +288,9 @@ class FakeGitHub(FakeForge):
         return Reply(
             200,
             {
-                "state": _combined(statuses),
+                "state": shapes.combined_state(statuses),
                 "sha": sha,
-                "statuses": [_status(s, i) for i, s in enumerate(statuses, 1)],
+                "statuses": [shapes.status(s, i) for i, s in enumerate(statuses, 1)],
                 "total_count": len(statuses),
                 "repository": self.render_repo(slug),
                 "commit_url": f"{self._api()}/repos/{slug}/commits/{sha}",
@@ -302,7 +302,7 @@ class FakeGitHub(FakeForge):
         owner = slug.split("/", 1)[0]
         return {
             "id": pull.id,
-            "node_id": _node("PullRequest", pull.id),
+            "node_id": shapes.node_id("PullRequest", pull.id),
             "url": f"{self._api()}/repos/{slug}/pulls/{pull.number}",
             "html_url": f"{SITE}/{slug}/pull/{pull.number}",
             "number": pull.number,
@@ -310,7 +310,7 @@ class FakeGitHub(FakeForge):
             "locked": False,
             "title": pull.title,
             "body": pull.body or None,
-            "user": _user(pull.author),
+            "user": shapes.user(pull.author),
             "draft": False,
             "created_at": pull.created_at,
             "updated_at": pull.updated_at,
@@ -354,63 +354,3 @@ class FakeGitHub(FakeForge):
 
 def _slug(m: re.Match[str]) -> str:
     return f"{m['owner']}/{m['name']}"
-
-
-def _node(kind: str, number: int) -> str:
-    return base64.b64encode(f"{kind}{number}".encode()).decode()
-
-
-def _user(login: str) -> dict[str, Any]:
-    user_id = zlib.crc32(login.encode()) % 10**6
-    return {
-        "login": login,
-        "id": user_id,
-        "node_id": _node("User", user_id),
-        "type": "User",
-        "site_admin": False,
-    }
-
-
-def _check_run(run: FakeCheckRun, sha: str) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "head_sha": sha,
-        "node_id": _node("CheckRun", run.id),
-        "external_id": "",
-        "url": run.details_url,
-        "html_url": run.details_url,
-        "details_url": run.details_url,
-        "status": run.status,
-        "conclusion": run.conclusion,
-        "started_at": None,
-        "completed_at": None,
-        "output": {"title": None, "summary": None},
-        "name": run.name,
-        "check_suite": {"id": 1},
-        "app": {"id": 1, "slug": "ci"},
-        "pull_requests": [],
-    }
-
-
-def _status(status: FakeStatus, number: int) -> dict[str, Any]:
-    return {
-        "url": "",
-        "avatar_url": None,
-        "id": number,
-        "node_id": _node("Status", number),
-        "state": status.state,
-        "description": status.description,
-        "target_url": status.target_url or None,
-        "context": status.context,
-        "created_at": None,
-        "updated_at": None,
-    }
-
-
-def _combined(statuses: list[FakeStatus]) -> str:
-    states = {s.state for s in statuses}
-    if states & {"failure", "error"}:
-        return "failure"
-    if not statuses or "pending" in states:
-        return "pending"
-    return "success"

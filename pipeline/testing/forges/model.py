@@ -134,7 +134,6 @@ class ForgeState:
         author: str = "alice",
         labels: Iterable[str] = (),
         labelled_by: str | None = None,
-        pull_request: bool = False,
     ) -> int:
         """A new open issue (or PR), its labels applied by ``labelled_by`` or the author."""
         with self.lock:
@@ -150,7 +149,6 @@ class ForgeState:
                 labels=[],
                 created_at=stamp,
                 updated_at=stamp,
-                is_pull_request=pull_request,
             )
             for label in labels:
                 self.apply_label(slug, number, label, labelled_by or author)
@@ -163,10 +161,17 @@ class ForgeState:
         with self.lock:
             if self.pulls(slug, head, base):
                 return None
-            number = self.add_issue(slug, title, body=body, author=author, pull_request=True)
+            number = self.add_issue(slug, title, body=body, author=author)
             pull = self.issue(slug, number)
-            pull.head, pull.base = head, base
+            pull.is_pull_request, pull.head, pull.base = True, head, base
             return pull
+
+    def add_pull_request(self, slug: str, title: str, *, labels: Iterable[str] = ()) -> int:
+        """An open pull request as the issue list shows it (no branches), labelled by its author."""
+        with self.lock:
+            number = self.add_issue(slug, title, labels=labels)
+            self.issue(slug, number).is_pull_request = True
+            return number
 
     def pulls(self, slug: str, head: str | None = None, base: str | None = None) -> list[FakeIssue]:
         """Open pull requests, optionally only those from ``head`` / into ``base``.
