@@ -19,7 +19,16 @@ from pipeline.config.settings import SecretRef
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys that would put a secret in the file itself.
 SECRET_KEYS = frozenset(
-    {"token", "api_key", "webhook_secret", "password", "urls", "api_token", "git_crypt_key"}
+    {
+        "token",
+        "api_key",
+        "webhook_secret",
+        "password",
+        "urls",
+        "api_token",
+        "read_token",
+        "git_crypt_key",
+    }
 )
 _MISSING = object()
 

@@ -165,6 +165,16 @@ def parse_listen(value: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
+def _listen(table: Table, name: str) -> tuple[str, int] | None:
+    raw = table.string(name)
+    if raw is None:
+        return None
+    parsed = parse_listen(raw)
+    if parsed is None:
+        table.error(name, f"must be host:port with a port 0-65535, got {raw!r}")
+    return parsed
+
+
 def http(table: Table) -> HttpSettings:
     defaults = HttpSettings()
     host, port = defaults.listen_host, defaults.listen_port
@@ -181,6 +191,10 @@ def http(table: Table) -> HttpSettings:
         api_token=table.secret("api_token"),
         max_webhook_body_bytes=byte_size(table, "max_webhook_body_bytes")
         or defaults.max_webhook_body_bytes,
+        read_token=table.secret("read_token"),
+        public_url=url(table, "public_url"),
+        allowed_hosts=tuple(h.lower() for h in table.strings("allowed_hosts")),
+        webhook_listen=_listen(table, "webhook_listen"),
     )
     table.finish()
     return result

@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, Response
 from pipeline.http.common import BadInput, context, path_id
 from pipeline.http.metrics import RUN_STATES
 from pipeline.http.runs import run_filter
+from pipeline.http.session import request_session
 from pipeline.store import RunFilter
 
 CSP = (
@@ -114,6 +115,11 @@ def render(name: str, status: int = 200, **values: Any) -> Response:
     return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP})
 
 
+def page(request: Request, name: str, status: int = 200, **values: Any) -> Response:
+    """A full page: ``render`` with the browser's session (sign-in state, CSRF token)."""
+    return render(name, status, session=request_session(request), **values)
+
+
 def _filters(request: Request) -> RunFilter | Response:
     try:
         # A filter form sends empty fields for "all": drop them (the API is strict).
@@ -160,7 +166,8 @@ def runs_page(request: Request) -> Response:
     flt = _filters(request)
     if isinstance(flt, Response):
         return flt
-    return render(
+    return page(
+        request,
         "runs.html",
         nav="runs",
         repo_names=[r.name for r in context(request).store.list_repos()],
@@ -193,7 +200,7 @@ def run_page(request: Request) -> Response:
     if values is None:
         message = f"Run {request.path_params['run_id']} does not exist."
         return render("not_found.html", 404, message=message, nav="runs")
-    return render("run.html", nav="runs", **values)
+    return page(request, "run.html", nav="runs", **values)
 
 
 def run_fragment(request: Request) -> Response:
@@ -208,4 +215,4 @@ def repos_page(request: Request) -> Response:
     """GET /repos: repos with their frozen state and freeze/unfreeze forms."""
     store = context(request).store
     queued = store.stats().queued_by_repo
-    return render("repos.html", nav="repos", repos=store.list_repos(), queued=queued)
+    return page(request, "repos.html", nav="repos", repos=store.list_repos(), queued=queued)

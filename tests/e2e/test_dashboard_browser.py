@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from pipeline.config.settings import SecretRef
 from tests.integration.api_harness import OWNER, TOKEN, ApiHarness, running_api
 
 pytestmark = pytest.mark.browser
@@ -177,38 +179,64 @@ def test_new_run_appears_live_and_its_timeline_opens(driver: object, api: ApiHar
     driver.save_screenshot(str(ARTIFACTS / "timeline.png"))
 
 
-def test_unfreeze_from_the_repos_page(driver: object, api: ApiHarness) -> None:
-    """The repos page shows a frozen repo; its unfreeze form with the token unfreezes it."""
+def test_sign_in_once_then_act_without_a_token(
+    driver: object, sqlite_url: str, tmp_path: Path
+) -> None:
+    """With a read token: pages need sign-in; signed in once, unfreeze/freeze/retry just work."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.support import expected_conditions as ec
 
     assert isinstance(driver, WebDriver)
-    api.store.freeze_repo("beta", "deploy broken after fix-forward", "recovery")
-    driver.get(api.url + "/repos")
-    row = driver.find_element(By.CSS_SELECTOR, 'tr[data-repo="beta"]')
-    assert "deploy broken after fix-forward" in row.text
-    form = row.find_element(By.CSS_SELECTOR, "form.action")
-    form.find_element(By.NAME, "token").send_keys("wrong")
-    form.find_element(By.CSS_SELECTOR, "button").click()
-    wait(
-        driver,
-        ec.text_to_be_present_in_element(
-            (By.CSS_SELECTOR, 'tr[data-repo="beta"] output'), "wrong API token"
-        ),
-    )
-    repo = api.store.get_repo("beta")
-    assert repo is not None and repo.frozen
-    token = form.find_element(By.NAME, "token")
-    token.clear()
-    token.send_keys(TOKEN)
-    form.find_element(By.NAME, "note").send_keys("checked by hand")
-    form.find_element(By.CSS_SELECTOR, "button").click()
-    wait(
-        driver,
-        ec.text_to_be_present_in_element(
-            (By.CSS_SELECTOR, 'tr[data-repo="beta"] .badge'), "active"
-        ),
-    )
-    repo = api.store.get_repo("beta")
-    assert repo is not None and not repo.frozen
+    read_file = tmp_path / "read-token"
+    read_file.write_text("read-only-token-1\n", encoding="utf-8")
+    with running_api(sqlite_url, tmp_path) as api:
+        http = replace(api.settings.http, read_token=SecretRef(file=read_file))
+        api.handle.app.state.ctx.settings = replace(api.settings, http=http)
+        api.store.freeze_repo("beta", "deploy broken after fix-forward", "recovery")
+        failed = api.store.enqueue("alpha").run
+        api.finish(api.claim(), "failed")
+
+        driver.get(api.url + "/repos")
+        assert "Sign in" in driver.find_element(By.TAG_NAME, "h1").text
+        assert "fix-forward" not in driver.page_source  # nothing readable without a session
+        sign_in(driver, "wrong")
+        wait(driver, ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".notice"), "not the"))
+        sign_in(driver, TOKEN)
+        wait(driver, ec.url_to_be(f"{api.url}/repos"))
+        row = driver.find_element(By.CSS_SELECTOR, 'tr[data-repo="beta"]')
+        assert "deploy broken after fix-forward" in row.text
+        assert not driver.find_elements(By.NAME, "token")  # no token field anywhere
+        row.find_element(By.NAME, "note").send_keys("checked by hand")
+        row.find_element(By.CSS_SELECTOR, "button").click()
+        badge = (By.CSS_SELECTOR, 'tr[data-repo="beta"] .badge')
+        wait(driver, ec.text_to_be_present_in_element(badge, "active"))
+        repo = api.store.get_repo("beta")
+        assert repo is not None and not repo.frozen
+        driver.find_element(By.CSS_SELECTOR, 'tr[data-repo="alpha"] button').click()
+        wait(
+            driver,
+            ec.text_to_be_present_in_element(
+                (By.CSS_SELECTOR, 'tr[data-repo="alpha"] .badge'), "frozen"
+            ),
+        )
+        ARTIFACTS.mkdir(exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "repos-signed-in.png"))
+
+        driver.get(f"{api.url}/runs/{failed.id}")
+        driver.find_element(By.CSS_SELECTOR, "section.actions button").click()
+        wait(driver, ec.url_matches(rf"/runs/(?!{failed.id}$)[0-9]+$"))
+        assert api.store.count_runs() == 2
+        driver.save_screenshot(str(ARTIFACTS / "retried-run.png"))
+
+
+def sign_in(driver: object, token: str) -> None:
+    """Fill the sign-in form shown on the current page and submit it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(driver, WebDriver)
+    field = driver.find_element(By.CSS_SELECTOR, 'form.signin input[name="token"]')
+    field.clear()
+    field.send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "form.signin button").click()

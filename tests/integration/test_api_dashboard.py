@@ -88,10 +88,13 @@ def test_missing_pages_are_404_pages(api: ApiHarness) -> None:
 
 
 def test_repos_page_shows_frozen_state_and_actions(api: ApiHarness) -> None:
-    """GET /repos shows the frozen reason and an unfreeze form posting to the API."""
+    """GET /repos shows the frozen reason; signed in, an unfreeze form posting to the API."""
     api.store.freeze_repo("beta", "deploy broken <b>twice</b>", "recovery")
     text = api.client.get("/repos").text
     assert "deploy broken &lt;b&gt;twice&lt;/b&gt;" in text
+    assert "sign in to unfreeze" in text and "data-url" not in text
+    api.sign_in()
+    text = api.client.get("/repos").text
     assert 'data-url="/api/repos/beta/unfreeze"' in text
     assert 'data-url="/api/repos/alpha/freeze"' in text
 
