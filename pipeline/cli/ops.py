@@ -39,9 +39,16 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.demo.main import run_demo
+    from pipeline.demo.main import DemoOptions, run_demo
 
-    return run_demo(keep=args.keep, as_json=args.json, out=out, err=err, workdir=args.dir)
+    options = DemoOptions(
+        keep=args.keep,
+        as_json=args.json,
+        workdir=args.dir,
+        database_url=args.database_url,
+        serve=args.serve,
+    )
+    return run_demo(options, out, err)
 
 
 def _local_repo(args: argparse.Namespace, repo: str) -> None:
@@ -174,6 +181,14 @@ def _register_demo(top: Subparsers) -> None:
     )
     demo.add_argument("--keep", action="store_true", help="keep the demo's directory")
     demo.add_argument("--dir", type=Path, default=None, help="work in this directory")
+    demo.add_argument(
+        "--serve", action="store_true", help="keep the dashboard up after the summary until Ctrl-C"
+    )
+    demo.add_argument(
+        "--database-url",
+        default=None,
+        help="history database (default: a new one of this demo's own under the data directory)",
+    )
 
 
 def _register_issue(top: Subparsers) -> None:
