@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from pipeline.http import timeline
 from pipeline.http.common import BadInput, context, path_id
 from pipeline.http.metrics import RUN_STATES
 from pipeline.http.runs import run_filter
@@ -63,7 +64,7 @@ def _short(value: object) -> str:
 
 
 def fmt_ts(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "-"
 
 
 def fmt_clock(value: datetime | None) -> str:
@@ -191,7 +192,14 @@ def _run_values(request: Request) -> dict[str, Any] | None:
     run = store.get_run(run_id) if run_id is not None else None
     if run is None:
         return None
-    return {"run": run, "events": store.run_events(run.id)}
+    events = store.run_events(run.id)
+    return {
+        "run": run,
+        "events": events,
+        "phases": timeline.group(events, run),
+        "pushed_to": timeline.pushed_to(run, events),
+        "budget": timeline.run_budget(context(request).settings, run),
+    }
 
 
 def run_page(request: Request) -> Response:

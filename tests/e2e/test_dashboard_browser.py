@@ -125,7 +125,14 @@ def play_a_run(api: ApiHarness) -> None:
         {"exit_code": 0, "tail": "...\nRan 12 tests in 0.031s\n\nOK"},
     )
     store.transition(run.id, owner, attempt, "publishing")
-    store.append_event(run.id, owner, attempt, "publish", "pushed 4be1c0ffee12 to main")
+    store.append_event(
+        run.id,
+        owner,
+        attempt,
+        "publish",
+        "pushed 4be1c0ffee12 to refs/heads/main",
+        {"sha": "4be1c0ffee1234567890abcdef", "ref": "refs/heads/main"},
+    )
     store.transition(run.id, owner, attempt, "watching")
     store.append_event(
         run.id,
@@ -172,9 +179,17 @@ def test_new_run_appears_live_and_its_timeline_opens(driver: object, api: ApiHar
     play_a_run(api)
     wait(driver, ec.text_to_be_present_in_element((By.CSS_SELECTOR, "h1 .badge"), "succeeded"))
     timeline = driver.find_element(By.ID, "timeline").text
-    assert "tests passed" in timeline and "Ran 12 tests" in timeline
+    assert "test gate" in timeline and "Ran 12 tests" not in timeline  # phases folded
+    driver.find_element(By.CSS_SELECTOR, "details.phase-test-gate > summary").click()
+    timeline = driver.find_element(By.ID, "timeline").text
+    assert "tests passed" in timeline and "Ran 12 tests" not in timeline  # raw output folded
+    driver.find_element(By.CSS_SELECTOR, "details.phase-test-gate details.raw > summary").click()
+    timeline = driver.find_element(By.ID, "timeline").text
+    assert "Ran 12 tests" in timeline
+    assert "to main" in driver.find_element(By.CSS_SELECTOR, "dd.pushed").text
     assert "$0.42" in driver.find_element(By.CSS_SELECTOR, "dl.facts").text
-    assert "deploy healthy" in timeline
+    driver.find_element(By.CSS_SELECTOR, "details.phase-watch > summary").click()
+    assert "deploy healthy" in driver.find_element(By.ID, "timeline").text
     driver.set_window_size(1280, 1400)
     driver.save_screenshot(str(ARTIFACTS / "timeline.png"))
 
@@ -213,7 +228,7 @@ def test_sign_in_once_then_act_without_a_token(
         wait(driver, ec.text_to_be_present_in_element(badge, "active"))
         repo = api.store.get_repo("beta")
         assert repo is not None and not repo.frozen
-        driver.find_element(By.CSS_SELECTOR, 'tr[data-repo="alpha"] button').click()
+        click_when_ready(driver, 'tr[data-repo="alpha"] button')
         wait(
             driver,
             ec.text_to_be_present_in_element(
@@ -230,6 +245,25 @@ def test_sign_in_once_then_act_without_a_token(
         driver.save_screenshot(str(ARTIFACTS / "retried-run.png"))
 
 
+def click_when_ready(driver: object, css: str) -> None:
+    """Click an element, trying again while a live reload replaces the page under it."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    assert isinstance(driver, WebDriver)
+
+    def click(browser: WebDriver) -> bool:
+        try:
+            browser.find_element(By.CSS_SELECTOR, css).click()
+        except (StaleElementReferenceException, WebDriverException):
+            return False
+        return True
+
+    WebDriverWait(driver, 15, poll_frequency=0.2).until(click)
+
+
 def sign_in(driver: object, token: str) -> None:
     """Fill the sign-in form shown on the current page and submit it."""
     from selenium.webdriver.common.by import By
@@ -240,3 +274,66 @@ def sign_in(driver: object, token: str) -> None:
     field.clear()
     field.send_keys(token)
     driver.find_element(By.CSS_SELECTOR, "form.signin button").click()
+
+
+PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+
+
+def test_every_page_fits_a_phone(driver: object, api: ApiHarness) -> None:
+    """At 390 px no page is wider than the screen (desktop widths shown for comparison)."""
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(driver, WebDriver)
+    play_a_run(api)
+    api.store.freeze_repo("beta", "deploy broken after fix-forward " * 4, "recovery")
+    api.store.enqueue("beta", priority=2)
+    pages = {"runs": "/", "run": "/runs/1", "repos": "/repos", "login": "/login"}
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", PHONE)
+    for name, path in pages.items():
+        driver.get(api.url + path)
+        wide = driver.execute_script(
+            "return [document.documentElement.scrollWidth, window.innerWidth]"
+        )
+        driver.save_screenshot(str(ARTIFACTS / f"phone-{name}.png"))
+        assert wide[0] <= wide[1], f"{path} is {wide[0]} px wide on a {wide[1]} px screen"
+    driver.get(api.url + "/repos")
+    button = driver.find_element("css selector", 'tr[data-repo="beta"] a')
+    inside = driver.execute_script(
+        "var r = arguments[0].getBoundingClientRect(); return r.right <= window.innerWidth;",
+        button,
+    )
+    assert inside  # the unfreeze control is on screen
+
+
+def test_a_long_agent_run_reads_as_phases(driver: object, api: ApiHarness) -> None:
+    """Hundreds of agent events fold into a few phases; the implement phase holds them."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(driver, WebDriver)
+    run = api.claim()
+    store, attempt = api.store, run.attempt
+    store.transition(run.id, OWNER, attempt, "implementing", "agent started (claude)")
+    for turn in range(150):
+        store.append_event(run.id, OWNER, attempt, "agent", f"turn {turn}: reading the code")
+        store.append_event(
+            run.id, OWNER, attempt, "tool", f"Read src/mod_{turn}.py", {"tool": "Read"}
+        )
+    store.transition(run.id, OWNER, attempt, "testing")
+    store.append_event(
+        run.id, OWNER, attempt, "test", "tests failed", {"tail": "line one\nline two"}
+    )
+    store.finish(run.id, OWNER, attempt, "failed", error="tests failed:\nline one\nline two")
+    driver.get(f"{api.url}/runs/{run.id}")
+    phases = driver.find_elements(By.CSS_SELECTOR, "#timeline > details.phase")
+    names = [p.find_element(By.CSS_SELECTOR, ".phase-name").text for p in phases]
+    assert names == ["queue", "implement", "test gate", "outcome"]
+    implement = phases[1]
+    assert implement.get_attribute("open") is None  # folded: nothing went wrong there
+    assert len(implement.find_elements(By.CSS_SELECTOR, "li.ev")) == 301
+    assert phases[2].get_attribute("open") is not None  # the failing gate is open
+    error = driver.find_element(By.CSS_SELECTOR, "dd.error")
+    assert "line one\nline two" in error.text  # line breaks kept
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / "run-phases.png"))

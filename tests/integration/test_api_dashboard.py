@@ -61,13 +61,14 @@ def test_bad_filter_is_a_page_not_a_crash(api: ApiHarness) -> None:
 
 
 def test_run_page_shows_timeline_and_cost(api: ApiHarness) -> None:
-    """GET /runs/{id} shows facts, cost and the timeline with test output tails."""
+    """GET /runs/{id} shows facts, cost and the timeline by phase, output tails behind a toggle."""
     run = api.claim()
     api.finish(run, cost_usd=1.5, tokens_in=10, tokens_out=20)
     text = api.client.get(f"/runs/{run.id}").text
     assert f"Run #{run.id}" in text and "$1.50" in text
     assert "tests passed" in text
-    assert '<pre class="tail" title="tail">3 passed in 0.1s</pre>' in text
+    assert '<summary>tail (1 line)</summary><pre class="tail">3 passed in 0.1s</pre>' in text
+    assert 'class="phase-name">implement<' in text
     assert f'href="/api/runs/{run.id}/log"' in text
 
 
