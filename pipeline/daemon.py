@@ -20,6 +20,7 @@ from pipeline.agents import Agent, apply_overrides, build_agent
 from pipeline.config.settings import AgentPreset, RepoSettings, Settings, default_data_dir
 from pipeline.core.errors import ConfigError
 from pipeline.core.masking import redact_url, register_settings_secrets, settings_secret_refs
+from pipeline.http.links import link_base
 from pipeline.intake.service import Intake
 from pipeline.notify.apprise import Notifier
 from pipeline.queue.periodic import Periodic
@@ -98,7 +99,7 @@ class Daemon:
             self.store,
             self.trackers,
             {t.name: t for t in settings.trackers},
-            dashboard_url=self.dashboard_url if http else None,
+            dashboard_url=link_base(settings.http) if http else None,
         )
         self.recovery = Recovery(settings, self.store, self.lifecycle)
         self.endings = Endings(settings, self.store, self.lifecycle, self.recovery, self.notifier)
@@ -222,15 +223,17 @@ class Daemon:
         return lambda: self.intake.poll(name)
 
     def _start_http(self) -> None:
-        from pipeline.http.app import AppOptions, create_app, serve
+        from pipeline.http.server import start_listeners
 
-        options = AppOptions(webhook_handler=self.intake.handle_webhook, health_extra=self._health)
-        app = create_app(self.store, self.settings, options)
-        metrics = app.state.metrics
-        self.intake.on_poll_error = metrics.poll_error
-        self.intake.on_webhook_rejected = metrics.webhook_rejected
-        self.server = serve(app, self.settings.http.listen_host, self.settings.http.listen_port)
+        self.server = start_listeners(
+            self.store, self.settings, self.intake.handle_webhook, self._health
+        )
+        self.intake.on_poll_error = self.server.metrics.poll_error
+        self.intake.on_webhook_rejected = self.server.metrics.webhook_rejected
         self.dashboard_url = self.server.url
+        self.lifecycle.dashboard_url = link_base(self.settings.http, self.server.main.port)
+        if self.lifecycle.dashboard_url is None:
+            log.warning("[http] public_url is not set: issue comments link to no dashboard")
 
     def _health(self) -> dict[str, object]:
         return {"sandbox": self.sandbox.mode, "sandbox_detail": self.sandbox.description}

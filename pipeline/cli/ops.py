@@ -16,6 +16,7 @@ from pipeline.cli.common import (
     open_store,
     who,
 )
+from pipeline.cli.history import json_flag
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -43,9 +44,16 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.demo.main import run_demo
+    from pipeline.demo.main import DemoOptions, run_demo
 
-    return run_demo(keep=args.keep, as_json=args.json, out=out, err=err, workdir=args.dir)
+    options = DemoOptions(
+        keep=args.keep,
+        as_json=args.json,
+        workdir=args.dir,
+        database_url=args.database_url,
+        serve=args.serve,
+    )
+    return run_demo(options, out, err)
 
 
 def _local_repo(args: argparse.Namespace, repo: str) -> None:
@@ -82,6 +90,9 @@ def cmd_issue_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     finally:
         store.close()
+    if args.json:
+        out.write(render.to_json(issue) + "\n")
+        return EXIT_OK
     labels = f" [{', '.join(issue.labels)}]" if issue.labels else ""
     out.write(f"issue {issue.id} added to {issue.repo}{labels}\n")
     return EXIT_OK
@@ -93,6 +104,9 @@ def cmd_issue_label(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         issue = store.change_local_labels(args.id, add=(args.label,), by=who())
     finally:
         store.close()
+    if args.json:
+        out.write(render.to_json(issue) + "\n")
+        return EXIT_OK
     out.write(f"issue {issue.id} labelled {args.label}: [{', '.join(issue.labels)}]\n")
     return EXIT_OK
 
@@ -117,7 +131,9 @@ def cmd_runs_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         run = store.cancel_run(args.id, by=who())
     finally:
         store.close()
-    if run.state == "cancelled":
+    if args.json:
+        out.write(render.to_json(run) + "\n")
+    elif run.state == "cancelled":
         out.write(f"run {run.id} cancelled\n")
     elif run.cancel_requested:
         out.write(f"run {run.id} is {run.state}: its worker stops it within seconds\n")
@@ -132,6 +148,9 @@ def cmd_runs_retry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         result = store.retry_run(args.id, by=who())
     finally:
         store.close()
+    if args.json:
+        out.write(render.to_json({"run": result.run, "created": result.created}) + "\n")
+        return EXIT_OK
     verb = "queued as" if result.created else "already active as"
     out.write(f"run {args.id} {verb} run {result.run.id}\n")
     return EXIT_OK
@@ -142,7 +161,24 @@ def register(top: Subparsers, runs: Subparsers) -> None:
     run.add_argument("--json-logs", action="store_true", help="log JSON lines")
     run.add_argument("--no-http", action="store_true", help="serve no HTTP API or dashboard")
     run.add_argument("--no-migrate", action="store_true", help="do not migrate on start")
+    _register_demo(top)
+    _register_issue(top)
+    cancel = add_command(
+        runs,
+        "cancel",
+        cmd_runs_cancel,
+        "cancel a run: at once when queued, within seconds when running",
+    )
+    cancel.add_argument("id", type=int)
+    json_flag(cancel)
+    retry = add_command(
+        runs, "retry", cmd_runs_retry, "queue a new run for a failed, escalated or cancelled one"
+    )
+    retry.add_argument("id", type=int)
+    json_flag(retry)
 
+
+def _register_demo(top: Subparsers) -> None:
     demo = add_command(
         top,
         "demo",
@@ -155,7 +191,17 @@ def register(top: Subparsers, runs: Subparsers) -> None:
     )
     demo.add_argument("--keep", action="store_true", help="keep the demo's directory")
     demo.add_argument("--dir", type=Path, default=None, help="work in this directory")
+    demo.add_argument(
+        "--serve", action="store_true", help="keep the dashboard up after the summary until Ctrl-C"
+    )
+    demo.add_argument(
+        "--database-url",
+        default=None,
+        help="history database (default: a new one of this demo's own under the data directory)",
+    )
 
+
+def _register_issue(top: Subparsers) -> None:
     issue = top.add_parser("issue", help="issues of the embedded local tracker")
     sub = issue.add_subparsers(dest="sub", metavar="SUB")
     add = add_command(sub, "add", cmd_issue_add, "add a local issue")
@@ -163,22 +209,12 @@ def register(top: Subparsers, runs: Subparsers) -> None:
     add.add_argument("--title", required=True)
     add.add_argument("--body-file", help="a file holding the issue's body")
     add.add_argument("--label", action="append", help="a label (repeatable)")
+    json_flag(add)
     label = add_command(sub, "label", cmd_issue_label, "add a label to a local issue")
     label.add_argument("id", type=int)
     label.add_argument("label")
+    json_flag(label)
     lst = add_command(sub, "list", cmd_issue_list, "list local issues")
     lst.add_argument("--repo")
     lst.add_argument("--all", action="store_true", help="closed ones too")
-    lst.add_argument("--json", action="store_true")
-
-    cancel = add_command(
-        runs,
-        "cancel",
-        cmd_runs_cancel,
-        "cancel a run: at once when queued, within seconds when running",
-    )
-    cancel.add_argument("id", type=int)
-    retry = add_command(
-        runs, "retry", cmd_runs_retry, "queue a new run for a failed, escalated or cancelled one"
-    )
-    retry.add_argument("id", type=int)
+    json_flag(lst)

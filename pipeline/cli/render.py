@@ -1,18 +1,48 @@
-"""Human output for the CLI: aligned tables, timelines and durations."""
+"""Human output for the CLI: tables, timelines, durations and times with their zone.
+
+On a terminal tables are drawn by ``rich`` (colour, widths that fit the
+window); piped, or with ``NO_COLOR`` or ``TERM=dumb``, they are plain aligned
+text that scripts can cut. Times are shown in the local zone, zone named.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from pipeline.store.records import Repo, Run, RunEvent
 
+STATE_STYLES = {
+    "succeeded": "green",
+    "failed": "red",
+    "escalated": "yellow",
+    "cancelled": "dim",
+    "frozen": "yellow",
+}
+
+
+def is_terminal(out: TextIO) -> bool:
+    """Colour and rich tables only for a terminal that wants them."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(out, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def stamp(value: datetime, fmt: str = "%Y-%m-%d %H:%M:%S %Z") -> str:
+    """A naive-UTC database time in the local zone, with the zone's name."""
+    return value.replace(tzinfo=UTC).astimezone().strftime(fmt)
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], out: TextIO) -> None:
-    """Print an aligned table; an empty one still prints its header."""
+    """Print a table; an empty one still prints its header."""
+    if is_terminal(out):
+        _rich_table(headers, rows, out)
+        return
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
@@ -24,11 +54,26 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], out: TextIO)
         out.write("(none)\n")
 
 
+def _rich_table(headers: Sequence[str], rows: Sequence[Sequence[object]], out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    shown = Table(*headers, header_style="bold", box=None, pad_edge=False)
+    for row in rows:
+        # Text, never markup: an issue title like "[red]x" is shown as written.
+        cells = [Text(c, style=STATE_STYLES.get(c, "")) for c in map(_cell, row)]
+        shown.add_row(*cells)
+    Console(file=out, highlight=False).print(shown)
+    if not rows:
+        out.write("(none)\n")
+
+
 def _cell(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        return stamp(value)
     if isinstance(value, float):
         return f"{value:.2f}"
     text = str(value).replace("\n", " ")
@@ -115,10 +160,14 @@ def run_detail(run: Run, events: Sequence[RunEvent], out: TextIO) -> None:
             out.write(f"  {name:<9}{value}\n")
     out.write("timeline:\n")
     for event in events:
-        stamp = event.ts.strftime("%H:%M:%S")
-        out.write(f"  {stamp}  #{event.attempt} {event.kind:<9} {event.message}\n")
+        out.write(event_line(event) + "\n")
     if not events:
         out.write("  (no events)\n")
+
+
+def event_line(event: RunEvent) -> str:
+    """One timeline line: local time with its zone, attempt, kind, message."""
+    return f"  {stamp(event.ts, '%H:%M:%S %Z')}  #{event.attempt} {event.kind:<9} {event.message}"
 
 
 def to_json(value: Any) -> str:

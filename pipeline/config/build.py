@@ -58,6 +58,10 @@ def fill(cls: type[T], model: BaseModel, **extra: Any) -> T:
     return cls(**(values(cls, model) | extra))
 
 
+def _listen(raw: str | None) -> tuple[str, int] | None:
+    return None if raw is None else parse_listen(raw)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(value)
@@ -78,7 +82,12 @@ def build(
     file: m.ConfigFile, source: Path | None, data_dir: Path, problems: Problems
 ) -> s.Settings:
     """Settings from a valid file; defaults for what it leaves out."""
-    http = fill(s.HttpSettings, file.http)
+    http = fill(s.HttpSettings, file.http, webhook_listen=_listen(file.http.webhook_listen))
+    http = dataclasses.replace(
+        http,
+        allowed_hosts=tuple(h.lower() for h in http.allowed_hosts),
+        public_url=http.public_url.rstrip("/") if http.public_url else None,
+    )
     if file.http.listen is not None:
         host, port = parse_listen(file.http.listen) or (http.listen_host, http.listen_port)
         http = dataclasses.replace(http, listen_host=host, listen_port=port)

@@ -27,7 +27,16 @@ from pipeline.core.errors import ConfigError
 DEFAULTS_SOURCE = "<built-in defaults>"
 # Keys that would put a secret in the file itself.
 SECRET_KEYS = frozenset(
-    {"token", "api_key", "webhook_secret", "password", "urls", "api_token", "git_crypt_key"}
+    {
+        "token",
+        "api_key",
+        "webhook_secret",
+        "password",
+        "urls",
+        "api_token",
+        "read_token",
+        "git_crypt_key",
+    }
 )
 _SECRET_HINT = (
     "secrets must not be written in the file; put it in an environment variable "

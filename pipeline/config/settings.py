@@ -105,6 +105,14 @@ class HttpSettings:
     listen_port: int = 8787
     api_token: SecretRef = field(default_factory=SecretRef)
     max_webhook_body_bytes: int = DEFAULT_MAX_WEBHOOK_BODY_BYTES
+    # Reads (API, dashboard, live events) need a session or a token once this is set.
+    read_token: SecretRef = field(default_factory=SecretRef)
+    # The address people and forges use to reach the daemon; every link it writes.
+    public_url: str | None = None
+    # Host names served besides IP literals, localhost and public_url's host.
+    allowed_hosts: tuple[str, ...] = ()
+    # A second listener serving only /webhooks/* (the main one then serves none).
+    webhook_listen: tuple[str, int] | None = None
 
 
 # Package registries every sandboxed command may reach in ``allowlist`` mode.

@@ -243,6 +243,7 @@ def _redacted_userinfo(match: re.Match[str]) -> str:
 def settings_secret_refs(settings: Settings) -> Iterator[tuple[str, SecretRef]]:
     """Every text secret the settings reference, with its key path for messages."""
     yield "http.api_token", settings.http.api_token
+    yield "http.read_token", settings.http.read_token
     yield "notify.urls", settings.notify.urls
     for tracker in settings.trackers:
         yield f"trackers.{tracker.name}.token", tracker.token

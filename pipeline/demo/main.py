@@ -5,14 +5,20 @@ tests, a local deploy target, the local tracker with three ready issues, a
 local agent that makes real edits), runs the real daemon until every run is
 terminal, and prints what happened. One issue is built to break the deploy,
 so the demo shows a fix-forward healing it. History goes to the embedded
-default database, so ``pipeline runs list`` shows it afterwards.
+database of its own (``<data dir>/demos/<time>.db``, or ``--database-url``), so
+what an earlier demo left queued or frozen cannot change this one; the summary
+names the command that reviews it. ``--serve`` keeps the daemon and its
+dashboard up after the summary until Ctrl-C (or SIGTERM).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -21,7 +27,12 @@ from typing import TYPE_CHECKING, TextIO
 
 from pipeline.cli import render
 from pipeline.config.load import load_settings
-from pipeline.config.settings import SandboxSettings, Settings, default_database_url
+from pipeline.config.settings import (
+    SandboxSettings,
+    Settings,
+    default_data_dir,
+    default_database_url,
+)
 from pipeline.core.logs import configure
 from pipeline.core.masking import redact_url
 from pipeline.daemon import Daemon
@@ -31,7 +42,7 @@ from pipeline.store import Run, RunFilter, Store
 from pipeline.testing.ports import free_port
 
 if TYPE_CHECKING:
-    from pipeline.demo.setup import DemoWorld
+    pass
 
 DEMO_TIMEOUT_S = 150.0
 PROGRESS_KINDS = ("queued", "state", "recovery", "publish", "test", "deploy", "ci", "repo")
@@ -70,6 +81,38 @@ class DemoOutcome:
             and not self.frozen
             and all(r.terminal for r in self.runs)
         )
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    keep: bool = False
+    as_json: bool = False
+    workdir: Path | None = None
+    database_url: str | None = None  # default: a new database of this demo's own
+    serve: bool = False  # keep the dashboard up after the summary until Ctrl-C
+
+
+def demo_database_url() -> str:
+    """A fresh SQLite file under the data directory, one per demo."""
+    folder = default_data_dir() / "demos"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return f"sqlite:///{folder / f'{stamp}-{os.getpid()}.db'}"
+
+
+def serve_until_interrupted(say: TextIO, url: str) -> None:
+    """Block until Ctrl-C or SIGTERM, the dashboard at ``url`` still served."""
+    done = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
+    say.write(f"dashboard at {url}/ until Ctrl-C\n")
+    say.flush()
+    try:
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def demo_settings(config: Path, database_url: str | None) -> tuple[Settings, str | None]:
@@ -128,41 +171,20 @@ class Progress:
         return f"{run.repo_name} #{run.issue_number}: {run.issue_title}"
 
 
-def run_demo(
-    *,
-    keep: bool,
-    as_json: bool,
-    out: TextIO,
-    err: TextIO,
-    workdir: Path | None,
-    database_url: str | None = None,
-) -> int:
+def run_demo(options: DemoOptions, out: TextIO, err: TextIO) -> int:
     from pipeline.demo.setup import build_world
 
     configure("error")
-    root = workdir or Path(tempfile.mkdtemp(prefix="afk-demo-"))
+    root = options.workdir or Path(tempfile.mkdtemp(prefix="afk-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    say = err if as_json else out
+    say = err if options.as_json else out
     say.write(f"afk-pipeline demo: building a world in {root}\n")
     world = build_world(root)
     try:
-        settings, outcome = _run_world(world, database_url, say, started)
-    finally:
-        world.close()
-    _report(outcome, settings, out, as_json)
-    if not keep and workdir is None:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0 if outcome.as_designed else 1
-
-
-def _run_world(
-    world: DemoWorld, database_url: str | None, say: TextIO, started: float
-) -> tuple[Settings, DemoOutcome]:
-    """Start the real daemon on the world, file its issues, and wait until every run settles."""
-    settings, unconfined = demo_settings(world.config_path, database_url)
-    daemon = Daemon(settings)
-    try:
+        database_url = options.database_url or demo_database_url()
+        settings, unconfined = demo_settings(world.config_path, database_url)
+        daemon = Daemon(settings)
         say.write(f"sandbox: {daemon.sandbox.description}\n")
         if unconfined is not None:
             say.write(f"  (this host cannot sandbox: {unconfined})\n")
@@ -174,10 +196,19 @@ def _run_world(
         progress = Progress(daemon.store, say, started, quiet=False)
         first_run = max((r.id for r in daemon.store.list_runs(RunFilter(limit=1))), default=0)
         daemon.start()
-        say.write(f"daemon started; dashboard at {daemon.dashboard_url}/\n")
-        return settings, _wait(daemon, issue_ids, progress, started, first_run)
+        say.write("daemon started\n")
+        outcome = _wait(daemon, issue_ids, progress, started, first_run)
+        url = daemon.dashboard_url if options.serve else None
+        _report(outcome, settings, out, options.as_json, url)
+        if url is not None:
+            serve_until_interrupted(say, url)
     finally:
-        daemon.stop(grace_s=5)
+        if daemon is not None:
+            daemon.stop(grace_s=5)
+        world.close()
+    if not options.keep and options.workdir is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if outcome.as_designed else 1
 
 
 def _file_issues(store: Store, issues: list[dict[str, str]], world: object) -> list[int]:
@@ -230,7 +261,9 @@ def _wait(
     )
 
 
-def _report(outcome: DemoOutcome, settings: Settings, out: TextIO, as_json: bool) -> None:
+def _report(
+    outcome: DemoOutcome, settings: Settings, out: TextIO, as_json: bool, url: str | None
+) -> None:
     history = f"pipeline runs list --database-url {redact_url(settings.database_url)}"
     if settings.database_url == default_database_url():
         history = "pipeline runs list"
@@ -244,6 +277,8 @@ def _report(outcome: DemoOutcome, settings: Settings, out: TextIO, as_json: bool
         "issues_total": outcome.issues_total,
         "wall_s": round(outcome.wall_s, 1),
         "review": history,
+        "database_url": redact_url(settings.database_url),
+        "dashboard": f"{url}/" if url else None,
     }
     if not as_json:
         out.write("\n")
@@ -255,5 +290,7 @@ def _report(outcome: DemoOutcome, settings: Settings, out: TextIO, as_json: bool
             f"{', '.join(outcome.frozen) or 'none'}; {outcome.wall_s:.1f}s; {verdict}.\n"
             f"Review the history: {history}  (one run: pipeline runs show ID)\n"
         )
+        if url:
+            out.write(f"Dashboard: {url}/ (sign in with the token in the demo's api-token file)\n")
     if as_json:
         out.write(json.dumps(summary, sort_keys=True) + "\n")

@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pipeline.config.settings import Settings
-from pipeline.http import dashboard
+from pipeline.http import dashboard, signin
 from pipeline.http import runs as api_runs
 from pipeline.http import writes as api_writes
 from pipeline.http.common import (
@@ -40,6 +40,7 @@ from pipeline.http.common import (
     context,
     error,
 )
+from pipeline.http.guard import GuardMiddleware
 from pipeline.http.masking import MaskingMiddleware
 from pipeline.http.metrics import CONTENT_TYPE, Metrics
 from pipeline.http.openapi import openapi_description
@@ -86,6 +87,15 @@ def health(request: Request) -> Response:
     return JSONResponse(body, status_code=200 if stats is not None else 503)
 
 
+def live(request: Request) -> Response:
+    """GET /health/live: 200 while the process serves HTTP; never asks the database.
+
+    For liveness probes: a database outage must not restart replicas (and kill
+    their running agents); readiness (``/health/ready``, ``/health``) reports it.
+    """
+    return JSONResponse({"status": "ok"})
+
+
 def metrics_endpoint(request: Request) -> Response:
     """GET /metrics: Prometheus text format."""
     return Response(context(request).metrics.render(), media_type=CONTENT_TYPE)
@@ -105,8 +115,11 @@ def api_index(request: Request) -> Response:
             "runs": "/api/runs",
             "repos": "/api/repos",
             "health": "/health",
+            "liveness": "/health/live",
+            "readiness": "/health/ready",
             "metrics": "/metrics",
-            "auth": "write endpoints need 'Authorization: Bearer <token>' ([http] api_token_env)",
+            "auth": "write endpoints need 'Authorization: Bearer <token>' ([http] api_token_env); "
+            "with [http] read_token_env set, reads need a bearer token or a session (/login)",
         }
     )
 
@@ -167,9 +180,15 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     return error(http.status_code, str(http.detail), headers=http.headers)
 
 
-def routes() -> list[BaseRoute]:
+def routes(settings: Settings) -> list[BaseRoute]:
+    separate_webhooks = settings.http.webhook_listen is not None
     return [
         Route("/health", health),
+        Route("/health/live", live),
+        Route("/health/ready", health),
+        Route("/login", signin.login_page, methods=["GET"]),
+        Route("/login", signin.login, methods=["POST"]),
+        Route("/logout", signin.logout, methods=["POST"]),
         Route("/metrics", metrics_endpoint),
         Route("/openapi.json", openapi_endpoint),
         Route("/api", api_index),
@@ -182,7 +201,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/repos", api_runs.list_repos),
         Route("/api/repos/{repo}/freeze", api_writes.freeze_repo, methods=["POST"]),
         Route("/api/repos/{repo}/unfreeze", api_writes.unfreeze_repo, methods=["POST"]),
-        Route("/webhooks/{tracker}", webhook, methods=["POST"]),
+        *([] if separate_webhooks else [Route("/webhooks/{tracker}", webhook, methods=["POST"])]),
         Route("/", dashboard.runs_page),
         Route("/fragments/runs", dashboard.runs_fragment),
         Route("/fragments/runs/{run_id:int}", dashboard.run_fragment),
@@ -210,9 +229,9 @@ def create_app(store: ApiStore, settings: Settings, options: AppOptions | None =
     metrics.know_trackers(t.name for t in settings.trackers)
     metrics.watch_store(store, settings.max_concurrency)
     app = Starlette(
-        routes=routes(),
+        routes=routes(settings),
         exception_handlers={BadInput: on_bad_input, HTTPException: on_http_error},
-        middleware=[Middleware(MaskingMiddleware)],
+        middleware=[Middleware(MaskingMiddleware), Middleware(GuardMiddleware)],
     )
     app.state.ctx = ApiContext(
         store=store,
@@ -225,6 +244,26 @@ def create_app(store: ApiStore, settings: Settings, options: AppOptions | None =
     )
     app.state.metrics = metrics
     app.state.openapi = openapi_description()
+    return app
+
+
+def create_webhook_app(
+    store: ApiStore, settings: Settings, webhook_handler: WebhookHandler, metrics: Metrics
+) -> Starlette:
+    """The separate webhook listener (``[http] webhook_listen``): webhooks and liveness only.
+
+    Exposing it to the forge exposes nothing else: no dashboard, API or events.
+    """
+    app = Starlette(
+        routes=[
+            Route("/health/live", live),
+            Route("/webhooks/{tracker}", webhook, methods=["POST"]),
+        ],
+        middleware=[Middleware(MaskingMiddleware)],
+    )
+    app.state.ctx = ApiContext(
+        store=store, settings=settings, metrics=metrics, webhook_handler=webhook_handler
+    )
     return app
 
 

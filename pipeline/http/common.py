@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse
 
 from pipeline.config.settings import Settings
 from pipeline.http.metrics import Metrics
+from pipeline.http.session import csrf_ok, request_session
 from pipeline.http.shapes import EventJson, RepoJson, RunJson, Timestamp
 from pipeline.store import Repo, Run, RunEvent
 from pipeline.store.roles import ApiStore
@@ -234,18 +235,28 @@ async def json_object(request: Request, allowed: frozenset[str]) -> dict[str, An
 
 
 def check_token(request: Request) -> JSONResponse | None:
-    """None when the request carries the configured bearer token, else the refusal."""
-    expected = context(request).settings.http.api_token.resolve()
+    """None when the request may write, else the refusal.
+
+    A write carries the API token as ``Authorization: Bearer <token>``, or comes
+    from a signed-in ``write`` session with its ``X-CSRF-Token`` header.
+    """
+    http = context(request).settings.http
+    expected = http.api_token.resolve()
     if not expected:
         return error(403, NO_TOKEN_MESSAGE)
     header = request.headers.get("authorization", "")
+    if not header:
+        session = request_session(request)
+        if session is not None and session.can_write and csrf_ok(request, session):
+            return None
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(
         given.strip().encode(), expected.encode()
     ):
         return error(
             401,
-            "missing or wrong API token: send 'Authorization: Bearer <token>'",
+            "missing or wrong API token: send 'Authorization: Bearer <token>', "
+            "or sign in at /login with the API token",
             headers={"WWW-Authenticate": 'Bearer realm="pipeline"'},
         )
     return None

@@ -19,9 +19,11 @@ from jinja2 import Environment, PackageLoader
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from pipeline.http import timeline
 from pipeline.http.common import BadInput, context, path_id
 from pipeline.http.metrics import RUN_STATES
 from pipeline.http.runs import run_filter
+from pipeline.http.session import request_session
 from pipeline.store import RunFilter
 
 CSP = (
@@ -62,7 +64,7 @@ def _short(value: object) -> str:
 
 
 def fmt_ts(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "-"
 
 
 def fmt_clock(value: datetime | None) -> str:
@@ -114,6 +116,11 @@ def render(name: str, status: int = 200, **values: Any) -> Response:
     return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP})
 
 
+def page(request: Request, name: str, status: int = 200, **values: Any) -> Response:
+    """A full page: ``render`` with the browser's session (sign-in state, CSRF token)."""
+    return render(name, status, session=request_session(request), **values)
+
+
 def _filters(request: Request) -> RunFilter | Response:
     try:
         # A filter form sends empty fields for "all": drop them (the API is strict).
@@ -160,7 +167,8 @@ def runs_page(request: Request) -> Response:
     flt = _filters(request)
     if isinstance(flt, Response):
         return flt
-    return render(
+    return page(
+        request,
         "runs.html",
         nav="runs",
         repo_names=[r.name for r in context(request).store.list_repos()],
@@ -184,7 +192,14 @@ def _run_values(request: Request) -> dict[str, Any] | None:
     run = store.get_run(run_id) if run_id is not None else None
     if run is None:
         return None
-    return {"run": run, "events": store.run_events(run.id)}
+    events = store.run_events(run.id)
+    return {
+        "run": run,
+        "events": events,
+        "phases": timeline.group(events, run),
+        "pushed_to": timeline.pushed_to(run, events),
+        "budget": timeline.run_budget(context(request).settings, run),
+    }
 
 
 def run_page(request: Request) -> Response:
@@ -193,7 +208,7 @@ def run_page(request: Request) -> Response:
     if values is None:
         message = f"Run {request.path_params['run_id']} does not exist."
         return render("not_found.html", 404, message=message, nav="runs")
-    return render("run.html", nav="runs", **values)
+    return page(request, "run.html", nav="runs", **values)
 
 
 def run_fragment(request: Request) -> Response:
@@ -208,4 +223,4 @@ def repos_page(request: Request) -> Response:
     """GET /repos: repos with their frozen state and freeze/unfreeze forms."""
     store = context(request).store
     queued = store.stats().queued_by_repo
-    return render("repos.html", nav="repos", repos=store.list_repos(), queued=queued)
+    return page(request, "repos.html", nav="repos", repos=store.list_repos(), queued=queued)

@@ -82,6 +82,14 @@ def _json(schema: str, description: str) -> Schema:
     return {"description": description, "content": {"application/json": {"schema": _ref(schema)}}}
 
 
+def _alive() -> Schema:
+    status = {"type": "object", "properties": {"status": {"type": "string", "enum": ["ok"]}}}
+    return {
+        "description": "the process serves HTTP",
+        "content": {"application/json": {"schema": status}},
+    }
+
+
 def _errors(*codes: int) -> dict[str, Schema]:
     text = {
         401: "missing or wrong bearer token",
@@ -169,7 +177,11 @@ def _service_paths() -> dict[str, Schema]:
     health = {"200": _json("Health", "database reachable"), "503": _json("Health", "unreachable")}
     text = {"200": {"description": "text exposition format", "content": {"text/plain": {}}}}
     return {
-        "/health": {"get": _op("Liveness and load", "health", health)},
+        "/health": {"get": _op("Readiness and load", "health", health)},
+        "/health/ready": {"get": _op("Readiness: the database is reachable", "ready", health)},
+        "/health/live": {
+            "get": _op("Liveness: never asks the database", "live", {"200": _alive()})
+        },
         "/metrics": {"get": _op("Prometheus metrics", "metrics", text)},
         "/api/events": {"get": _events_path()},
         "/webhooks/{tracker}": {"post": _webhook_path()},

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from pipeline.config.settings import SecretRef
 from pipeline.store import EnqueueOptions, SeenIssue
 from tests.integration.api_harness import OWNER, TOKEN, ApiHarness, running_api
 
@@ -128,7 +130,14 @@ def play_a_run(api: ApiHarness) -> None:
         {"exit_code": 0, "tail": "...\nRan 12 tests in 0.031s\n\nOK"},
     )
     store.transition(run.id, owner, attempt, "publishing")
-    store.append_event_fenced(run.id, owner, attempt, "publish", "pushed 4be1c0ffee12 to main")
+    store.append_event_fenced(
+        run.id,
+        owner,
+        attempt,
+        "publish",
+        "pushed 4be1c0ffee12 to refs/heads/main",
+        {"sha": "4be1c0ffee1234567890abcdef", "ref": "refs/heads/main"},
+    )
     store.transition(run.id, owner, attempt, "watching")
     store.append_event_fenced(
         run.id,
@@ -175,45 +184,161 @@ def test_new_run_appears_live_and_its_timeline_opens(driver: object, api: ApiHar
     play_a_run(api)
     wait(driver, ec.text_to_be_present_in_element((By.CSS_SELECTOR, "h1 .badge"), "succeeded"))
     timeline = driver.find_element(By.ID, "timeline").text
-    assert "tests passed" in timeline and "Ran 12 tests" in timeline
+    assert "test gate" in timeline and "Ran 12 tests" not in timeline  # phases folded
+    driver.find_element(By.CSS_SELECTOR, "details.phase-test-gate > summary").click()
+    timeline = driver.find_element(By.ID, "timeline").text
+    assert "tests passed" in timeline and "Ran 12 tests" not in timeline  # raw output folded
+    driver.find_element(By.CSS_SELECTOR, "details.phase-test-gate details.raw > summary").click()
+    timeline = driver.find_element(By.ID, "timeline").text
+    assert "Ran 12 tests" in timeline
+    assert "to main" in driver.find_element(By.CSS_SELECTOR, "dd.pushed").text
     assert "$0.42" in driver.find_element(By.CSS_SELECTOR, "dl.facts").text
-    assert "deploy healthy" in timeline
+    driver.find_element(By.CSS_SELECTOR, "details.phase-watch > summary").click()
+    assert "deploy healthy" in driver.find_element(By.ID, "timeline").text
     driver.set_window_size(1280, 1400)
     driver.save_screenshot(str(ARTIFACTS / "timeline.png"))
 
 
-def test_unfreeze_from_the_repos_page(driver: object, api: ApiHarness) -> None:
-    """The repos page shows a frozen repo; its unfreeze form with the token unfreezes it."""
+def test_sign_in_once_then_act_without_a_token(
+    driver: object, sqlite_url: str, tmp_path: Path
+) -> None:
+    """With a read token: pages need sign-in; signed in once, unfreeze/freeze/retry just work."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.support import expected_conditions as ec
 
     assert isinstance(driver, WebDriver)
-    api.store.freeze_repo("beta", "deploy broken after fix-forward", "recovery")
+    read_file = tmp_path / "read-token"
+    read_file.write_text("read-only-token-1\n", encoding="utf-8")
+    with running_api(sqlite_url, tmp_path) as api:
+        http = replace(api.settings.http, read_token=SecretRef(file=read_file))
+        api.handle.app.state.ctx.settings = replace(api.settings, http=http)
+        api.store.freeze_repo("beta", "deploy broken after fix-forward", "recovery")
+        failed = api.store.enqueue("alpha").run
+        api.finish(api.claim(), "failed")
+
+        driver.get(api.url + "/repos")
+        assert "Sign in" in driver.find_element(By.TAG_NAME, "h1").text
+        assert "fix-forward" not in driver.page_source  # nothing readable without a session
+        sign_in(driver, "wrong")
+        wait(driver, ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".notice"), "not the"))
+        sign_in(driver, TOKEN)
+        wait(driver, ec.url_to_be(f"{api.url}/repos"))
+        row = driver.find_element(By.CSS_SELECTOR, 'tr[data-repo="beta"]')
+        assert "deploy broken after fix-forward" in row.text
+        assert not driver.find_elements(By.NAME, "token")  # no token field anywhere
+        row.find_element(By.NAME, "note").send_keys("checked by hand")
+        row.find_element(By.CSS_SELECTOR, "button").click()
+        badge = (By.CSS_SELECTOR, 'tr[data-repo="beta"] .badge')
+        wait(driver, ec.text_to_be_present_in_element(badge, "active"))
+        repo = api.store.get_repo("beta")
+        assert repo is not None and not repo.frozen
+        click_when_ready(driver, 'tr[data-repo="alpha"] button')
+        wait(
+            driver,
+            ec.text_to_be_present_in_element(
+                (By.CSS_SELECTOR, 'tr[data-repo="alpha"] .badge'), "frozen"
+            ),
+        )
+        ARTIFACTS.mkdir(exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "repos-signed-in.png"))
+
+        driver.get(f"{api.url}/runs/{failed.id}")
+        driver.find_element(By.CSS_SELECTOR, "section.actions button").click()
+        wait(driver, ec.url_matches(rf"/runs/(?!{failed.id}$)[0-9]+$"))
+        assert api.store.count_runs() == 2
+        driver.save_screenshot(str(ARTIFACTS / "retried-run.png"))
+
+
+def click_when_ready(driver: object, css: str) -> None:
+    """Click an element, trying again while a live reload replaces the page under it."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    assert isinstance(driver, WebDriver)
+
+    def click(browser: WebDriver) -> bool:
+        try:
+            browser.find_element(By.CSS_SELECTOR, css).click()
+        except (StaleElementReferenceException, WebDriverException):
+            return False
+        return True
+
+    WebDriverWait(driver, 15, poll_frequency=0.2).until(click)
+
+
+def sign_in(driver: object, token: str) -> None:
+    """Fill the sign-in form shown on the current page and submit it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(driver, WebDriver)
+    field = driver.find_element(By.CSS_SELECTOR, 'form.signin input[name="token"]')
+    field.clear()
+    field.send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "form.signin button").click()
+
+
+PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+
+
+def test_every_page_fits_a_phone(driver: object, api: ApiHarness) -> None:
+    """At 390 px no page is wider than the screen (desktop widths shown for comparison)."""
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(driver, WebDriver)
+    play_a_run(api)
+    api.store.freeze_repo("beta", "deploy broken after fix-forward " * 4, "recovery")
+    api.store.enqueue("beta", priority=2)
+    pages = {"runs": "/", "run": "/runs/1", "repos": "/repos", "login": "/login"}
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", PHONE)
+    for name, path in pages.items():
+        driver.get(api.url + path)
+        wide = driver.execute_script(
+            "return [document.documentElement.scrollWidth, window.innerWidth]"
+        )
+        driver.save_screenshot(str(ARTIFACTS / f"phone-{name}.png"))
+        assert wide[0] <= wide[1], f"{path} is {wide[0]} px wide on a {wide[1]} px screen"
     driver.get(api.url + "/repos")
-    row = driver.find_element(By.CSS_SELECTOR, 'tr[data-repo="beta"]')
-    assert "deploy broken after fix-forward" in row.text
-    form = row.find_element(By.CSS_SELECTOR, "form.action")
-    form.find_element(By.NAME, "token").send_keys("wrong")
-    form.find_element(By.CSS_SELECTOR, "button").click()
-    wait(
-        driver,
-        ec.text_to_be_present_in_element(
-            (By.CSS_SELECTOR, 'tr[data-repo="beta"] output'), "wrong API token"
-        ),
+    button = driver.find_element("css selector", 'tr[data-repo="beta"] a')
+    inside = driver.execute_script(
+        "var r = arguments[0].getBoundingClientRect(); return r.right <= window.innerWidth;",
+        button,
     )
-    repo = api.store.get_repo("beta")
-    assert repo is not None and repo.frozen
-    token = form.find_element(By.NAME, "token")
-    token.clear()
-    token.send_keys(TOKEN)
-    form.find_element(By.NAME, "note").send_keys("checked by hand")
-    form.find_element(By.CSS_SELECTOR, "button").click()
-    wait(
-        driver,
-        ec.text_to_be_present_in_element(
-            (By.CSS_SELECTOR, 'tr[data-repo="beta"] .badge'), "active"
-        ),
+    assert inside  # the unfreeze control is on screen
+
+
+def test_a_long_agent_run_reads_as_phases(driver: object, api: ApiHarness) -> None:
+    """Hundreds of agent events fold into a few phases; the implement phase holds them."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(driver, WebDriver)
+    run = api.claim()
+    store, attempt = api.store, run.attempt
+    store.transition(run.id, OWNER, attempt, "implementing", "agent started (claude)")
+    for turn in range(150):
+        store.append_event(run.id, OWNER, attempt, "agent", f"turn {turn}: reading the code")
+        store.append_event(
+            run.id, OWNER, attempt, "tool", f"Read src/mod_{turn}.py", {"tool": "Read"}
+        )
+    store.transition(run.id, OWNER, attempt, "testing")
+    store.append_event(
+        run.id, OWNER, attempt, "test", "tests failed", {"tail": "line one\nline two"}
     )
-    repo = api.store.get_repo("beta")
-    assert repo is not None and not repo.frozen
+    store.finish(run.id, OWNER, attempt, "failed", error="tests failed:\nline one\nline two")
+    driver.get(f"{api.url}/runs/{run.id}")
+    phases = driver.find_elements(By.CSS_SELECTOR, "#timeline > details.phase")
+    names = [p.find_element(By.CSS_SELECTOR, ".phase-name").text for p in phases]
+    assert names == ["queue", "implement", "test gate", "outcome"]
+    implement = phases[1]
+    assert implement.get_attribute("open") is None  # folded: nothing went wrong there
+    assert len(implement.find_elements(By.CSS_SELECTOR, "li.ev")) == 301
+    assert phases[2].get_attribute("open") is not None  # the failing gate is open
+    error = driver.find_element(By.CSS_SELECTOR, "dd.error")
+    assert "line one\nline two" in error.text  # line breaks kept
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / "run-phases.png"))

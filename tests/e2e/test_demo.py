@@ -1,17 +1,34 @@
-"""`pipeline demo`: the designed outcome, a JSON summary, and history left to review."""
+"""`pipeline demo`: the designed outcome, a JSON summary, history left to review, --serve."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
+from pipeline.store import Store
+
+PIPELINE = [sys.executable, "-m", "pipeline"]
+
+
+def demo_env(tmp_path: Path) -> dict[str, str]:
+    """The user's environment with a data directory of the test's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINE_")}
+    env["PIPELINE_DATA_DIR"] = str(tmp_path / "data")
+    return env
+
 
 def test_demo_reaches_the_designed_outcome(tmp_path: Path) -> None:
     """The demo resolves three issues, heals one broken deploy, and exits 0."""
-    env_cmd = [sys.executable, "-m", "pipeline"]
-    proc = subprocess.run([*env_cmd, "demo", "--json"], capture_output=True, text=True, timeout=170)
+    env = demo_env(tmp_path)
+    proc = subprocess.run(
+        [*PIPELINE, "demo", "--json"], capture_output=True, text=True, timeout=170, env=env
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["ok"] is True
@@ -20,9 +37,14 @@ def test_demo_reaches_the_designed_outcome(tmp_path: Path) -> None:
     assert summary["runs_by_kind"] == {"issue": 3, "fix_forward": 1}
     assert summary["runs_by_state"] == {"succeeded": 3, "failed": 1}
     assert summary["frozen_repos"] == []
+    assert summary["dashboard"] is None  # not served: no dead URL in the summary
     assert "run" in proc.stderr  # progress went to stderr, the summary alone to stdout
     history = subprocess.run(
-        [*env_cmd, "runs", "list", "--json"], capture_output=True, text=True, timeout=60
+        [*PIPELINE, "runs", "list", "--json", "--database-url", summary["database_url"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert history.returncode == 0, history.stderr
     runs = json.loads(history.stdout)
@@ -30,3 +52,40 @@ def test_demo_reaches_the_designed_outcome(tmp_path: Path) -> None:
     fix = next(r for r in runs if r["kind"] == "fix_forward")
     broken = next(r for r in runs if r["id"] == fix["parent_id"])
     assert broken["error_class"] == "deploy_broken"
+
+
+def test_serve_keeps_the_dashboard_up_despite_an_earlier_demos_leftovers(tmp_path: Path) -> None:
+    """With queued runs and frozen repos in the default database, `demo --serve` still
+    succeeds, prints the dashboard URL, serves it after the summary, and stops on Ctrl-C."""
+    env = demo_env(tmp_path)
+    leftover = Store(f"sqlite:///{tmp_path / 'data' / 'history.db'}")
+    leftover.upgrade()
+    for name, slug in (("greeter", "demo/greeter"), ("webapp", "demo/webapp")):
+        leftover.ensure_repo(name, tracker="local", slug=slug)
+        leftover.enqueue(name)
+        leftover.freeze_repo(name, "an earlier demo broke it", "recovery")
+    leftover.close()
+    proc = subprocess.Popen(
+        [*PIPELINE, "demo", "--json", "--serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        summary = json.loads(line)
+        assert summary["ok"] is True, summary
+        assert proc.poll() is None  # still serving after the summary
+        page = httpx.get(summary["dashboard"], timeout=10)
+        assert page.status_code == 200 and "greeter" in page.text
+        os.killpg(proc.pid, signal.SIGINT)
+        _, errors = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, errors
+    assert "until Ctrl-C" in errors

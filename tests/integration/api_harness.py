@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,14 @@ class ApiHarness:
         run = self.store.claim_next(OWNER, max_concurrency=10, lease_s=60.0)
         assert run is not None, "no run to claim"
         return run
+
+    def sign_in(self, token: str = TOKEN) -> str:
+        """Sign the harness client in with ``token``; returns the page's CSRF token ('' if none)."""
+        answer = self.client.post("/login", data={"token": token, "next": "/repos"})
+        assert answer.status_code == 303, answer.text
+        page = self.client.get("/repos").text
+        found = re.search(r'name="csrf-token" content="([0-9a-f]+)"', page)
+        return found.group(1) if found else ""
 
     def finish(self, run: Run, state: str = "succeeded", **facts: Any) -> Run:
         """Walk a claimed run through implementing and testing to ``state``."""

@@ -66,13 +66,14 @@ def test_bad_filter_is_a_page_not_a_crash(api: ApiHarness) -> None:
 
 
 def test_run_page_shows_timeline_and_cost(api: ApiHarness) -> None:
-    """GET /runs/{id} shows facts, cost and the timeline with test output tails."""
+    """GET /runs/{id} shows facts, cost and the timeline by phase, output tails behind a toggle."""
     run = api.claim()
     api.finish(run, cost_usd=1.5, tokens_in=10, tokens_out=20)
     text = api.client.get(f"/runs/{run.id}").text
     assert f"Run #{run.id}" in text and "$1.50" in text
     assert "tests passed" in text
-    assert '<pre class="tail" title="tail">3 passed in 0.1s</pre>' in text
+    assert '<summary>tail (1 line)</summary><pre class="tail">3 passed in 0.1s</pre>' in text
+    assert 'class="phase-name">implement<' in text
     assert f'href="/api/runs/{run.id}/log"' in text
 
 
@@ -93,10 +94,13 @@ def test_missing_pages_are_404_pages(api: ApiHarness) -> None:
 
 
 def test_repos_page_shows_frozen_state_and_actions(api: ApiHarness) -> None:
-    """GET /repos shows the frozen reason and an unfreeze form posting to the API."""
+    """GET /repos shows the frozen reason; signed in, an unfreeze form posting to the API."""
     api.store.freeze_repo("beta", "deploy broken <b>twice</b>", "recovery")
     text = api.client.get("/repos").text
     assert "deploy broken &lt;b&gt;twice&lt;/b&gt;" in text
+    assert "sign in to unfreeze" in text and "data-url" not in text
+    api.sign_in()
+    text = api.client.get("/repos").text
     assert 'data-url="/api/repos/beta/unfreeze"' in text
     assert 'data-url="/api/repos/alpha/freeze"' in text
 

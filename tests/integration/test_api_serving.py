@@ -170,7 +170,7 @@ def test_a_declared_oversized_body_is_413_before_a_byte_is_sent(
     host, port = url.removeprefix("http://").rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(
-            b"POST /webhooks/gh HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000000000\r\n\r\n"
         )
         answer = sock.recv(4096).decode()

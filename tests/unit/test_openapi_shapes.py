@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from pathlib import Path
 from typing import get_type_hints
 
 import pytest
 from starlette.routing import Route
 
+from pipeline.config.settings import Settings
 from pipeline.http.app import routes
 from pipeline.http.common import event_json, repo_json, run_json
 from pipeline.http.openapi import openapi_description
@@ -21,7 +23,7 @@ WHEN = datetime(2026, 1, 1, 12, 0, 0)
 
 def _api_routes() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    for route in routes():
+    for route in routes(Settings(database_url="sqlite://", volume=Path("."))):
         if isinstance(route, Route) and route.path.startswith(API_PREFIXES):
             path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
             found[path] = {m.lower() for m in (route.methods or ()) if m != "HEAD"}

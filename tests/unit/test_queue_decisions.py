@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.config.settings import SchedulerSettings
+from pipeline.core.states import FIX_FORWARD_PRIORITY
 from pipeline.queue.scheduler import RunContext, Scheduler
-from pipeline.store import Store
+from pipeline.store import EnqueueOptions, Store
 from pipeline.testing.databases import open_store
 
 SETTINGS = SchedulerSettings(lease_s=30.0, heartbeat_s=5.0, kill_grace_s=0.5, cancel_check_s=5.0)
@@ -48,14 +49,9 @@ def held() -> Iterator[Held]:
 
 
 def scheduler(store: Store, held: Held, cap: int = 4, excluded: tuple[int, ...] = ()) -> Scheduler:
-    return Scheduler(
-        store,
-        held,
-        settings=SETTINGS,
-        max_concurrency=cap,
-        owner="decider",
-        excluded_repos=lambda: excluded,
-    )
+    built = Scheduler(store, held, settings=SETTINGS, max_concurrency=cap, owner="decider")
+    built.excluded_repos = lambda: excluded
+    return built
 
 
 def test_one_run_per_repo_at_a_time(store: Store, held: Held) -> None:
@@ -95,7 +91,9 @@ def test_a_fix_forward_jumps_the_queue(store: Store, held: Held) -> None:
     """With one slot, a fix-forward queued last starts before older issue runs."""
     store.enqueue("alpha")
     store.enqueue("beta")
-    fix = store.enqueue("gamma", kind="fix_forward").run.id
+    fix = store.enqueue(
+        "gamma", EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY)
+    ).run.id
     decider = scheduler(store, held, cap=1)
     assert decider.run_once() == 1 and decider.running == [fix]
     held.release.set()
@@ -104,7 +102,7 @@ def test_a_fix_forward_jumps_the_queue(store: Store, held: Held) -> None:
 
 def test_a_run_waiting_out_its_backoff_is_not_started(store: Store, held: Held) -> None:
     """A run whose run_after lies ahead is left queued; a ready one in another repo starts."""
-    store.enqueue("alpha", run_after_s=3600)
+    store.enqueue("alpha", EnqueueOptions(run_after_s=3600))
     beta = store.enqueue("beta").run.id
     decider = scheduler(store, held)
     assert decider.run_once() == 1 and decider.running == [beta]

@@ -51,13 +51,15 @@
       form.addEventListener("submit", function (ev) {
         ev.preventDefault();
         var out = form.querySelector("output");
-        var token = form.elements.token ? form.elements.token.value : "";
+        var meta = document.querySelector('meta[name="csrf-token"]');
+        var csrf = meta ? meta.getAttribute("content") : "";
         var payload = {};
         if (form.elements.note && form.elements.note.value) payload.note = form.elements.note.value;
         out.textContent = "…";
         fetch(form.dataset.url, {
           method: "POST",
-          headers: { "Authorization": "Bearer " + token, "Content-Type": "application/json" },
+          credentials: "same-origin",
+          headers: { "X-CSRF-Token": csrf, "Content-Type": "application/json" },
           body: JSON.stringify(payload)
         }).then(function (resp) {
           return resp.json().then(function (data) {

@@ -1,0 +1,207 @@
+"""CLI commands that review history: ``runs list``/``show`` and ``repos list``/``freeze``.
+
+Filters are checked before any query: an unknown state, kind or repo, a bad
+``--since`` or ``--limit`` exits 2 naming the valid values, never an empty
+list that looks like an answer. ``runs show --follow`` streams the timeline
+until the run ends (exit 0 when it succeeded, 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, TextIO
+
+from pipeline.cli import render
+from pipeline.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    CliError,
+    Subparsers,
+    add_command,
+    load,
+    open_store,
+    who,
+)
+from pipeline.store.models import ALL_STATES
+
+if TYPE_CHECKING:
+    from pipeline.store import Store
+
+KINDS = ("issue", "fix_forward", "manual")
+FOLLOW_POLL_S = 0.5
+
+
+def since(value: str | None) -> datetime | None:
+    """``--since`` as an ISO time or a relative age like ``30m``, ``2h``, ``7d``."""
+    if not value:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[-1] in units and value[:-1].isdigit():
+        delta = timedelta(seconds=int(value[:-1]) * units[value[-1]])
+        return datetime.now(UTC).replace(tzinfo=None) - delta
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise CliError(
+            f"--since: expected an ISO time or an age like 2h or 7d, got {value!r}"
+        ) from None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed
+
+
+def positive(value: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+    return int(value)
+
+
+def cmd_runs_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.store import RunFilter
+
+    flt = RunFilter(
+        repo=args.repo, state=args.state, kind=args.kind, since=since(args.since), limit=args.limit
+    )
+    store = open_store(args)
+    try:
+        if args.repo is not None:
+            known = [r.name for r in store.list_repos()]
+            if args.repo not in known:
+                raise CliError(f"--repo {args.repo}: no such repo (known: {', '.join(known)})")
+        runs = store.list_runs(flt)
+    finally:
+        store.close()
+    if args.json:
+        out.write(render.to_json(runs) + "\n")
+    else:
+        render.runs_table(runs, out)
+    return EXIT_OK
+
+
+def cmd_runs_show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    store = open_store(args)
+    try:
+        run = store.get_run(args.id)
+        if run is None:
+            raise CliError(f"run {args.id}: no such run")
+        if args.follow:
+            return follow(store, args.id, out, as_json=args.json)
+        events = store.run_events(args.id)
+    finally:
+        store.close()
+    if args.json:
+        out.write(render.to_json({"run": run, "events": events}) + "\n")
+    else:
+        render.run_detail(run, events, out)
+    return EXIT_OK
+
+
+def follow(store: Store, run_id: int, out: TextIO, *, as_json: bool = False) -> int:
+    """Print the run's events as they are written until it ends; its outcome is the exit code.
+
+    With ``as_json`` each event is one JSON line, then one line with the run.
+    """
+    seen = 0
+    while True:
+        run = store.get_run(run_id)
+        assert run is not None
+        for event in store.run_events(run_id, after_id=seen):
+            seen = event.id
+            out.write((_json_line(event) if as_json else render.event_line(event)) + "\n")
+        out.flush()
+        if run.terminal:
+            break
+        time.sleep(FOLLOW_POLL_S)
+    out.write(_json_line(run) + "\n" if as_json else f"run {run.id} ended {run.state}\n")
+    return EXIT_OK if run.state == "succeeded" else EXIT_FAIL
+
+
+def _json_line(value: object) -> str:
+    import json
+
+    return json.dumps(json.loads(render.to_json(value)), sort_keys=True)
+
+
+def cmd_repos_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    settings = load(args)
+    store = open_store(args)
+    try:
+        store.sync_repos(settings.repos)
+        repos = store.list_repos()
+    finally:
+        store.close()
+    if args.json:
+        out.write(render.to_json(repos) + "\n")
+    else:
+        render.repos_table(repos, out)
+    return EXIT_OK
+
+
+def cmd_repos_freeze(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _set_frozen(args, out, frozen=True)
+
+
+def cmd_repos_unfreeze(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _set_frozen(args, out, frozen=False)
+
+
+def _set_frozen(args: argparse.Namespace, out: TextIO, *, frozen: bool) -> int:
+    settings = load(args)
+    store = open_store(args)
+    try:
+        store.sync_repos(settings.repos)
+        by = who()
+        if frozen:
+            escalation = f"frozen by {by}: {args.note}"
+            changed = store.freeze_repo(args.repo, args.note, by=by, escalation=escalation)
+        else:
+            changed = store.unfreeze_repo(args.repo, args.note, by=by)
+        repo = store.get_repo(args.repo)
+    finally:
+        store.close()
+    if args.json:
+        out.write(render.to_json({"repo": repo, "changed": changed}) + "\n")
+    elif frozen:
+        out.write(f"repo {args.repo} {'frozen' if changed else 'was already frozen'}\n")
+    else:
+        done = "unfrozen: its queue resumes" if changed else "was not frozen"
+        out.write(f"repo {args.repo} {done}\n")
+    return EXIT_OK
+
+
+def json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def register_runs(runs: Subparsers) -> None:
+    lst = add_command(runs, "list", cmd_runs_list, "list runs, newest first")
+    lst.add_argument("--repo", help="only this repo")
+    lst.add_argument("--state", choices=ALL_STATES, help="only runs in this state")
+    lst.add_argument("--kind", choices=KINDS, help="only this kind")
+    lst.add_argument("--since", help="created since an ISO time or an age (30m, 2h, 7d)")
+    lst.add_argument("--limit", type=positive, default=50, help="at most this many (default 50)")
+    json_flag(lst)
+    one = add_command(runs, "show", cmd_runs_show, "one run with its timeline")
+    one.add_argument("id", type=int)
+    one.add_argument(
+        "--follow", "-f", action="store_true", help="stream the timeline until the run ends"
+    )
+    json_flag(one)
+
+
+def register_repos(top: Subparsers) -> None:
+    repos = top.add_parser("repos", help="enrolled repos; freeze and unfreeze").add_subparsers(
+        dest="sub", metavar="SUB"
+    )
+    json_flag(add_command(repos, "list", cmd_repos_list, "list enrolled repos and their state"))
+    fr = add_command(repos, "freeze", cmd_repos_freeze, "stop a repo's queue (the manual brake)")
+    fr.add_argument("repo")
+    fr.add_argument("--note", required=True, help="why; recorded with who did it")
+    json_flag(fr)
+    uf = add_command(repos, "unfreeze", cmd_repos_unfreeze, "resume a frozen repo's queue")
+    uf.add_argument("repo")
+    uf.add_argument("--note", required=True, help="what was done; recorded with who did it")
+    json_flag(uf)
