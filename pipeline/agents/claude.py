@@ -11,6 +11,7 @@ Stream events used: ``system``/``init`` (session id), ``assistant`` messages
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -159,12 +160,20 @@ def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# A count or a cost outside these bounds is not a usage report but a broken one:
+# it reads as 0 instead of overflowing the store's integer columns.
+MAX_REPORTED = 2**53
+
+
 def _int(value: object) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+    return int(_float(value))
 
 
 def _float(value: object) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    number = float(value)
+    return number if math.isfinite(number) and 0 <= number < MAX_REPORTED else 0.0
 
 
 class ClaudeAgent:

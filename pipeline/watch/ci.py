@@ -185,7 +185,13 @@ class WoodpeckerCiSource:
             )
         if response.status_code >= 400:
             raise RetryableError("ci_http", f"woodpecker {path} answered {response.status_code}")
-        data = response.json()
+        try:
+            data = response.json()
+        except ValueError as exc:  # a 200 with an HTML error page or a cut-off body
+            raise RetryableError(
+                "ci_bad_response",
+                f"woodpecker {path}: answered {response.status_code} without JSON",
+            ) from exc
         if not isinstance(data, list):
             raise RetryableError("ci_bad_response", f"woodpecker {path}: expected a JSON list")
         return [item for item in data if isinstance(item, dict)]

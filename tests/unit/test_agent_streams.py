@@ -91,6 +91,18 @@ def test_claude_garbage_lines_are_logged_boundedly_and_skipped() -> None:
     assert result is not None and result.session_id == "sess-1"
 
 
+def test_claude_absurd_usage_reads_as_zero() -> None:
+    """``output_tokens: 1e308`` or a negative cost is a broken report, stored as 0, no traceback."""
+    final = dict(CLAUDE_LINES[-1])
+    final["usage"] = {"input_tokens": -5, "output_tokens": 1e308}
+    final["total_cost_usd"] = float("inf")
+    parser = ClaudeStreamParser(RecordingSink())
+    _feed(parser, [json.dumps(CLAUDE_LINES[0]), json.dumps(final)])
+    result = parser.result(EXITED)
+    assert result is not None
+    assert (result.tokens_in, result.tokens_out, result.cost_usd) == (0, 0, 0.0)
+
+
 def test_claude_without_result_gives_none() -> None:
     """A stream cut before its result yields no result (the caller calls it a crash)."""
     parser = ClaudeStreamParser(RecordingSink())

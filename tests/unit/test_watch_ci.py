@@ -241,3 +241,12 @@ def test_tracker_source_and_factory() -> None:
     assert isinstance(ci_source(CiSettings(), tracker=None, slug="o/r"), NoCi)
     with pytest.raises(FatalError, match=r"ci\.base_url"):
         ci_source(CiSettings(kind="woodpecker"), tracker=None, slug="o/r")
+
+
+def test_woodpecker_200_without_json_is_a_retryable_bad_response() -> None:
+    """A 200 carrying an HTML page is ``ci_bad_response`` (retried), not a raw decode error."""
+    with Receiver() as server:
+        server.route("GET", "/api/repos/7/pipelines", b"<html>maintenance</html>")
+        with pytest.raises(RetryableError) as caught:
+            WoodpeckerCiSource(server.url, None, "7").state(GREEN)
+    assert caught.value.kind == "ci_bad_response"
