@@ -10,18 +10,20 @@ can reach and pushes what it read; the credentials must be in none of it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pipeline.testing.configs import merged, write_config
 from pipeline.testing.git_http import GitHttpServer
 from pipeline.testing.gitrepos import commit_to_remote, git, make_remote
 
@@ -140,12 +142,13 @@ def test_private_remote_clone_fetch_and_push_keep_credentials_from_the_agent(
         look.append(str(remote.key_dir))
     argv = [sys.executable, str(AGENT), "{workdir}"]
     config = local_config(tmp_path, remote.url, argv, {"CRED_LOOK": ":".join(look)})
+    changes: dict[str, Any] = {
+        "repos": {"calc": {"push": tomllib.loads(remote.push_table)}},
+        "workspace": {"fetch_debounce_s": 0},
+    }
     if engine is not None:
-        text = config.read_text()
-        default = text.split("\n", 2)[1]
-        config.write_text(text.replace(default, f"database_url = {json.dumps(engine)}"))
-    with config.open("a") as handle:
-        handle.write(f"[repos.calc.push]\n{remote.push_table}[workspace]\nfetch_debounce_s = 0\n")
+        changes["database_url"] = engine
+    write_config(config, merged(tomllib.loads(config.read_text()), changes))
     cli = Cli(config, cli_env)
     cli("db", "upgrade")
     cli("issue", "add", "--repo", "calc", "--title", "First note", "--label", "ready-for-agent")
