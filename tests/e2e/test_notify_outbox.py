@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from pipeline.testing.configs import merged, write_config
 from pipeline.testing.deploy_target import free_port
 from pipeline.testing.gitrepos import make_remote
 from pipeline.testing.receiver import Receiver
@@ -36,13 +37,11 @@ def _config(tmp_path: Path, database_url: str, port: int) -> Path:
     )
     urls = tmp_path / "notify-urls"
     urls.write_text(f"json://127.0.0.1:{port}/afk-hook\n")
-    text = config.read_text()
-    head, rest = text.split("\n", 2)[1], text.split("\n", 2)[2]
-    assert head.startswith("database_url")
-    config.write_text(
-        f"database_url = {json.dumps(database_url)}\n{rest}"
-        f'[notify]\nurls_file = "{urls}"\nretry_delay_s = 0.2\n'
-    )
+    changes = {
+        "database_url": database_url,
+        "notify": {"urls_file": str(urls), "retry_delay_s": 0.2},
+    }
+    write_config(config, merged(tomllib.loads(config.read_text()), changes))
     return config
 
 
