@@ -291,7 +291,7 @@ def test_every_page_fits_a_phone(driver: object, api: ApiHarness) -> None:
     assert isinstance(driver, WebDriver)
     play_a_run(api)
     api.store.freeze_repo("beta", "deploy broken after fix-forward " * 4, "recovery")
-    api.store.enqueue("beta", priority=2)
+    api.store.enqueue("beta", EnqueueOptions(priority=2))
     pages = {"runs": "/", "run": "/runs/1", "repos": "/repos", "login": "/login"}
     ARTIFACTS.mkdir(exist_ok=True)
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", PHONE)
@@ -321,12 +321,12 @@ def test_a_long_agent_run_reads_as_phases(driver: object, api: ApiHarness) -> No
     store, attempt = api.store, run.attempt
     store.transition(run.id, OWNER, attempt, "implementing", "agent started (claude)")
     for turn in range(150):
-        store.append_event(run.id, OWNER, attempt, "agent", f"turn {turn}: reading the code")
-        store.append_event(
+        store.append_event_fenced(run.id, OWNER, attempt, "agent", f"turn {turn}: reading the code")
+        store.append_event_fenced(
             run.id, OWNER, attempt, "tool", f"Read src/mod_{turn}.py", {"tool": "Read"}
         )
     store.transition(run.id, OWNER, attempt, "testing")
-    store.append_event(
+    store.append_event_fenced(
         run.id, OWNER, attempt, "test", "tests failed", {"tail": "line one\nline two"}
     )
     store.finish(run.id, OWNER, attempt, "failed", error="tests failed:\nline one\nline two")
