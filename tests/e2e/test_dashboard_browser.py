@@ -89,9 +89,14 @@ def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
 
 
 def wait(browser: object, condition: object, timeout_s: float = 15.0) -> object:
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, timeout_s, poll_frequency=0.1).until(condition)
+    # Live updates replace table rows while a condition reads them: an element that left
+    # the document is read again on the next poll (the wait still fails at its timeout).
+    ignored = (StaleElementReferenceException, WebDriverException)
+    waiter = WebDriverWait(browser, timeout_s, poll_frequency=0.1, ignored_exceptions=ignored)
+    return waiter.until(condition)
 
 
 def play_a_run(api: ApiHarness) -> None:
