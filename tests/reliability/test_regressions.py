@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -89,7 +90,8 @@ def test_overlapping_polls_are_serialised(tmp_path: Path) -> None:
         trackers=(TrackerSettings(name="local", kind="local"),),
         repos=(RepoSettings(name="r", tracker="local", slug="o/r", remote_url="x"),),
     )
-    intake = Intake(cast(Any, None), settings, {"local": cast(Any, tracker)}, cast(Any, None))
+    store = SimpleNamespace(issues_in_queue=set)  # the tracker lists nothing: no other verb
+    intake = Intake(cast(Any, store), settings, {"local": cast(Any, tracker)}, cast(Any, None))
     errors: list[BaseException] = []
 
     def poll() -> None:
