@@ -16,7 +16,6 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from pipeline.config.settings import SchedulerSettings
 from pipeline.core.errors import (
@@ -30,6 +29,7 @@ from pipeline.core.errors import (
 from pipeline.core.proc import StopToken
 from pipeline.core.states import TERMINAL_STATES, TIMEOUT_CLASS, Outcome, RunState
 from pipeline.store.records import Run
+from pipeline.store.roles import WorkerStore
 
 log = logging.getLogger(__name__)
 
@@ -40,42 +40,6 @@ class ShuttingDown(PipelineError):
     """The daemon is stopping: the run is left to lease recovery, nothing is written."""
 
     error_class = "shutdown"
-
-
-class RunStore(Protocol):
-    """The store verbs a worker uses (``pipeline.store.Store`` provides them)."""
-
-    def append_event_fenced(
-        self,
-        run_id: int,
-        owner: str,
-        attempt: int,
-        kind: str,
-        message: str,
-        data: Mapping[str, object] | None = None,
-    ) -> None: ...
-
-    def transition(
-        self,
-        run_id: int,
-        owner: str,
-        attempt: int,
-        to_state: str,
-        message: str | None = None,
-        **fields: object,
-    ) -> Run: ...
-
-    def update_run(self, run_id: int, owner: str, attempt: int, **fields: object) -> None: ...
-
-    def finish(
-        self, run_id: int, owner: str, attempt: int, state: str, *args: Any, **details: Any
-    ) -> Run:
-        """End the run in ``state``; ``details`` are ``error_class``, ``error``, ``summary``."""
-        ...
-
-    def schedule_retry(
-        self, run_id: int, owner: str, attempt: int, *, delay_s: float, error_class: str, error: str
-    ) -> Run: ...
 
 
 def backoff_delay(
@@ -113,7 +77,7 @@ class RunContext:
     """What the run pipeline gets: the run, a stop token and fenced writes."""
 
     def __init__(
-        self, run: Run, owner: str, store: RunStore, stop: StopToken, kill_grace_s: float
+        self, run: Run, owner: str, store: WorkerStore, stop: StopToken, kill_grace_s: float
     ) -> None:
         self.run = run
         self.owner = owner
@@ -188,7 +152,7 @@ class Worker:
 
 
 def write_outcome(
-    store: RunStore,
+    store: WorkerStore,
     worker: Worker,
     settings: SchedulerSettings,
     result: Outcome | str | None,
@@ -218,7 +182,7 @@ def write_outcome(
     return _write_error(store, worker, settings, exc)
 
 
-def _finish(store: RunStore, worker: Worker, outcome: Outcome) -> Run:
+def _finish(store: WorkerStore, worker: Worker, outcome: Outcome) -> Run:
     return store.finish(
         worker.run.id,
         worker.ctx.owner,
@@ -242,7 +206,7 @@ def _as_outcome(result: Outcome | str | None) -> Outcome | None:
 
 
 def _write_error(
-    store: RunStore, worker: Worker, settings: SchedulerSettings, exc: BaseException
+    store: WorkerStore, worker: Worker, settings: SchedulerSettings, exc: BaseException
 ) -> Run:
     run, owner, attempt = worker.run, worker.ctx.owner, worker.ctx.attempt
     if isinstance(exc, FatalError):
