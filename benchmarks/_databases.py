@@ -4,33 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline.testing.databases import fresh_postgres
+
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def _dsn(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://").replace(
-        "postgres://", "postgresql://"
-    )
 
 
 @contextlib.contextmanager
 def temp_postgres(server_url: str) -> Iterator[str]:
     """A fresh database on the server of ``server_url``, dropped afterwards."""
-    import psycopg
-
-    name = f"afk_bench_{uuid.uuid4().hex[:10]}"
-    admin = _dsn(server_url)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{admin.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres("afk_bench", server_url) as url:
+        yield url
 
 
 @contextlib.contextmanager
