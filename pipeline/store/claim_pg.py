@@ -8,7 +8,9 @@ One ``WITH`` statement, run in autocommit (its own transaction), does it all:
 2. ``pick``: the highest-priority, then oldest, claimable run, locked together
    with its repo row ``FOR NO KEY UPDATE ... SKIP LOCKED``: claimers of
    different repos never wait for each other, and two claimers never pick the
-   same repo at once;
+   same repo at once. Only the head of each repo's queue is a candidate, so a
+   claim never skips a run another claimer has locked (and may yet roll back)
+   to start that repo's next run out of order;
 3. ``taken``: the run becomes ``preparing`` with its lease, deadline and slot;
 4. ``event``: the ``claimed`` timeline entry;
 5. the claimed run with its repo name and issue, as ``read_run`` returns it.
@@ -53,6 +55,10 @@ pick AS (
       AND r.state = 'queued' AND r.run_after <= params.now AND p.state <> 'frozen'
       AND NOT EXISTS (SELECT 1 FROM runs b WHERE b.repo_id = r.repo_id AND b.state IN {_BUSY})
       AND NOT (r.repo_id = ANY (CAST(:exclude AS integer[])))
+      AND NOT EXISTS (
+          SELECT 1 FROM runs q
+          WHERE q.repo_id = r.repo_id AND q.state = 'queued' AND q.run_after <= params.now
+            AND (q.priority > r.priority OR (q.priority = r.priority AND q.id < r.id)))
     ORDER BY r.priority DESC, r.id
     LIMIT 1
     FOR NO KEY UPDATE OF r, p SKIP LOCKED

@@ -83,6 +83,27 @@ def test_a_claim_skips_a_repo_another_replica_is_claiming(postgres_url: str) -> 
         store.close()
 
 
+@pytest.mark.postgres
+def test_a_claim_never_jumps_a_queued_run_another_replica_holds(postgres_url: str) -> None:
+    """While another replica holds alpha's head run (a claim that will fail and roll back), a
+    claim does not take alpha's next run in its place: each repo's runs start in order."""
+    store = Store(postgres_url)
+    store.upgrade()
+    store.ensure_repo("alpha")
+    head = store.enqueue("alpha").run.id
+    store.enqueue("alpha")
+    other = Store(postgres_url)
+    try:
+        with other.engine.connect() as conn, conn.begin():
+            conn.execute(text("SELECT id FROM runs WHERE id = :id FOR NO KEY UPDATE"), {"id": head})
+            assert store.claim_next("w", max_concurrency=10, lease_s=60) is None
+        again = store.claim_next("w2", max_concurrency=10, lease_s=60)
+        assert again is not None and again.id == head
+    finally:
+        other.close()
+        store.close()
+
+
 def test_a_the_cap_holds_across_replicas(database_url: str, store: Store) -> None:
     """Two stores (replicas) with a cap of 2 claim exactly 2 runs between them."""
     _enqueue(store, 2)
