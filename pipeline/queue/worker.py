@@ -161,7 +161,8 @@ def write_outcome(
     """Write what the run's end means; None when nothing may be written (lease lost).
 
     A run stopped by its time limit ends with the error class ``timeout``
-    (retried like any transient failure), never as ``cancelled``: whatever the
+    (retried like any transient failure), never as ``cancelled``, and a run
+    stopped by the daemon's shutdown is left to lease recovery: whatever the
     pipeline raised while being stopped, the stop's reason decides.
     """
     run, reason = worker.run, worker.stop.reason
@@ -172,11 +173,13 @@ def write_outcome(
         return _finish(store, worker, outcome)
     if reason == "timeout":
         exc = stop_error("timeout", run.timeout_s)
-    elif reason == "cancelled" or isinstance(exc, CancelRequested):
+    elif reason == "cancelled" or (reason is None and isinstance(exc, CancelRequested)):
         cancelled = Outcome(RunState.CANCELLED, "cancelled", "cancelled while running")
         return _finish(store, worker, cancelled)
     elif reason is not None or isinstance(exc, ShuttingDown):
-        return None  # shutting down: the lease expires and a sweep requeues the run
+        # Shutting down, whatever the stopped step raised (a killed git or agent raises
+        # CancelRequested): the lease expires and a sweep requeues the run.
+        return None
     if exc is None:
         exc = RuntimeError(f"the run pipeline returned {result!r}, not an outcome")
     return _write_error(store, worker, settings, exc)
