@@ -6,9 +6,10 @@ and for a cancel, the issue ends without ``agent-working``, with exactly one
 ending comment naming the cause and the next command, and exactly one
 notification reaches the loopback apprise ``json://`` receiver.
 
-``told_once`` reads all of that from outside the daemon, so a later case
-(the receiver down during the ending, back after a daemon restart) only has to
-arrange the outage and call it again.
+Every case goes through the harder path: the receiver is down during the
+ending, the daemon marks the notice undelivered, then the daemon restarts with
+the receiver back, and still exactly one notice and one comment result.
+``told_once`` reads all of that from outside the daemon.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import Any
 import pytest
 
 from pipeline.store import Run
+from pipeline.testing.receiver import Receiver
 
+from .conftest import stop_daemon
 from .world import BLOCKED, WORKING, ShipWorld, Tuning, ship_world
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,8 +66,23 @@ def _last(runs: list[Run]) -> Run:
     return max(runs, key=lambda r: r.id)
 
 
+def _back_after_a_restart(world: ShipWorld, run: Run) -> None:
+    """Once the daemon has given up on the notice (receiver down), restart it, receiver back."""
+    world.wait(
+        f"run {run.id}'s notice is marked undelivered",
+        lambda runs: any(r.id == run.id and r.notifications_undelivered for r in runs),
+        timeout_s=60,
+    )
+    assert world.receiver.received == []
+    stop_daemon(world.daemons[-1])
+    world.receiver = Receiver(port=world.receiver.port)
+    world.start()
+
+
 def told_once(world: ShipWorld, number: int, run: Run) -> Told:
-    """The issue's ending comment and the one notification, once both have happened."""
+    """The issue's ending comment and the one notification, once both have happened, the
+    notification through a receiver that was down at the ending and a daemon restart."""
+    _back_after_a_restart(world, run)
     slug = world.repos["web"].slug
     marker = f"afk-pipeline:run={run.id}:ended"
     world.wait_event(run.id, "notify: ", timeout_s=60)
@@ -85,12 +103,14 @@ MakeWorld = Callable[..., ShipWorld]
 def make_world(
     tmp_path: Path, cli_env: dict[str, str], engine_url: str | None
 ) -> Iterator[MakeWorld]:
-    """Builds the test's world on the test's engine; closes it afterwards."""
+    """Builds the test's world on the test's engine, its receiver down; closes it afterwards."""
     with ExitStack() as stack:
 
         def build(tuning: Tuning | None = None, **kw: Any) -> ShipWorld:
             tuning = replace(tuning or Tuning(), database_url=engine_url)
-            return stack.enter_context(ship_world(tmp_path, cli_env, tuning=tuning, **kw))
+            world = stack.enter_context(ship_world(tmp_path, cli_env, tuning=tuning, **kw))
+            world.receiver.close()  # down during the ending; told_once brings it back
+            return world
 
         yield build
 
