@@ -21,7 +21,7 @@ from pydantic_core import ErrorDetails
 
 from pipeline.config.build import build
 from pipeline.config.models import ConfigFile
-from pipeline.config.settings import Settings
+from pipeline.config.settings import Settings, default_data_dir
 from pipeline.core.errors import ConfigError
 
 DEFAULTS_SOURCE = "<built-in defaults>"
@@ -117,7 +117,7 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     except ValidationError as exc:
         raise ConfigError([_line(error, source, applied) for error in exc.errors()]) from None
     problems: list[tuple[str, str]] = []
-    settings = build(file, path, _data_dir(env), problems)
+    settings = build(file, path, default_data_dir(env), problems)
     if problems:
         raise ConfigError([f"{source}:{key}: {message}" for key, message in problems])
     return settings
@@ -140,13 +140,6 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}:{where}: invalid TOML: {message}") from None
     except RecursionError:
         raise ConfigError(f"{path}: invalid TOML: values nested too deeply") from None
-
-
-def _data_dir(env: Mapping[str, str]) -> Path:
-    if env.get("PIPELINE_DATA_DIR"):
-        return Path(env["PIPELINE_DATA_DIR"])
-    xdg = env.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "afk-pipeline"
 
 
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[tuple[str, ...], str]:
@@ -229,20 +222,8 @@ def describe_value(value: object) -> str:
     """Name a TOML value's type and show it, for "got ..." in messages."""
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
-    names = {int: "integer", float: "float", str: "string"}
-    if type(value) in names:
-        return (
-            f"{names[type(value)]} {value!r}"
-            if isinstance(value, str)
-            else f"{names[type(value)]} {value}"
-        )
-    return (
-        "an array"
-        if isinstance(value, list)
-        else "a table"
-        if isinstance(value, dict)
-        else repr(value)
-    )
+    shown = {int: "integer {}", float: "float {}", str: "string {!r}", list: "an array"}
+    return shown.get(type(value), "a table" if isinstance(value, dict) else "{!r}").format(value)
 
 
 def suggest(value: str, choices: Sequence[str]) -> str:

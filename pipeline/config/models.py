@@ -68,18 +68,14 @@ class Workspace(Table):
 
 
 class Http(Table):
-    listen: (
-        Annotated[str, v.check(v.parse_listen, "must be host:port with a port 0-65535")] | None
-    ) = None
+    listen: v.Listen | None = None
     api_token_env: v.EnvName | None = None
     api_token_file: v.FilePath | None = None
     read_token_env: v.EnvName | None = None
     read_token_file: v.FilePath | None = None
     public_url: v.HttpUrl | None = None
     allowed_hosts: list[str] | None = None
-    webhook_listen: (
-        Annotated[str, v.check(v.parse_listen, "must be host:port with a port 0-65535")] | None
-    ) = None
+    webhook_listen: v.Listen | None = None
     max_webhook_body_bytes: v.Size | None = None
 
 

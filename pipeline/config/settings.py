@@ -10,6 +10,7 @@ value it resolves to is registered for masking (``pipeline.core.masking``).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,18 +19,17 @@ from pipeline.core.masking import register_secret
 DEFAULT_KEEP_DIRS: tuple[str, ...] = (".venv", "node_modules", "target", ".gradle", "vendor/bundle")
 
 
-def default_data_dir() -> Path:
+def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where history and the volume live when nothing says otherwise.
 
     ``$PIPELINE_DATA_DIR``, else ``$XDG_DATA_HOME/afk-pipeline``, else
     ``~/.local/share/afk-pipeline``.
     """
-    explicit = os.environ.get("PIPELINE_DATA_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "share"
-    return base / "afk-pipeline"
+    env = os.environ if env is None else env
+    if env.get("PIPELINE_DATA_DIR"):
+        return Path(env["PIPELINE_DATA_DIR"])
+    xdg = env.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "afk-pipeline"
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,7 @@ RepoId = Annotated[
     BeforeValidator(lambda v: str(v) if type(v) is int else v),
     WithJsonSchema({"type": ["string", "integer"]}),
 ]
+Listen = Annotated[str, check(parse_listen, "must be host:port with a port 0-65535")]
 HttpUrl = Annotated[str, check(_http_url, "must be a https or http URL with a host")]
 Relative = Annotated[
     str,
