@@ -26,7 +26,7 @@ from pipeline.run.lifecycle import Lifecycle
 from pipeline.store import IssueSnapshot, SeenIssue
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
-from pipeline.trackers.base import Tracker, TrackerIssue
+from pipeline.trackers.base import LabelMark, Tracker, TrackerIssue
 from pipeline.trackers.webhooks import WebhookPayloadError, parse_event, verify
 
 log = logging.getLogger(__name__)
@@ -74,8 +74,6 @@ class Intake:
         lifecycle: Lifecycle,
         *,
         clock: Callable[[], float] = time.monotonic,
-        on_poll_error: Callable[[str], None] | None = None,
-        on_webhook_rejected: Callable[[str, str], None] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -92,8 +90,9 @@ class Intake:
         # tracker (not overall, so a tracker that hangs until its timeout holds no other).
         self._poll_locks = {name: threading.Lock() for name in trackers}
         self.metrics = IntakeMetrics()
-        self.on_poll_error = on_poll_error
-        self.on_webhook_rejected = on_webhook_rejected
+        # Set by whoever counts them (the HTTP server's metrics).
+        self.on_poll_error: Callable[[str], None] | None = None
+        self.on_webhook_rejected: Callable[[str, str], None] | None = None
 
     def repos_of(self, tracker: str) -> list[RepoSettings]:
         return [r for r in self.settings.repos if r.tracker == tracker]
@@ -222,24 +221,7 @@ class Intake:
             log.info("%s#%s: ready label from untrusted %s ignored", repo.name, issue.number, actor)
             self.lifecycle.untrusted(repo, issue.number, actor)
             return None
-        record = self.store.upsert_issue(
-            repo.name,
-            SeenIssue(
-                tracker=repo.tracker,
-                number=issue.number,
-                title=issue.title,
-                author=issue.author,
-                url=issue.url,
-                external_id=issue.external_id,
-                labeller=actor,
-                remote_updated_at=issue.updated_at,
-                # What the trusted label vouched for, kept the first time it is seen (see
-                # pipeline.intake.issue_text): later polls and edits never overwrite it.
-                snapshot=IssueSnapshot(
-                    issue.title, issue.body, mark.at if mark else None, issue.updated_at
-                ),
-            ),
-        )
+        record = self.store.upsert_issue(repo.name, _seen(repo, issue, actor, mark))
         options = EnqueueOptions(
             issue_id=record.id,
             max_attempts=self.settings.scheduler.max_attempts,
@@ -309,6 +291,25 @@ class Intake:
         if self.on_webhook_rejected is not None:
             self.on_webhook_rejected(tracker, reason)
         return status, {"error": reason}
+
+
+def _seen(repo: RepoSettings, issue: TrackerIssue, actor: str, mark: LabelMark | None) -> SeenIssue:
+    """The issue as intake records it when a trusted actor's ready label is accepted."""
+    return SeenIssue(
+        tracker=repo.tracker,
+        number=issue.number,
+        title=issue.title,
+        author=issue.author,
+        url=issue.url,
+        external_id=issue.external_id,
+        labeller=actor,
+        remote_updated_at=issue.updated_at,
+        # What the trusted label vouched for, kept the first time it is seen (see
+        # pipeline.intake.issue_text): later polls and edits never overwrite it.
+        snapshot=IssueSnapshot(
+            issue.title, issue.body, mark.at if mark else None, issue.updated_at
+        ),
+    )
 
 
 class _Lazy(Generic[T]):

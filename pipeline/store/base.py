@@ -65,13 +65,14 @@ class StoreBase:
     @staticmethod
     def _append_event(
         conn: Connection,
-        run_id: int,
-        attempt: int,
+        run: tuple[int, int],
         kind: str,
         message: str,
         data: Mapping[str, object] | None = None,
         now: datetime | None = None,
     ) -> None:
+        """Add an event to the timeline of ``run`` (its id and attempt) in this transaction."""
+        run_id, attempt = run
         conn.execute(
             insert(RunEventRow).values(
                 run_id=run_id,

@@ -167,8 +167,7 @@ class ClaimMixin(StoreBase):
                 run_id, attempt = taken
                 self._append_event(
                     conn,
-                    run_id,
-                    attempt,
+                    (run_id, attempt),
                     "claimed",
                     f"claimed by {owner} (attempt {attempt})",
                     {"owner": owner, "attempt": attempt},
@@ -263,8 +262,7 @@ class ClaimMixin(StoreBase):
             message = f"lease of {owner} expired: {values['state']}"
             self._append_event(
                 conn,
-                run_id,
-                attempt,
+                (run_id, attempt),
                 "state",
                 message,
                 {"state": values["state"], "owner": owner, "sweep": True},
@@ -282,8 +280,7 @@ class ClaimMixin(StoreBase):
             report.requeued.append(int(run_id))
             self._append_event(
                 conn,
-                run_id,
-                attempt,
+                (run_id, attempt),
                 "state",
                 "back in the queue",
                 {"state": "queued", "sweep": True},

@@ -126,7 +126,7 @@ class FencedMixin(StoreBase):
                 conn, run_id, owner, attempt, {"state": to_state, "updated_at": now, **fields}
             )
             self._append_event(
-                conn, run_id, attempt, "state", message or to_state, {"state": to_state}, now
+                conn, (run_id, attempt), "state", message or to_state, {"state": to_state}, now
             )
             return read_run(conn, run_id)
 
@@ -153,7 +153,7 @@ class FencedMixin(StoreBase):
         with self._write() as conn:
             now = db_now(conn)
             self._fenced_update(conn, run_id, owner, attempt, {"updated_at": now})
-            self._append_event(conn, run_id, attempt, kind, message, data, now)
+            self._append_event(conn, (run_id, attempt), kind, message, data, now)
 
     @staticmethod
     def _fenced_update(
@@ -191,8 +191,7 @@ class FencedMixin(StoreBase):
             message = state if error is None else f"{state}: {error}"
             self._append_event(
                 conn,
-                run_id,
-                attempt,
+                (run_id, attempt),
                 "state",
                 message,
                 {"state": state, "error_class": error_class},
@@ -220,5 +219,5 @@ class FencedMixin(StoreBase):
                 "error_class": error_class,
                 "delay_s": round(delay_s, 3),
             }
-            self._append_event(conn, run_id, attempt, "state", f"{said}: {error}", data, now)
+            self._append_event(conn, (run_id, attempt), "state", f"{said}: {error}", data, now)
             return read_run(conn, run_id)

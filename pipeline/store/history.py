@@ -144,7 +144,7 @@ class HistoryMixin(StoreBase):
         """
         with self._write() as conn:
             attempt = self._run_attempt(conn, run_id)
-            self._append_event(conn, run_id, attempt, kind, message, data)
+            self._append_event(conn, (run_id, attempt), kind, message, data)
 
     def list_repos(self) -> list[Repo]:
         with self._read() as conn:

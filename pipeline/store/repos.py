@@ -193,7 +193,7 @@ class ReposMixin(StoreBase):
         if run_id is None:
             return
         attempt = self._run_attempt(conn, run_id)
-        self._append_event(conn, run_id, attempt, "repo", message, data, now)
+        self._append_event(conn, (run_id, attempt), "repo", message, data, now)
 
     def add_escalation(self, repo: str, reason: str, detail: str, run_id: int | None = None) -> int:
         with self._write() as conn:

@@ -165,7 +165,7 @@ class RunsMixin(StoreBase):
             .returning(RunRow.id)
         ).scalar_one()
         data = {k: v for k, v in values.items() if v is not None}
-        self._append_event(conn, run_id, 0, "queued", message, data, now)
+        self._append_event(conn, (run_id, 0), "queued", message, data, now)
         return int(run_id)
 
     @staticmethod
@@ -204,14 +204,14 @@ class RunsMixin(StoreBase):
             .values(**ended_values("cancelled", now), error_class="cancelled", error=said)
         )
         data = {"state": "cancelled", "by": by}
-        self._append_event(conn, run.id, run.attempt, "state", said, data, now)
+        self._append_event(conn, (run.id, run.attempt), "state", said, data, now)
 
     def _flag_cancel(self, conn: Connection, run: Run, by: str, now: datetime) -> None:
         conn.execute(
             update(RunRow).where(RunRow.id == run.id).values(cancel_requested=True, updated_at=now)
         )
         said = f"cancel requested by {by}"
-        self._append_event(conn, run.id, run.attempt, "cancel", said, {"by": by}, now)
+        self._append_event(conn, (run.id, run.attempt), "cancel", said, {"by": by}, now)
 
     def retry_run(self, run_id: int, by: str) -> EnqueueResult:
         """Queue a new run like a failed/escalated/cancelled one (the old run stays as it is)."""
@@ -240,8 +240,7 @@ class RunsMixin(StoreBase):
                 )
                 self._append_event(
                     conn,
-                    run_id,
-                    old.attempt,
+                    (run_id, old.attempt),
                     "retry",
                     f"retried by {by} as run {new_id}",
                     {"new_run": new_id},
