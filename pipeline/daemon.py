@@ -21,6 +21,7 @@ from pipeline.config.settings import AgentPreset, RepoSettings, Settings, defaul
 from pipeline.core.errors import ConfigError
 from pipeline.core.masking import redact_url, register_settings_secrets, settings_secret_refs
 from pipeline.http.links import link_base
+from pipeline.intake.lifecycle import Lifecycle
 from pipeline.intake.service import Intake
 from pipeline.notify.apprise import Notifier
 from pipeline.queue.periodic import Periodic
@@ -28,7 +29,6 @@ from pipeline.queue.scheduler import Scheduler
 from pipeline.run.budget import DailyBudget
 from pipeline.run.endings import Endings
 from pipeline.run.flow import FlowDeps, RunFlow
-from pipeline.run.lifecycle import Lifecycle
 from pipeline.run.recovery import Recovery
 from pipeline.sandbox import (
     NetworkPolicy,

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError, RetryableError
+from pipeline.core.files import remove_tree
 from pipeline.core.proc import StopToken
 from pipeline.core.states import TRAILER
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import DEFAULT_LIMITS, HARDENING, UNTRUSTED, GitLimits, GitResult, GitRunner
 from pipeline.git.util import public_url
-from pipeline.workspace.housekeeping import remove_tree
 
 MIRROR = "mirror.git"
 CHECKOUT = "checkout"

@@ -1,3 +1,3 @@
 """From tracker issues to queued runs: polling, webhooks, trusted authors and sanitised
-issue text.
+issue text; the issue's labels and comments as its run moves (``lifecycle``).
 """

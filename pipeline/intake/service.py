@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
-from pipeline.run.lifecycle import Lifecycle
+from pipeline.intake.lifecycle import Lifecycle
 from pipeline.store import IssueSnapshot, SeenIssue
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull

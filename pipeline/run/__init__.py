@@ -1,3 +1,3 @@
 """One run from claim to verdict: prepare, implement (agent + test gate), conflicts, publish,
-watch, recovery, and the issue's lifecycle.
+watch, recovery; the issue's comments go through ``pipeline.intake.lifecycle``.
 """

@@ -34,6 +34,7 @@ from pipeline.core.states import (
     TIMEOUT_CLASS,
     RunState,
 )
+from pipeline.intake.lifecycle import Lifecycle
 from pipeline.notify.escalation import (
     EndingText,
     Notifies,
@@ -41,7 +42,6 @@ from pipeline.notify.escalation import (
     ending_message,
     next_step,
 )
-from pipeline.run.lifecycle import Lifecycle
 from pipeline.run.recovery import Recovery
 from pipeline.store import Run, RunFilter, Store
 

@@ -21,11 +21,11 @@ from pipeline.core.faults import checkpoint
 from pipeline.core.masking import mask
 from pipeline.core.states import Decision, Outcome, Verdict, VerdictState
 from pipeline.intake.issue_text import Snapshot, trusted_issue
+from pipeline.intake.lifecycle import Lifecycle
 from pipeline.queue.worker import RunContext
 from pipeline.run.budget import Spend, SpendLedger
 from pipeline.run.conflicts import ConflictResolver
 from pipeline.run.implement import ImplementOutcome, IssueInfo, implement, run_test_gate
-from pipeline.run.lifecycle import Lifecycle
 from pipeline.run.publish import PublishHooks, PublishOptions, find_pushed, publish
 from pipeline.run.recovery import Recovery
 from pipeline.run.scope import RunScope, WorktreeLease

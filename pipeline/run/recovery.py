@@ -29,7 +29,7 @@ from pipeline.core.states import (
 )
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
-from pipeline.run.lifecycle import Lifecycle
+from pipeline.intake.lifecycle import Lifecycle
 from pipeline.run.scope import RunScope
 from pipeline.store import EnqueueOptions, Run, Store
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from pipeline.config.settings import RepoSettings, SecretRef, Settings, TrackerSettings
+from pipeline.intake.lifecycle import Lifecycle
 from pipeline.intake.service import Intake
-from pipeline.run.lifecycle import Lifecycle
 from pipeline.store import Run, RunFilter, Store
 from pipeline.testing.clock import ManualClock
 from pipeline.testing.forges.base import FakeForge

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.core.errors import FatalError
+from pipeline.core.files import remove_tree
 from pipeline.core.masking import mask_data
 from pipeline.git.mirror import checkout_repo
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
-from pipeline.workspace.housekeeping import remove_tree
 from pipeline.workspace.prepared import PreparedWorkspace
 
 MANIFEST = "manifest.json"

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError
+from pipeline.core.files import remove_tree
 from pipeline.core.proc import StopToken
 from pipeline.git.mirror import Mirror
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
-from pipeline.workspace.housekeeping import remove_tree
 
 CLONE_CONFIG = "clone.gitconfig"
 

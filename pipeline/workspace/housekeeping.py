@@ -14,7 +14,6 @@ deleted one would look present and be broken.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from pipeline.config.settings import WorkspaceSettings
 from pipeline.core.errors import ConfigError
+from pipeline.core.files import remove_tree
 from pipeline.git.run import GitRunner
 
 # Directories that are one unit of eviction, as glob patterns relative to <volume>/cache.
@@ -212,18 +212,6 @@ def evict_volume(
     report.evicted_bytes += freed
     report.usage_after = volume_usage(volume, settings.capacity_bytes)
     return report
-
-
-def remove_tree(path: Path) -> None:
-    """Delete a file or directory, including read-only ones (the Go module cache)."""
-    if path.is_symlink() or not path.is_dir():
-        path.unlink(missing_ok=True)
-        return
-    for dirpath, _dirnames, _files in os.walk(path):
-        mode = os.lstat(dirpath).st_mode
-        if mode & stat.S_IRWXU != stat.S_IRWXU:
-            os.chmod(dirpath, mode | stat.S_IRWXU)
-    shutil.rmtree(path)
 
 
 def _remove_empty_dirs(root: Path) -> None:

@@ -14,11 +14,11 @@ from pathlib import Path
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
+from pipeline.core.files import remove_tree
 from pipeline.core.proc import kill_stragglers
 from pipeline.git.mirror import checkout_repo
 from pipeline.git.run import GitLimits, GitRunner
 from pipeline.workspace.gitcrypt import save_kept
-from pipeline.workspace.housekeeping import remove_tree
 from pipeline.workspace.slots import SLOT_PREFIX, clean_slot, registered, slot_tree
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError
+from pipeline.core.files import remove_tree
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
 from pipeline.workspace.gitcrypt import restore_kept, save_kept
-from pipeline.workspace.housekeeping import remove_tree
 
 SLOT_PREFIX = "slot-"
 

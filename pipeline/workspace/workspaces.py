@@ -29,6 +29,7 @@ from pathlib import Path
 from pipeline.config.settings import RepoSettings, WorkspaceSettings
 from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
+from pipeline.core.files import remove_tree
 from pipeline.core.proc import StopToken
 from pipeline.git.mirror import MIRROR, Mirror, checkout_repo
 from pipeline.git.repo import GitRepo
@@ -48,7 +49,6 @@ from pipeline.workspace.housekeeping import (
     HousekeepingReport,
     check_volume,
     evict_volume,
-    remove_tree,
     tidy_repo,
 )
 from pipeline.workspace.locks import RepoLocks

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from pipeline.config.settings import RepoSettings, SecretRef, Settings, TrackerSettings
 from pipeline.core.errors import FatalError
+from pipeline.intake.lifecycle import Lifecycle
 from pipeline.intake.service import Intake
-from pipeline.run.lifecycle import Lifecycle
 from pipeline.store import Store
 from pipeline.trackers.webhooks import sign_gitea, sign_github
 

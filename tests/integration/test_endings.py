@@ -11,8 +11,8 @@ import pytest
 
 from pipeline.config.settings import RepoSettings, Settings, TrackerSettings
 from pipeline.core.events import EventSink
+from pipeline.intake.lifecycle import Lifecycle
 from pipeline.run.endings import Endings
-from pipeline.run.lifecycle import Lifecycle
 from pipeline.run.recovery import Recovery
 from pipeline.store import EnqueueOptions, Run, SeenIssue, Store
 from pipeline.trackers.local import LocalTracker

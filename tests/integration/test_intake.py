@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.run.lifecycle import marker
+from pipeline.intake.lifecycle import marker
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.core.events import NullSink
 from pipeline.core.masking import register_secret
-from pipeline.run.lifecycle import marker
+from pipeline.intake.lifecycle import marker
 from pipeline.store import Run
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld

@@ -16,8 +16,8 @@ from pipeline.core.states import (
     Verdict,
     VerdictState,
 )
+from pipeline.intake.lifecycle import Lifecycle
 from pipeline.run.budget import SpendLedger
-from pipeline.run.lifecycle import Lifecycle
 from pipeline.run.recovery import Recovery
 from pipeline.run.scope import RunScope
 from pipeline.store import EnqueueOptions, Run, Store

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pipeline.config.settings import RepoSettings, Settings, TrackerSettings
 from pipeline.core.errors import PipelineError
+from pipeline.intake.lifecycle import Lifecycle, marker
 from pipeline.intake.service import Intake
-from pipeline.run.lifecycle import Lifecycle, marker
 from pipeline.store import Store
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.base import FakeForge

@@ -30,12 +30,7 @@ KNOWN_OVERSIZE: frozenset[str] = frozenset()
 
 # Package-level imports that point against the arrows (each closes a cycle between
 # subpackages). Like KNOWN_OVERSIZE, this set must only shrink.
-KNOWN_BACK_EDGES: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("pipeline.git", "pipeline.workspace"),  # git.mirror uses workspace.housekeeping
-        ("pipeline.intake", "pipeline.run"),  # intake.service uses run.lifecycle
-    }
-)
+KNOWN_BACK_EDGES: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

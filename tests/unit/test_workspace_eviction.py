@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pipeline.workspace.housekeeping import cache_units, disk_usage, evict_caches, remove_tree
+from pipeline.core.files import remove_tree
+from pipeline.workspace.housekeeping import cache_units, disk_usage, evict_caches
 
 
 def put(path: Path, size: int, when: float, atime: float | None = None) -> Path:
