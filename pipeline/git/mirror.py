@@ -266,12 +266,15 @@ def find_pushed(mirror: Path, ref: str, run_id: int) -> str | None:
     result = GitRunner(GitRepo.mirror(mirror)).run(
         "log", f"-n{SEARCH_DEPTH}", f"--format={fmt}", ref, "--"
     )
-    if not result.ok:
-        return None
-    for sha, values in _trailer_lines(result.stdout):
-        if str(run_id) in values:
-            return sha
-    return None
+    return pushed_in(result.stdout, run_id) if result.ok else None
+
+
+def pushed_in(log: str, run_id: int) -> str | None:
+    """The first commit of ``log`` whose ``Afk-Run`` trailer names run ``run_id``.
+
+    ``log`` holds ``%H%x09%(trailers:...,separator=%x2C)`` lines, newest first.
+    """
+    return next((sha for sha, values in _trailer_lines(log) if str(run_id) in values), None)
 
 
 def _trailer_lines(text: str) -> list[tuple[str, set[str]]]:

@@ -18,7 +18,6 @@ the default branch; ``--force-with-lease`` is used only on the run's own
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +27,15 @@ from pipeline.core.states import TRAILER
 from pipeline.git.commits import Git
 from pipeline.git.mirror import Mirror, find_pushed
 from pipeline.git.run import DEFAULT_LIMITS, GitLimits, GitResult
+from pipeline.run.publish_rules import (
+    Integration,
+    PushFailure,
+    carries_run,
+    conflict_resolved,
+    hand_conflict_to_agent,
+    integration,
+    push_failure,
+)
 from pipeline.run.scope import RunScope
 
 __all__ = ["TRAILER", "PublishHooks", "PublishOptions", "PublishResult", "find_pushed", "publish"]
@@ -152,7 +160,7 @@ class _Publisher:
         log = self.git_ok(
             "log", f"--format=%(trailers:key={TRAILER},valueonly)", f"{self.base}..HEAD"
         )
-        if str(self.run_id) not in log.split():
+        if not carries_run(log, self.run_id):
             raise FatalError(
                 "missing_trailer",
                 f"run {self.run_id}: no commit in "
@@ -166,9 +174,10 @@ class _Publisher:
         The SHA to publish is HEAD right after the rebase: what the re-test ran on.
         """
         target = self.target
-        if target == self.base:
+        step = integration(self.base, target, target_in_head=self.is_ancestor(target, "HEAD"))
+        if step is Integration.AS_TESTED:
             return
-        if not self.is_ancestor(target, "HEAD"):
+        if step is Integration.REBASE:
             self.rebase_onto(target)
         self.head = self.rev("HEAD")
         self.event(
@@ -188,16 +197,18 @@ class _Publisher:
             description = self.conflict_text(target, conflicts)
             self.event("rebase conflict", files=conflicts, onto=target)
             allowed = self.push_settings.conflict_agent_attempts
-            if self.resolve_conflict is None or attempts >= allowed:
+            resolver = self.resolve_conflict
+            present = resolver is not None
+            if not hand_conflict_to_agent(attempts, allowed, has_resolver=present) or not resolver:
                 raise EscalationError("conflict", description + self.human_steps())
             attempts += 1
-            resolved = self.resolve_conflict(description)
+            resolved = resolver(description)
             self.event(
                 f"conflict handed to the agent (attempt {attempts}/{allowed}): "
                 f"{'resolved' if resolved else 'not resolved'}",
                 resolved=resolved,
             )
-            if resolved and self.is_ancestor(target, "HEAD"):
+            if conflict_resolved(resolved, target_in_head=self.is_ancestor(target, "HEAD")):
                 return
             self.git("rebase", "--abort")  # a rebase the agent left half done, if any
 
@@ -258,11 +269,10 @@ class _Publisher:
         return sha
 
     def classify_push_failure(self, result: GitResult) -> None:
-        text = f"{result.stdout}\n{result.stderr}"
-        tail = result.tail()
-        if re.search(r"\[rejected\].*(fetch first|non-fast-forward|stale info)", text):
+        failure, tail = push_failure(f"{result.stdout}\n{result.stderr}"), result.tail()
+        if failure is PushFailure.RACE:
             raise _PushRace(tail)
-        if "[remote rejected]" in text:
+        if failure is PushFailure.REJECTED:
             raise EscalationError(
                 "push_rejected",
                 f"the remote refused the push of run {self.run_id}: {tail}" + self.human_steps(),

@@ -1,0 +1,60 @@
+"""What publish decides, as pure functions of what it has seen: no git, no remote.
+
+``pipeline.run.publish`` gathers the facts (SHAs, ancestry, git's output) and
+acts on these answers, so each rule is checked on its own in fast tests.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+
+class Integration(Enum):
+    """How the run's branch meets the remote's default branch before a push."""
+
+    AS_TESTED = "as_tested"  # the remote has not moved: push what the implement phase tested
+    RETEST = "retest"  # the remote moved, the branch already holds it: test again, no rebase
+    REBASE = "rebase"  # rebase onto the remote, then test again
+
+
+def integration(base: str, target: str, *, target_in_head: bool) -> Integration:
+    """``base``: the SHA the run's commits sit on; ``target``: the remote's branch now."""
+    if target == base:
+        return Integration.AS_TESTED
+    return Integration.RETEST if target_in_head else Integration.REBASE
+
+
+def hand_conflict_to_agent(attempts: int, allowed: int, *, has_resolver: bool) -> bool:
+    """True when a rebase conflict goes to the resolver again; False: escalate to a human."""
+    return has_resolver and attempts < allowed
+
+
+def conflict_resolved(resolved: bool, *, target_in_head: bool) -> bool:
+    """The resolver's word counts only when the branch really sits on the remote's SHA."""
+    return resolved and target_in_head
+
+
+def carries_run(trailer_values: str, run_id: int) -> bool:
+    """Whether ``Afk-Run`` trailer values (whitespace-separated) name run ``run_id``."""
+    return str(run_id) in trailer_values.split()
+
+
+class PushFailure(Enum):
+    """What a failed push means."""
+
+    RACE = "race"  # the remote moved under the push: fetch, integrate, push again
+    REJECTED = "rejected"  # the remote refused it (a hook, a protected branch): a human decides
+    TRANSIENT = "transient"  # the network or the server: retry the run later
+
+
+_RACE = re.compile(r"\[rejected\].*(fetch first|non-fast-forward|stale info)")
+
+
+def push_failure(output: str) -> PushFailure:
+    """Classify a failed ``git push`` from its output (stdout and stderr)."""
+    if _RACE.search(output):
+        return PushFailure.RACE
+    if "[remote rejected]" in output:
+        return PushFailure.REJECTED
+    return PushFailure.TRANSIENT
