@@ -12,12 +12,14 @@ right after removes nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, delete, exists, func, not_, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 
 from pipeline.store.base import StoreBase
@@ -33,8 +35,10 @@ from pipeline.store.models import (
 )
 from pipeline.store.records import Run
 
+log = logging.getLogger(__name__)
+
 RUN_BATCH = 100
-EVENT_BATCH = 5000
+EVENT_BATCH = 2000
 EXPORT_PAGE = 500
 
 
@@ -147,18 +151,54 @@ class RetentionMixin(StoreBase):
             )
 
     def _prune_runs(self, cutoff: datetime, progress: Progress | None) -> PruneReport:
-        """Whole runs, newest first, so a fix-forward goes before the parent it names."""
+        """Whole runs, newest first, so a fix-forward goes before the parent it names.
+
+        Candidates are read without a lock; each write transaction then deletes at
+        most ``EVENT_BATCH`` events, or the batch's rows once their events are gone,
+        re-checking that each run may still go.
+        """
         report = PruneReport()
+        with self._read() as conn:
+            kept = {int(i) for i in conn.execute(_kept_ancestors(cutoff)).scalars()}
         below: int | None = None
         while True:
+            with self._read() as conn:
+                fetched = _next_runs(conn, cutoff, below)
+            if not fetched:
+                return report
+            below = fetched[-1]
+            ids = [i for i in fetched if i not in kept]
+            if ids:
+                report = self._delete_runs(ids, cutoff, report, progress)
+
+    def _delete_runs(
+        self, ids: list[int], cutoff: datetime, report: PruneReport, progress: Progress | None
+    ) -> PruneReport:
+        while True:
             with self._write() as conn:
-                ids = _next_runs(conn, cutoff, below)
-                if not ids:
-                    return report
-                report = _delete_runs(conn, ids, report)
-            below = ids[-1]
+                events = (
+                    select(RunEventRow.id)
+                    .where(RunEventRow.run_id.in_(ids), _event_of(_run_prunable(cutoff)))
+                    .limit(EVENT_BATCH)
+                )
+                gone = _delete_events(conn, list(conn.execute(events).scalars()))
+            report = replace(report, events=report.events + gone)
+            if not gone:
+                break
             if progress is not None:
                 progress(report)
+        try:
+            with self._write() as conn:
+                doomed = select(RunRow.id).where(RunRow.id.in_(ids), _run_prunable(cutoff))
+                doomed_ids = [int(i) for i in conn.execute(doomed).scalars()]
+                report = _delete_rows(conn, doomed_ids, report)
+        except IntegrityError:
+            # A run created since the ancestors were read names one of these as its
+            # parent: this batch stays (rolled back whole), the next prune sees it.
+            log.warning("history: runs %s-%s gained a child while pruning; kept", ids[-1], ids[0])
+        if progress is not None:
+            progress(report)
+        return report
 
     def _prune_events(
         self, cutoff: datetime, report: PruneReport, progress: Progress | None
@@ -166,20 +206,24 @@ class RetentionMixin(StoreBase):
         """The timelines of runs kept without them, oldest event first."""
         after = 0
         while True:
-            with self._write() as conn:
-                query = (
-                    select(RunEventRow.id)
-                    .join(RunRow, RunRow.id == RunEventRow.run_id)
-                    .where(RunEventRow.id > after, _ended_before(cutoff))
-                    .order_by(RunEventRow.id)
-                    .limit(EVENT_BATCH)
-                )
+            query = (
+                select(RunEventRow.id)
+                .join(RunRow, RunRow.id == RunEventRow.run_id)
+                .where(RunEventRow.id > after, _ended_before(cutoff))
+                .order_by(RunEventRow.id)
+                .limit(EVENT_BATCH)
+            )
+            with self._read() as conn:
                 ids = list(conn.execute(query).scalars())
-                if not ids:
-                    return report
-                gone = conn.execute(delete(RunEventRow).where(RunEventRow.id.in_(ids))).rowcount
+            if not ids:
+                return report
+            with self._write() as conn:
+                rechecked = select(RunEventRow.id).where(
+                    RunEventRow.id.in_(ids), _event_of(_ended_before(cutoff))
+                )
+                gone = _delete_events(conn, list(conn.execute(rechecked).scalars()))
             after = ids[-1]
-            report = replace(report, events=report.events + int(gone))
+            report = replace(report, events=report.events + gone)
             if progress is not None:
                 progress(report)
 
@@ -201,10 +245,13 @@ class RetentionMixin(StoreBase):
             after = page[-1].id
 
 
+def _event_of(runs: Any) -> Any:
+    """Events whose run matches ``runs`` (checked per event, by primary key)."""
+    return exists().where(RunRow.id == RunEventRow.run_id, runs)
+
+
 def _next_runs(conn: Connection, cutoff: datetime, below: int | None) -> list[int]:
-    query = select(RunRow.id).where(
-        _run_prunable(cutoff), RunRow.id.not_in(_kept_ancestors(cutoff))
-    )
+    query = select(RunRow.id).where(_run_prunable(cutoff))
     if below is not None:
         query = query.where(RunRow.id < below)
     return [
@@ -212,7 +259,16 @@ def _next_runs(conn: Connection, cutoff: datetime, below: int | None) -> list[in
     ]
 
 
-def _delete_runs(conn: Connection, ids: list[int], report: PruneReport) -> PruneReport:
+def _delete_events(conn: Connection, ids: list[int]) -> int:
+    if not ids:
+        return 0
+    return int(conn.execute(delete(RunEventRow).where(RunEventRow.id.in_(ids))).rowcount)
+
+
+def _delete_rows(conn: Connection, ids: list[int], report: PruneReport) -> PruneReport:
+    """The runs ``ids`` with their notifications and any event written since."""
+    if not ids:
+        return report
     notes = conn.execute(delete(NotificationRow).where(NotificationRow.run_id.in_(ids))).rowcount
     events = conn.execute(delete(RunEventRow).where(RunEventRow.run_id.in_(ids))).rowcount
     runs = conn.execute(delete(RunRow).where(RunRow.id.in_(ids))).rowcount
