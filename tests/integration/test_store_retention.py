@@ -21,7 +21,8 @@ import pytest
 from sqlalchemy import func, insert, select, text
 
 from pipeline.cli.main import main
-from pipeline.store import Store
+from pipeline.store import PruneReport, RetentionPolicy, Store
+from pipeline.store import retention as store_retention
 from pipeline.store.models import EscalationRow, NotificationRow, RunEventRow, RunRow
 from pipeline.testing.configs import write_config
 
@@ -206,3 +207,32 @@ def test_prune_refuses_a_policy_that_keeps_events_longer_than_runs(
     assert code == 2
     assert "keep_events_days (100) must not exceed keep_runs_days (50)" in err
     assert _counts(store) == before
+
+
+def test_a_run_gaining_a_child_mid_prune_keeps_its_batch_until_the_next_prune(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A child queued for an old run mid-prune: that batch stays, the next prune decides."""
+    monkeypatch.setattr(store_retention, "RUN_BATCH", 5)
+    world = seed(store, 30, 2)
+    parent = PRUNED_PAIR[0]
+    child = 2 * world.n + 1
+
+    def queue_child(report: PruneReport) -> None:
+        if child in _counts(store):
+            return
+        now = store.now()
+        row = {"id": child, "repo_id": 1, "run_after": now, "created_at": now, "updated_at": now}
+        with store.engine.begin() as conn:
+            conn.execute(insert(RunRow), [row | {"parent_id": parent, "state": "queued"}])
+
+    policy = RetentionPolicy(KEEP_EVENTS_DAYS, KEEP_RUNS_DAYS)
+    first = store.prune_history(policy, progress=queue_child)
+    assert parent in _counts(store) and "gained a child while pruning" in caplog.text
+    second = store.prune_history(policy)
+    remaining = _counts(store)
+    assert parent in remaining and child in remaining
+    old_left = {i for i in remaining if i <= world.n}
+    assert old_left == world.kept_whole | world.kept_rows | {parent}
+    assert first.runs + second.runs == world.n - 7 - 1
+    assert store.prune_history(policy).removed_anything is False
