@@ -38,7 +38,7 @@ from pipeline.sandbox import (
     build_sandbox,
 )
 from pipeline.sandbox.jail import Jailer
-from pipeline.store import RunFilter, Store
+from pipeline.store import RetentionPolicy, RunFilter, Store
 from pipeline.store.models import BUSY_STATES
 from pipeline.trackers import build_tracker
 from pipeline.trackers.base import Tracker
@@ -213,11 +213,29 @@ class Daemon:
             self.settings.workspace.housekeeping_interval_s,
         )
         self.periodic.add("endings", self.endings.sweep, self.settings.scheduler.sweep_interval_s)
+        self.periodic.add(
+            "retention", self.prune_history, self.settings.workspace.housekeeping_interval_s
+        )
         if self.http_enabled:
             self._start_http()
         self.scheduler.start()
         self.periodic.start()
         self.notifier.start()
+
+    def prune_history(self) -> None:
+        """Apply the ``[history]`` retention policy (batched; a no-op when nothing is old)."""
+        keep = self.settings.history
+        policy = RetentionPolicy(keep.keep_events_days, keep.keep_runs_days)
+        report = self.store.prune_history(policy)
+        if report.removed_anything:
+            log.info(
+                "history: pruned %d runs, %d events, %d notifications (retention %d/%d days)",
+                report.runs,
+                report.events,
+                report.notifications,
+                policy.keep_events_days,
+                policy.keep_runs_days,
+            )
 
     def _poller(self, name: str) -> Callable[[], object]:
         return lambda: self.intake.poll(name)

@@ -33,8 +33,8 @@ KINDS = ("issue", "fix_forward", "manual")
 FOLLOW_POLL_S = 0.5
 
 
-def since(value: str | None) -> datetime | None:
-    """``--since`` as an ISO time or a relative age like ``30m``, ``2h``, ``7d``."""
+def since(value: str | None, flag: str = "--since") -> datetime | None:
+    """``--since`` (or ``flag``) as an ISO time or a relative age like ``30m``, ``2h``, ``7d``."""
     if not value:
         return None
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -45,7 +45,7 @@ def since(value: str | None) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise CliError(
-            f"--since: expected an ISO time or an age like 2h or 7d, got {value!r}"
+            f"{flag}: expected an ISO time or an age like 2h or 7d, got {value!r}"
         ) from None
     if parsed.tzinfo is not None:
         parsed = parsed.astimezone(UTC).replace(tzinfo=None)

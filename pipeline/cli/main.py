@@ -19,6 +19,7 @@ from pipeline import __version__
 from pipeline.cli import config as cli_config
 from pipeline.cli import history
 from pipeline.cli import ops as cli_ops
+from pipeline.cli import retention as cli_retention
 from pipeline.cli.common import (
     EXIT_FAIL,
     EXIT_OK,
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.register_runs(runs)
     history.register_repos(top)
     cli_ops.register(top, runs)
+    cli_retention.register(db, runs)
     return parser
 
 

@@ -110,6 +110,7 @@ def build(
         http=http,
         notify=fill(s.NotifySettings, file.notify),
         sandbox=fill(s.SandboxSettings, file.sandbox),
+        history=fill(s.HistorySettings, file.history),
         trackers=tuple(trackers.values()),
         agents=tuple(agents.values()),
         repos=tuple(repos),

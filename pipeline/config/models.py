@@ -103,6 +103,18 @@ class Budgets(Table):
     default_daily_usd_per_repo: v.Usd | None = None
 
 
+class History(Table):
+    keep_events_days: Annotated[int, Field(ge=1, le=36500)] | None = None
+    keep_runs_days: Annotated[int, Field(ge=1, le=36500)] | None = None
+
+    @model_validator(mode="after")
+    def _order(self) -> History:
+        events, runs = self.keep_events_days or 90, self.keep_runs_days or 365
+        if events > runs:
+            raise v.keyed("keep_events_days", f"must not exceed keep_runs_days ({runs})")
+        return self
+
+
 class Tracker(Table):
     kind: Literal["github", "gitea", "forgejo", "gitlab", "local"]
     base_url: v.HttpUrl | None = None
@@ -267,6 +279,7 @@ class ConfigFile(Table):
     notify: Notify = Notify()
     sandbox: Sandbox = Sandbox()
     budgets: Budgets = Budgets()
+    history: History = History()
     trackers: dict[v.Text, Tracker] = {}
     agents: dict[v.Text, Agent] = {}
     repos: dict[v.RepoName, Repo] = {}

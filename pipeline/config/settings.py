@@ -95,6 +95,14 @@ class WorkspaceSettings:
     git_stall_s: float = 60.0
 
 
+@dataclass(frozen=True)
+class HistorySettings:
+    """Retention: timelines of runs that ended are kept this long, run rows longer."""
+
+    keep_events_days: int = 90
+    keep_runs_days: int = 365
+
+
 # GitHub caps webhook payloads at 25 MB and does not deliver larger ones.
 DEFAULT_MAX_WEBHOOK_BODY_BYTES = 25 * 1024 * 1024
 
@@ -281,6 +289,7 @@ class Settings:
     repos: tuple[RepoSettings, ...] = ()
     notify: NotifySettings = field(default_factory=NotifySettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    history: HistorySettings = field(default_factory=HistorySettings)
 
     def repo(self, name: str) -> RepoSettings | None:
         return next((r for r in self.repos if r.name == name), None)

@@ -6,7 +6,8 @@ and the API see it through the narrower views of ``pipeline.store.roles``.
 The store decides no policy: priorities, budgets and escalations are the
 callers'. Its parts: ``runs`` (enqueue, cancel, retry), ``fenced`` (a worker's
 lease-checked writes), ``claim`` (claiming, the sweeper), ``history``,
-``repos``, ``issues``, ``outbox`` (notifications until delivered).
+``repos``, ``issues``, ``outbox`` (notifications until delivered), ``retention``
+(pruning old history, exports).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pipeline.store.outbox import (
 )
 from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
 from pipeline.store.repos import ReposMixin, UnknownRepo
+from pipeline.store.retention import PruneReport, RetentionMixin, RetentionPolicy
 from pipeline.store.runs import (
     EnqueueOptions,
     EnqueueResult,
@@ -44,7 +46,16 @@ from pipeline.store.runs import (
 )
 
 
-class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, FencedMixin, ClaimMixin, OutboxMixin):
+class Store(
+    HistoryMixin,
+    ReposMixin,
+    IssuesMixin,
+    RunsMixin,
+    FencedMixin,
+    ClaimMixin,
+    OutboxMixin,
+    RetentionMixin,
+):
     """All domain verbs over one engine."""
 
     def upgrade(self) -> None:
@@ -69,8 +80,10 @@ __all__ = [
     "Notification",
     "NotificationCounts",
     "NotificationDraft",
+    "PruneReport",
     "QueueFull",
     "Repo",
+    "RetentionPolicy",
     "Run",
     "RunEvent",
     "RunFilter",

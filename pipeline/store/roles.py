@@ -7,7 +7,8 @@ written down here, and a fake for one of them needs only its few verbs.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Protocol, Unpack
 
 from pipeline.store.claim import SweepReport
@@ -15,6 +16,7 @@ from pipeline.store.fenced import FinishDetails, Heartbeat
 from pipeline.store.issues import SeenIssue
 from pipeline.store.outbox import NotificationCounts
 from pipeline.store.records import Issue, Repo, Run, RunEvent, RunFilter, Stats
+from pipeline.store.retention import Progress, PruneReport, RetentionPolicy
 from pipeline.store.runs import EnqueueOptions, EnqueueResult
 
 
@@ -134,3 +136,19 @@ class ApiStore(Protocol):
     ) -> bool: ...
 
     def unfreeze_repo(self, name: str, note: str, by: str) -> bool: ...
+
+
+class HistoryKeeperStore(Protocol):
+    """Retention and audits: prune old history in batches, export a time window."""
+
+    def prune_history(
+        self,
+        policy: RetentionPolicy,
+        *,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> PruneReport: ...
+
+    def export_runs(self, since: datetime, until: datetime | None = None) -> Iterator[Run]: ...
+
+    def run_events(self, run_id: int, after_id: int = 0, limit: int = 10_000) -> list[RunEvent]: ...

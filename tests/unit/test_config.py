@@ -18,6 +18,7 @@ from pipeline.config.settings import (
     CiSettings,
     CopyFile,
     DeploySettings,
+    HistorySettings,
     HttpSettings,
     NotifySettings,
     ProbeSettings,
@@ -80,6 +81,7 @@ def _option_keys() -> set[str]:
         "http",
         "notify",
         "sandbox",
+        "history",
     }
     keys: set[str] = set()
     classes = [
@@ -97,6 +99,7 @@ def _option_keys() -> set[str]:
         CopyFile,
         NotifySettings,
         SandboxSettings,
+        HistorySettings,
     ]
     for cls in classes:
         for f in dataclasses.fields(cls):
@@ -386,3 +389,14 @@ def test_untrusted_text_defaults_to_omit_and_accepts_quote(tmp_path: Path) -> No
     with pytest.raises(ConfigError) as caught:
         load_settings(write(tmp_path, base + 'untrusted_text = "show"\n'), environ={})
     assert "trackers.gh.untrusted_text" in str(caught.value) and "omit, quote" in str(caught.value)
+
+
+def test_history_retention_defaults_and_order(tmp_path: Path) -> None:
+    """[history]: 90 and 365 days unless set; events kept longer than runs is refused."""
+    defaults = load_settings(write(tmp_path, ""), environ={}).history
+    assert (defaults.keep_events_days, defaults.keep_runs_days) == (90, 365)
+    path = write(tmp_path, "[history]\nkeep_events_days = 7\nkeep_runs_days = 30\n")
+    assert load_settings(path, environ={}).history == HistorySettings(7, 30)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, "[history]\nkeep_events_days = 400\n"), environ={})
+    assert "history.keep_events_days: must not exceed keep_runs_days (365)" in str(caught.value)
