@@ -47,6 +47,7 @@ COLUMNS = (
     "Invariant violations",
     "Lost issues",
     "Double pushes",
+    "Duplicate comments",
     "Misclassified",
     "Leaked secrets",
     "Recovery p50 / max (s)",
@@ -110,7 +111,9 @@ FIXES = (
 
 def fuzz_figures(*, long: bool) -> Figures:
     """Run the hypothesis suites; count the examples they generated and the failures."""
-    figures = Figures(scenario="fuzzing: webhooks (intake + HTTP), config files, agent streams")
+    figures = Figures(
+        scenario="fuzzing: webhooks (intake + HTTP), config files, agent streams", unit="inputs"
+    )
     started = time.monotonic()
     proc = subprocess.run(
         [
@@ -130,12 +133,12 @@ def fuzz_figures(*, long: bool) -> Figures:
         timeout=900,
     )
     examples = sum(int(n) for n in re.findall(r"(\d+) passing,", proc.stdout))
-    figures.trials = len(re.findall(r"^\S+::test_\w+:$", proc.stdout, re.MULTILINE))
-    figures.faults_injected = examples
+    properties = len(re.findall(r"^\S+::test_\w+:$", proc.stdout, re.MULTILINE))
+    figures.trials = figures.faults_injected = examples  # each generated input is one trial
     if proc.returncode != 0:
         tail = proc.stdout.strip().splitlines()[-5:]
         figures.misclassified.append("fuzz tests failed: " + " | ".join(tail))
-    figures.notes.append(f"{examples} generated inputs over {figures.trials} properties")
+    figures.notes.append(f"{examples} generated inputs over {properties} properties")
     figures.duration_s = time.monotonic() - started
     return figures
 
@@ -185,11 +188,12 @@ def row(figures: Figures) -> str:
     cells = [
         figures.scenario,
         figures.engine,
-        str(figures.trials),
+        f"{figures.trials} {figures.unit}",
         str(figures.faults_injected),
         _cell(figures.invariant_violations),
         _cell(figures.lost_issues),
         _cell(figures.double_pushes),
+        _cell(figures.duplicate_comments),
         _cell(figures.misclassified),
         _cell(figures.leaked_secrets),
         _recovery(figures),
@@ -197,6 +201,25 @@ def row(figures: Figures) -> str:
         f"{figures.duration_s:.1f}",
     ]
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+UNITS = {
+    "trials": "crash, fault, pause and security trials",
+    "issues": "soak issues",
+    "inputs": "fuzz inputs",
+}
+
+
+def totals_by_unit(results: list[Figures]) -> list[Figures]:
+    """One total row per unit of trial, in the order of ``UNITS``."""
+    totals: list[Figures] = []
+    for unit, what in UNITS.items():
+        total = Figures(scenario=f"**total: {what}**", unit=unit)
+        for figures in results:
+            if figures.unit == unit:
+                total.merge(figures)
+        totals.append(total)
+    return totals
 
 
 def render(
@@ -207,10 +230,7 @@ def render(
     skipped: list[str],
     elapsed_s: float,
 ) -> str:
-    total = Figures(scenario="**total**")
-    for figures in results:
-        total.merge(figures)
-    total.duration_s = elapsed_s
+    totals = totals_by_unit(results)
     problems = [f"- {f.scenario} ({f.engine}): {p}" for f in results for p in f.problems]
     notes = [
         f"- {f.scenario} ({f.engine}): {n}"
@@ -240,7 +260,13 @@ def render(
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
         *[row(f) for f in results],
-        row(total),
+        *[row(t) for t in totals],
+        "",
+        f"The whole campaign took {elapsed_s:.0f} s. Totals add only trials of one kind: "
+        "crash, fault, pause and security trials (one world each), soak issues, and fuzz "
+        "inputs are not comparable units. A double push is an issue with more than one "
+        "commit on the remote (whichever runs pushed them); duplicate comments are closing "
+        "comments beyond the first, or any pipeline comment posted twice, on one issue.",
         "",
         "## Scenarios",
         "",
