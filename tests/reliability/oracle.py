@@ -70,7 +70,9 @@ def judge(
         if issue.must_ship:
             _judge_shipped(figures, issue, mine, commits)
         elif mine and not mine[-1].terminal:
-            figures.lost_issues.append(f"issue {issue.key}: run {mine[-1].id} left {mine[-1].state}")
+            figures.lost_issues.append(
+                f"issue {issue.key}: run {mine[-1].id} left {mine[-1].state}"
+            )
 
 
 def _judge_pushes(

@@ -311,6 +311,7 @@ class World:
             for issue in self.store.list_local_issues(state=None)
         ]
 
+
 def stop(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> int:
     """SIGTERM the daemon's group, SIGKILL it if it lingers; its exit code."""
     if proc.poll() is None:
