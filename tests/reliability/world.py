@@ -114,6 +114,7 @@ class WorldSpec:
     # Laid over the generated config, tables merged key by key (pipeline.testing.configs).
     config: Mapping[str, Any] = field(default_factory=dict)
     agent_name: str = "scripted"
+    tracker: str = "local"  # the repos' tracker; any other is added through ``config``
     remote_urls: Mapping[str, str] = field(default_factory=dict)
     test_command: str = f"{sys.executable} -m unittest -q"
 
@@ -210,7 +211,7 @@ class World:
 
     def _repo(self, name: str, url: str) -> dict[str, Any]:
         return {
-            "tracker": "local",
+            "tracker": self.spec.tracker,
             "slug": f"demo/{name}",
             "remote_url": self.spec.remote_urls.get(name, url),
             "test_command": self.spec.test_command,
