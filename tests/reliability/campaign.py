@@ -5,7 +5,9 @@
 
 Every figure in the page comes from this run's measurements; the exit code is
 1 when any scenario found a violation, a lost issue, a double push, a
-misclassified fault or a leaked secret.
+duplicate comment, a misclassified fault or a leaked secret. Pushes and
+comments are judged per issue by ``oracle.py``, from the bare remotes and the
+tracker.
 """
 
 from __future__ import annotations
@@ -67,8 +69,11 @@ SCENARIOS = (
     "every run every 50 ms and records any instant with two busy runs in a repo, more busy "
     "runs than `max_concurrency`, or two active runs for one issue.",
     "- **SIGSTOP past the lease** (`pause.py`): a daemon is frozen mid-run, another one "
-    "recovers and finishes the run, then the frozen one is thawed: it must neither push "
-    "again nor die.",
+    "recovers and finishes the run, then the frozen one is thawed. Positive evidence of the "
+    "fence is required: the thawed daemon's log shows its write rejected (lease lost), and "
+    "the run's timeline holds no event of the stale attempt after the run was claimed "
+    "again; it must not push again nor die. With the fence sabotaged "
+    "(`PIPELINE_FAULTS=remove_fence`, a test only) the scenario fails on both engines.",
     "- **agent and git faults** (`faultmatrix.py`): each fault in its own world; the run must "
     "end in the expected state with the expected `error_class`, the daemon must stay up and "
     "stop cleanly, and nothing may be pushed twice.",
@@ -77,15 +82,21 @@ SCENARIOS = (
     "long as the forge asked, then enqueue the issue exactly once. A comment POST that times "
     "out after the forge stored it must not be posted again.",
     "- **security** (`security.py`): every kind of secret configured with sentinel values "
-    "(some under innocent variable names); an issue whose title and body try shell, path and "
+    "(some under innocent variable names), the issues on the loopback fake GitHub, which "
+    "answers only requests carrying the sentinel forge token; an issue whose title and body "
+    "try shell, path and "
     "ref injection; an untrusted labeller; a deploy probe that prints its environment; an "
     "agent that echoes its key. Then the daemon log, every row of every table, each run's "
-    "events and `runs show`, `config show`, every file of the volume (frozen evidence "
-    "included) and the agent's environment are scanned for the sentinels.",
+    "events and `runs show`, `config show`, the forge's comments, every file of the volume "
+    "(frozen evidence included) and the agent's environment are scanned for the sentinels.",
     "- **fuzzing** (`tests/fuzz/`, hypothesis): webhook deliveries through "
     "`Intake.handle_webhook` and `POST /webhooks/<tracker>`, config files through "
-    '`load_settings`, stream lines through the Claude and Codex parsers. The "faults '
-    'injected" cell counts the generated inputs.',
+    "`load_settings`, stream lines through the Claude and Codex parsers. Each generated "
+    "input is one trial (unit: inputs).",
+    "- **the oracle** (`oracle.py`), for every scenario that runs daemons: each labelled "
+    "issue must have exactly one commit on the remote carrying the `Afk-Run` trailer of one "
+    "of its runs (a second run of the issue that pushes again is a double push), be closed "
+    "with exactly one closing comment, and carry no pipeline comment twice.",
 )
 FIXES = (
     "- `flow.py`: the `after_push` checkpoint was never reached (the push was recorded "
@@ -277,8 +288,8 @@ def render(
         *(
             problems
             or [
-                "None: zero violations, lost issues, double pushes, misclassified "
-                "faults and leaked secrets."
+                "None: zero violations, lost issues, double pushes, duplicate comments, "
+                "misclassified faults and leaked secrets."
             ]
         ),
         "",
