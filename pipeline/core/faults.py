@@ -8,6 +8,10 @@ runs whose id is in ``PIPELINE_FAULTS_RUNS`` when that is set.
 
 Checkpoints: ``preparing``, ``implementing``, ``testing``, ``publishing``,
 ``after_push`` (pushed, not yet recorded), ``watching``.
+
+Sabotage names switch a safety mechanism off instead, so a test can prove that
+its scenario notices the mechanism missing: ``remove_fence`` makes the worker's
+writes (heartbeats included) match the run by id alone, ignoring the lease.
 """
 
 from __future__ import annotations
@@ -16,6 +20,14 @@ import os
 import signal
 
 CHECKPOINTS = ("preparing", "implementing", "testing", "publishing", "after_push", "watching")
+SABOTAGE = ("remove_fence",)
+
+
+def sabotaged(name: str) -> bool:
+    """True only when ``PIPELINE_FAULTS`` names the sabotage ``name`` (a test asked for it)."""
+    if name not in SABOTAGE:
+        raise ValueError(f"unknown sabotage {name!r}; known: {SABOTAGE}")
+    return name in os.environ.get("PIPELINE_FAULTS", "").split(",")
 
 
 def checkpoint(name: str, run_id: int) -> None:

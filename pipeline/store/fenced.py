@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, and_, select, update
 
 from pipeline.core.errors import LeaseLost
+from pipeline.core.faults import sabotaged
 from pipeline.store.base import StoreBase
 from pipeline.store.claim_pg import finish_postgres
 from pipeline.store.engine import db_now
@@ -46,13 +47,16 @@ class Heartbeat:
     cancel_requested: bool
 
 
-def fenced(run_id: int, owner: str, attempt: int) -> Any:
+def fenced(run_id: int, owner: str, attempt: int, *more: Any) -> Any:
     """The WHERE clause of every worker write: still ours, still this attempt, not ended."""
-    return (
-        (RunRow.id == run_id)
-        & (RunRow.owner == owner)
-        & (RunRow.attempt == attempt)
-        & RunRow.state.not_in(TERMINAL_STATES)
+    if sabotaged("remove_fence"):  # tests only: the pause scenario must notice it
+        return RunRow.id == run_id
+    return and_(
+        RunRow.id == run_id,
+        RunRow.owner == owner,
+        RunRow.attempt == attempt,
+        RunRow.state.not_in(TERMINAL_STATES),
+        *more,
     )
 
 
@@ -99,7 +103,7 @@ class FencedMixin(StoreBase):
             now = db_now(conn)
             flag = conn.execute(
                 update(RunRow)
-                .where(fenced(run_id, owner, attempt), RunRow.state.in_(BUSY_STATES))
+                .where(fenced(run_id, owner, attempt, RunRow.state.in_(BUSY_STATES)))
                 .values(lease_until=now + timedelta(seconds=lease_s))
                 .returning(RunRow.cancel_requested)
             ).scalar_one_or_none()

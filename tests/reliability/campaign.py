@@ -5,7 +5,9 @@
 
 Every figure in the page comes from this run's measurements; the exit code is
 1 when any scenario found a violation, a lost issue, a double push, a
-misclassified fault or a leaked secret.
+duplicate comment, a misclassified fault or a leaked secret. Pushes and
+comments are judged per issue by ``oracle.py``, from the bare remotes and the
+tracker.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ COLUMNS = (
     "Invariant violations",
     "Lost issues",
     "Double pushes",
+    "Duplicate comments",
     "Misclassified",
     "Leaked secrets",
     "Recovery p50 / max (s)",
@@ -66,8 +69,11 @@ SCENARIOS = (
     "every run every 50 ms and records any instant with two busy runs in a repo, more busy "
     "runs than `max_concurrency`, or two active runs for one issue.",
     "- **SIGSTOP past the lease** (`pause.py`): a daemon is frozen mid-run, another one "
-    "recovers and finishes the run, then the frozen one is thawed: it must neither push "
-    "again nor die.",
+    "recovers and finishes the run, then the frozen one is thawed. Positive evidence of the "
+    "fence is required: the thawed daemon's log shows its write rejected (lease lost), and "
+    "the run's timeline holds no event of the stale attempt after the run was claimed "
+    "again; it must not push again nor die. With the fence sabotaged "
+    "(`PIPELINE_FAULTS=remove_fence`, a test only) the scenario fails on both engines.",
     "- **agent and git faults** (`faultmatrix.py`): each fault in its own world; the run must "
     "end in the expected state with the expected `error_class`, the daemon must stay up and "
     "stop cleanly, and nothing may be pushed twice.",
@@ -76,15 +82,21 @@ SCENARIOS = (
     "long as the forge asked, then enqueue the issue exactly once. A comment POST that times "
     "out after the forge stored it must not be posted again.",
     "- **security** (`security.py`): every kind of secret configured with sentinel values "
-    "(some under innocent variable names); an issue whose title and body try shell, path and "
+    "(some under innocent variable names), the issues on the loopback fake GitHub, which "
+    "answers only requests carrying the sentinel forge token; an issue whose title and body "
+    "try shell, path and "
     "ref injection; an untrusted labeller; a deploy probe that prints its environment; an "
     "agent that echoes its key. Then the daemon log, every row of every table, each run's "
-    "events and `runs show`, `config show`, every file of the volume (frozen evidence "
-    "included) and the agent's environment are scanned for the sentinels.",
+    "events and `runs show`, `config show`, the forge's comments, every file of the volume "
+    "(frozen evidence included) and the agent's environment are scanned for the sentinels.",
     "- **fuzzing** (`tests/fuzz/`, hypothesis): webhook deliveries through "
     "`Intake.handle_webhook` and `POST /webhooks/<tracker>`, config files through "
-    '`load_settings`, stream lines through the Claude and Codex parsers. The "faults '
-    'injected" cell counts the generated inputs.',
+    "`load_settings`, stream lines through the Claude and Codex parsers. Each generated "
+    "input is one trial (unit: inputs).",
+    "- **the oracle** (`oracle.py`), for every scenario that runs daemons: each labelled "
+    "issue must have exactly one commit on the remote carrying the `Afk-Run` trailer of one "
+    "of its runs (a second run of the issue that pushes again is a double push), be closed "
+    "with exactly one closing comment, and carry no pipeline comment twice.",
 )
 FIXES = (
     "- `flow.py`: the `after_push` checkpoint was never reached (the push was recorded "
@@ -110,7 +122,9 @@ FIXES = (
 
 def fuzz_figures(*, long: bool) -> Figures:
     """Run the hypothesis suites; count the examples they generated and the failures."""
-    figures = Figures(scenario="fuzzing: webhooks (intake + HTTP), config files, agent streams")
+    figures = Figures(
+        scenario="fuzzing: webhooks (intake + HTTP), config files, agent streams", unit="inputs"
+    )
     started = time.monotonic()
     proc = subprocess.run(
         [
@@ -130,12 +144,12 @@ def fuzz_figures(*, long: bool) -> Figures:
         timeout=900,
     )
     examples = sum(int(n) for n in re.findall(r"(\d+) passing,", proc.stdout))
-    figures.trials = len(re.findall(r"^\S+::test_\w+:$", proc.stdout, re.MULTILINE))
-    figures.faults_injected = examples
+    properties = len(re.findall(r"^\S+::test_\w+:$", proc.stdout, re.MULTILINE))
+    figures.trials = figures.faults_injected = examples  # each generated input is one trial
     if proc.returncode != 0:
         tail = proc.stdout.strip().splitlines()[-5:]
         figures.misclassified.append("fuzz tests failed: " + " | ".join(tail))
-    figures.notes.append(f"{examples} generated inputs over {figures.trials} properties")
+    figures.notes.append(f"{examples} generated inputs over {properties} properties")
     figures.duration_s = time.monotonic() - started
     return figures
 
@@ -185,11 +199,12 @@ def row(figures: Figures) -> str:
     cells = [
         figures.scenario,
         figures.engine,
-        str(figures.trials),
+        f"{figures.trials} {figures.unit}",
         str(figures.faults_injected),
         _cell(figures.invariant_violations),
         _cell(figures.lost_issues),
         _cell(figures.double_pushes),
+        _cell(figures.duplicate_comments),
         _cell(figures.misclassified),
         _cell(figures.leaked_secrets),
         _recovery(figures),
@@ -197,6 +212,25 @@ def row(figures: Figures) -> str:
         f"{figures.duration_s:.1f}",
     ]
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+UNITS = {
+    "trials": "crash, fault, pause and security trials",
+    "issues": "soak issues",
+    "inputs": "fuzz inputs",
+}
+
+
+def totals_by_unit(results: list[Figures]) -> list[Figures]:
+    """One total row per unit of trial, in the order of ``UNITS``."""
+    totals: list[Figures] = []
+    for unit, what in UNITS.items():
+        total = Figures(scenario=f"**total: {what}**", unit=unit)
+        for figures in results:
+            if figures.unit == unit:
+                total.merge(figures)
+        totals.append(total)
+    return totals
 
 
 def render(
@@ -207,10 +241,7 @@ def render(
     skipped: list[str],
     elapsed_s: float,
 ) -> str:
-    total = Figures(scenario="**total**")
-    for figures in results:
-        total.merge(figures)
-    total.duration_s = elapsed_s
+    totals = totals_by_unit(results)
     problems = [f"- {f.scenario} ({f.engine}): {p}" for f in results for p in f.problems]
     notes = [
         f"- {f.scenario} ({f.engine}): {n}"
@@ -240,7 +271,13 @@ def render(
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
         *[row(f) for f in results],
-        row(total),
+        *[row(t) for t in totals],
+        "",
+        f"The whole campaign took {elapsed_s:.0f} s. Totals add only trials of one kind: "
+        "crash, fault, pause and security trials (one world each), soak issues, and fuzz "
+        "inputs are not comparable units. A double push is an issue with more than one "
+        "commit on the remote (whichever runs pushed them); duplicate comments are closing "
+        "comments beyond the first, or any pipeline comment posted twice, on one issue.",
         "",
         "## Scenarios",
         "",
@@ -251,8 +288,8 @@ def render(
         *(
             problems
             or [
-                "None: zero violations, lost issues, double pushes, misclassified "
-                "faults and leaked secrets."
+                "None: zero violations, lost issues, double pushes, duplicate comments, "
+                "misclassified faults and leaked secrets."
             ]
         ),
         "",

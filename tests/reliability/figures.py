@@ -14,10 +14,14 @@ class Figures:
     scenario: str
     engine: str = "-"
     trials: int = 0
+    # What one trial is: a crash, fault, pause or security "trial", a soak "issue", a fuzz
+    # "input". Totals add only figures of one unit.
+    unit: str = "trials"
     faults_injected: int = 0
     invariant_violations: list[str] = field(default_factory=list)
     lost_issues: list[str] = field(default_factory=list)
-    double_pushes: list[str] = field(default_factory=list)
+    double_pushes: list[str] = field(default_factory=list)  # issues shipped more than once
+    duplicate_comments: list[str] = field(default_factory=list)
     leaked_secrets: list[str] = field(default_factory=list)
     misclassified: list[str] = field(default_factory=list)
     recovery_s: list[float] = field(default_factory=list)
@@ -32,6 +36,7 @@ class Figures:
             "invariant_violations",
             "lost_issues",
             "double_pushes",
+            "duplicate_comments",
             "leaked_secrets",
             "misclassified",
             "recovery_s",
@@ -46,6 +51,7 @@ class Figures:
             *self.invariant_violations,
             *self.lost_issues,
             *self.double_pushes,
+            *self.duplicate_comments,
             *self.leaked_secrets,
             *self.misclassified,
         ]

@@ -200,4 +200,4 @@ def _comment_fault(
     bodies = [c.body for c in fake.issue(SLUG, number).comments]
     posted = sum(marker("run=1:claimed") in b for b in bodies)
     if posted != 1:
-        figures.double_pushes.append(f"the claimed comment was posted {posted} times")
+        figures.duplicate_comments.append(f"the claimed comment was posted {posted} times")

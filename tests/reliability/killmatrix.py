@@ -15,6 +15,7 @@ from pipeline.core.faults import CHECKPOINTS
 from pipeline.store import Run
 
 from .figures import Figures
+from .oracle import judge
 from .world import World, WorldSpec, fresh_database, kill9, stop
 
 DEATH_TIMEOUT_S = 60.0
@@ -100,32 +101,9 @@ def _back_in_line(world: World, run_id: int, attempt: int) -> bool:
 
 
 def check_outcome(world: World, figures: Figures, *, expect_success: bool) -> None:
-    """Lost issues, non-terminal runs and double pushes, from the database and the remotes."""
-    runs = world.runs()
-    by_issue = {r.issue_number: r for r in runs if r.kind == "issue"}
-    for issue in world.store.list_local_issues(state=None):
-        run = by_issue.get(issue.id)
-        if run is None:
-            if issue.state != "closed":
-                figures.lost_issues.append(f"issue {issue.id}: no run and still open")
-            continue
-        if not run.terminal:
-            figures.lost_issues.append(f"issue {issue.id}: run {run.id} left {run.state}")
-        elif expect_success and run.state != "succeeded":
-            figures.lost_issues.append(
-                f"issue {issue.id}: run {run.id} ended {run.state} ({run.error_class}: {run.error})"
-            )
-        if expect_success and run.state == "succeeded" and issue.state != "closed":
-            figures.lost_issues.append(f"issue {issue.id}: run succeeded, issue still open")
-    pushes = world.pushes_by_run()
-    for run_id, count in sorted(pushes.items()):
-        if count > 1:
-            figures.double_pushes.append(f"run {run_id} pushed {count} commits")
-    for run in runs:
-        if run.state == "succeeded" and run.pushed_sha and pushes.get(run.id, 0) != 1:
-            figures.double_pushes.append(
-                f"run {run.id} succeeded with {pushes.get(run.id, 0)} commits on the remote"
-            )
+    """The oracle over the world's issues, runs and remotes (``oracle.judge``)."""
+    issues = world.issue_views(must_ship=expect_success)
+    judge(figures, issues, world.runs(), world.pushes_by_run())
 
 
 def kill_mid_agent_trial(root: Path, engine: str) -> Figures:

@@ -2,11 +2,15 @@
 
 The world configures every kind of secret the daemon knows (forge token,
 webhook secret, API token, agent API key, push token), some under variable
-names that do not look secret. One repo's run succeeds with an issue whose
-title and body try shell injection, path traversal and ref injection; the
-other repo's deploy probe prints its whole environment and fails, so the repo
-is frozen and its evidence kept. Then the logs, every text in every table,
-the CLI's views and every file of the volume are scanned for the sentinels.
+names that do not look secret. The issues live on the loopback fake GitHub
+(``pipeline.testing.forges``), which answers only requests carrying the forge
+token: the token is really sent on every request, so a leak would be real.
+One repo's run succeeds with an issue whose title and body try shell
+injection, path traversal and ref injection; the other repo's deploy probe
+prints its whole environment and fails, so the repo is frozen and its
+evidence kept. Then the logs, every text in every table, the CLI's views,
+the forge's comments and every file of the volume are scanned for the
+sentinels, and the agent's environment for any secret but its own key.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from pathlib import Path
 
 import httpx
 
+from pipeline.testing.forges import FakeGitHub
+
 from .figures import Figures
-from .world import World, WorldSpec, agent_area, fresh_database, stop
+from .oracle import IssueView, judge
+from .world import READY, World, WorldSpec, agent_area, fresh_database, stop
 
 SECRETS = {
     "SENTINEL_FORGE_TOKEN": "sntl-forge-7Hq2c9Zr",
@@ -31,21 +38,26 @@ SECRETS = {
 }
 AGENT_KEY = SECRETS["VENDOR_CRED"]
 PRINT_ENV_AND_FAIL = "import os, sys; print(sorted(os.environ.items())); sys.exit(1)"
+TRACKER = "gh"
+MAINTAINER = "maintainer"
 
 
-def _spec(root: Path) -> WorldSpec:
+def _spec(root: Path, forge_url: str) -> WorldSpec:
     push = {"push": {"token_env": "PUSHER"}}
     probe = {"kind": "command", "command": [sys.executable, "-c", PRINT_ENV_AND_FAIL]}
     broken = {"max_fix_forwards": 0, "deploy": {"interval_s": 0.2, "count": 1, "probes": [probe]}}
     tracker = {
+        "kind": "github",
+        "base_url": forge_url,
         "token_env": "SENTINEL_FORGE_TOKEN",
         "webhook_secret_env": "FORGE_HOOK",
-        "trusted_actors": ["maintainer"],
+        "trusted_actors": [MAINTAINER],
     }
     return WorldSpec(
         repos=2,
+        tracker=TRACKER,
         config={
-            "trackers": {"local": tracker},
+            "trackers": {TRACKER: tracker},
             "http": {"api_token_env": "PIPELINE_API_TOKEN"},
             "agents": {"scripted": {"api_key_env": "VENDOR_CRED"}},
             "repos": {"r0": push, "r1": {**broken, **push}},
@@ -75,25 +87,34 @@ def secret_scan(root: Path, engine: str = "sqlite") -> Figures:
     )
     started = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
-    with fresh_database(engine, root) as url:
-        world = World(root, url, _spec(root))
+    forge = FakeGitHub(token=SECRETS["SENTINEL_FORGE_TOKEN"])
+    with forge, fresh_database(engine, root) as url:
+        world = World(root, url, _spec(root, forge.url))
         world.env.update(SECRETS)
         try:
-            _scenario(world, figures)
+            _scenario(world, forge, figures)
         finally:
             world.close()
     figures.duration_s = time.monotonic() - started
     return figures
 
 
-def _scenario(world: World, figures: Figures) -> None:
+def _file(forge: FakeGitHub, repo: str, title: str, body: str, by: str = MAINTAINER) -> int:
+    """An issue on the fake forge, labelled ready by ``by``."""
+    forge.set_permission(f"demo/{repo}", MAINTAINER, "write")
+    return forge.add_issue(
+        f"demo/{repo}", title, body=body, author=by, labels=[READY], labelled_by=by
+    )
+
+
+def _scenario(world: World, forge: FakeGitHub, figures: Figures) -> None:
     pwned = world.root / "pwned"
     pwned.mkdir()
     world.migrate()
     title, body = hostile_issue(pwned)
-    hostile = world.file_issue("r0", title, body)
-    untrusted = world.file_issue("r0", "Untrusted labeller", "please run", by="mallory")
-    world.file_issue("r1", "Change that breaks the deploy", "add a file")
+    hostile = _file(forge, "r0", title, body)
+    untrusted = _file(forge, "r0", "Untrusted labeller", "please run", by="mallory")
+    broken = _file(forge, "r1", "Change that breaks the deploy", "add a file")
     daemon = world.daemon("daemon")
     try:
         world.wait(lambda: _settled(world), 120, "hostile run succeeds, r1 frozen")
@@ -108,10 +129,35 @@ def _scenario(world: World, figures: Figures) -> None:
         figures.misclassified.append("an issue labelled by an untrusted actor was enqueued")
     if any(pwned.iterdir()):
         figures.misclassified.append(f"shell injection: {sorted(p.name for p in pwned.iterdir())}")
+    _check_token_sent(forge, figures)
     _check_refs(world, figures, hostile)
+    issues = [("r0", hostile, True), ("r0", untrusted, False), ("r1", broken, False)]
+    judge(figures, [_view(forge, *i) for i in issues], runs, world.pushes_by_run())
     figures.faults_injected = len(SECRETS)
-    figures.leaked_secrets.extend(scan(world, runs))
+    texts = {"forge comments": _comments(forge, issues)}
+    figures.leaked_secrets.extend(scan(world, runs, texts))
     figures.leaked_secrets.extend(_agent_env_leaks(agent_area(world.root) / "agent-env.txt"))
+
+
+def _view(forge: FakeGitHub, repo: str, number: int, must_ship: bool) -> IssueView:
+    issue = forge.issue(f"demo/{repo}", number)
+    comments = tuple(c.body for c in issue.comments)
+    return IssueView(repo, number, issue.state == "closed", comments, must_ship)
+
+
+def _comments(forge: FakeGitHub, issues: list[tuple[str, int, bool]]) -> str:
+    return "\n".join(
+        c.body for repo, number, _ in issues for c in forge.issue(f"demo/{repo}", number).comments
+    )
+
+
+def _check_token_sent(forge: FakeGitHub, figures: Figures) -> None:
+    """The daemon talked to the forge, and every request carried the forge token."""
+    if not forge.requests:
+        figures.misclassified.append("the daemon never called the forge")
+    refused = [f"{r.method} {r.path}" for r in forge.requests if not r.authorized]
+    if refused:
+        figures.misclassified.append(f"forge requests without the token: {refused[:3]}")
 
 
 def _settled(world: World) -> bool:
@@ -129,7 +175,7 @@ def _http_checks(world: World, figures: Figures) -> None:
     with httpx.Client(timeout=10) as client:
         body = b'{"action": "labeled"}'
         for headers in ({}, {"X-Hub-Signature-256": "sha256=" + "0" * 64}):
-            answer = client.post(f"{base}/webhooks/local", content=body, headers=headers)
+            answer = client.post(f"{base}/webhooks/{TRACKER}", content=body, headers=headers)
             if answer.status_code not in (401, 403, 404):
                 figures.misclassified.append(
                     f"webhook with {headers or 'no signature'} got {answer.status_code}"
@@ -160,9 +206,9 @@ def _check_refs(world: World, figures: Figures, hostile: int) -> None:
             figures.misclassified.append(f"worktree outside the volume: {run.worktree}")
 
 
-def scan(world: World, runs: list[object]) -> list[str]:
-    """Every place a sentinel appears: logs, database, CLI views, volume files."""
-    texts: dict[str, str] = {"daemon log": world.log_text()}
+def scan(world: World, runs: list[object], extra: dict[str, str]) -> list[str]:
+    """Every place a sentinel appears: logs, database, CLI views, volume files, ``extra``."""
+    texts: dict[str, str] = {"daemon log": world.log_text(), **extra}
     texts["database dump"] = dump_database(world.database_url)
     for run in runs:
         run_id = getattr(run, "id")  # noqa: B009

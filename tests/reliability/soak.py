@@ -115,6 +115,7 @@ def soak(root: Path, plan: SoakPlan) -> Figures:
         scenario=f"soak: {plan.replicas} replicas, {plan.issues} issues over "
         f"{plan.repos} repos, {plan.kills} kill -9",
         engine=plan.engine,
+        unit="issues",
     )
     root.mkdir(parents=True, exist_ok=True)
     spec = WorldSpec(

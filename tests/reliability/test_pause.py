@@ -1,4 +1,4 @@
-"""A daemon frozen past its lease and thawed: the stale worker writes and pushes nothing."""
+"""A daemon frozen past its lease and thawed: the stale worker is fenced and pushes nothing."""
 
 from __future__ import annotations
 
@@ -6,10 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LONG, require_engine
+from .conftest import ENGINES, LONG, require_engine
 from .pause import PAUSE_STATES, pause_trial
 
-BOUNDED = [pytest.param("postgresql", "publishing", marks=pytest.mark.postgres)]
+BOUNDED = [
+    pytest.param(
+        engine, "publishing", marks=[pytest.mark.postgres] if engine == "postgresql" else []
+    )
+    for engine in ("sqlite", "postgresql")
+]
 FULL = [
     pytest.param(engine, state, marks=[pytest.mark.postgres] if engine == "postgresql" else [])
     for engine in ("sqlite", "postgresql")
@@ -20,8 +25,19 @@ FULL = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("engine", "state"), FULL if LONG else BOUNDED)
 def test_thawed_daemon_is_fenced(tmp_path: Path, engine: str, state: str) -> None:
-    """Another daemon finishes the run; the thawed one neither pushes again nor dies."""
+    """Another daemon finishes the run; the thawed one's write is rejected and nothing follows."""
     require_engine(engine)
     figures = pause_trial(tmp_path, engine, state)
     figures.assert_clean()
     assert len(figures.recovery_s) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pause_scenario_fails_when_the_fence_is_removed(tmp_path: Path, engine: str) -> None:
+    """With the lease fence sabotaged in the frozen daemon, the scenario reports the breach."""
+    require_engine(engine)
+    figures = pause_trial(tmp_path, engine, "publishing", {"PIPELINE_FAULTS": "remove_fence"})
+    assert any("after the run was claimed again" in v for v in figures.invariant_violations), (
+        figures.problems
+    )

@@ -10,7 +10,6 @@ world by environment variables (``AGENT_MODE``, ``AGENT_SLEEP_MIN_S``...).
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -25,8 +24,10 @@ from pipeline.store import Store
 from pipeline.testing import databases
 from pipeline.testing.configs import merged, write_config
 from pipeline.testing.databases import postgres_problem
-from pipeline.testing.gitrepos import git, make_remote
+from pipeline.testing.gitrepos import make_remote
 from pipeline.testing.ports import free_port
+
+from .oracle import IssueView, commits_by_run
 
 PROJECT = {
     "README.md": "a project the campaign's agent edits\n",
@@ -34,7 +35,6 @@ PROJECT = {
     "    def test_ok(self):\n        self.assertTrue(True)\n",
 }
 READY = "ready-for-agent"
-TRAILER = re.compile(r"^Afk-Run: (\d+)\s*$", re.MULTILINE)
 
 # The agent: writes one new file per invocation (so every run has a change and
 # no two runs conflict), sleeps a random time, and misbehaves on request.
@@ -114,6 +114,7 @@ class WorldSpec:
     # Laid over the generated config, tables merged key by key (pipeline.testing.configs).
     config: Mapping[str, Any] = field(default_factory=dict)
     agent_name: str = "scripted"
+    tracker: str = "local"  # the repos' tracker; any other is added through ``config``
     remote_urls: Mapping[str, str] = field(default_factory=dict)
     test_command: str = f"{sys.executable} -m unittest -q"
 
@@ -210,7 +211,7 @@ class World:
 
     def _repo(self, name: str, url: str) -> dict[str, Any]:
         return {
-            "tracker": "local",
+            "tracker": self.spec.tracker,
             "slug": f"demo/{name}",
             "remote_url": self.spec.remote_urls.get(name, url),
             "test_command": self.spec.test_command,
@@ -296,14 +297,20 @@ class World:
 
     def pushes_by_run(self) -> dict[int, int]:
         """How many commits on each remote (all refs) carry ``Afk-Run: <id>``, per run id."""
-        counts: dict[int, int] = {}
-        for url in self.remotes.values():
-            bodies = git(Path(url), "log", "--all", "--format=%B%x00")
-            for body in bodies.split("\x00"):
-                for match in TRAILER.finditer(body):
-                    run_id = int(match.group(1))
-                    counts[run_id] = counts.get(run_id, 0) + 1
-        return counts
+        return commits_by_run(self.remotes.values())
+
+    def issue_views(self, *, must_ship: bool = True) -> list[IssueView]:
+        """Every local issue with its comments, as a user of the tracker sees it."""
+        return [
+            IssueView(
+                repo=issue.repo,
+                number=issue.id,
+                closed=issue.state == "closed",
+                comments=tuple(c.body for c in self.store.local_comments(issue.id)),
+                must_ship=must_ship,
+            )
+            for issue in self.store.list_local_issues(state=None)
+        ]
 
 
 def stop(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> int:
