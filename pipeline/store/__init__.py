@@ -6,7 +6,8 @@ and the API see it through the narrower views of ``pipeline.store.roles``.
 The store decides no policy: priorities, budgets and escalations are the
 callers'. Its parts: ``runs`` (enqueue, cancel, retry), ``fenced`` (a worker's
 lease-checked writes), ``claim`` (claiming, the sweeper), ``history``,
-``repos``, ``issues``, ``outbox`` (notifications until delivered).
+``repos``, ``issues``, ``outbox`` (notifications until delivered), ``totals``
+(aggregates for metrics), ``leader`` (which replica exports them).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pipeline.store.issues import (
     SeenIssue,
     UnknownIssue,
 )
+from pipeline.store.leader import LeaderMixin
 from pipeline.store.outbox import (
     Attempt,
     Channel,
@@ -42,10 +44,25 @@ from pipeline.store.runs import (
     RunsMixin,
     UnknownRun,
 )
+from pipeline.store.totals import Histogram, RepoSpend, TotalsMixin
 
 
-class Store(HistoryMixin, ReposMixin, IssuesMixin, RunsMixin, FencedMixin, ClaimMixin, OutboxMixin):
+class Store(
+    HistoryMixin,
+    ReposMixin,
+    IssuesMixin,
+    RunsMixin,
+    FencedMixin,
+    ClaimMixin,
+    OutboxMixin,
+    TotalsMixin,
+    LeaderMixin,
+):
     """All domain verbs over one engine."""
+
+    def close(self) -> None:
+        self.release_metrics_lead()
+        super().close()
 
     def upgrade(self) -> None:
         """Apply migrations up to head (idempotent)."""
@@ -62,6 +79,7 @@ __all__ = [
     "EnqueueResult",
     "Escalation",
     "Heartbeat",
+    "Histogram",
     "Issue",
     "IssueSnapshot",
     "LocalComment",
@@ -71,6 +89,7 @@ __all__ = [
     "NotificationDraft",
     "QueueFull",
     "Repo",
+    "RepoSpend",
     "Run",
     "RunEvent",
     "RunFilter",
