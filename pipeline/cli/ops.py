@@ -44,7 +44,15 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.demo.main import DemoOptions, run_demo
+    try:
+        from pipeline.demo.main import DemoOptions, run_demo
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("pipeline.demo", "pipeline.testing"):
+            raise
+        raise CliError(
+            "demo: not in this installation (the container image leaves out the demo "
+            "and its fake forges); run it from `pip install afk-pipeline`"
+        ) from None
 
     options = DemoOptions(
         keep=args.keep,

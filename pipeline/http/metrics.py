@@ -2,14 +2,17 @@
 
 Each app has its own ``CollectorRegistry`` (so tests and several apps in one
 process never share series). Gauges and totals that live in the database are
-read by ``StoreCollector`` on every scrape; events that leave no row behind
-(a failed poll, a rejected webhook) are counted in process by ``Metrics``.
+read by ``StoreCollector`` on every scrape, and only on the replica that holds
+the metrics lead, so they are exported once however many replicas share the
+database; events that leave no row behind (a failed poll, a rejected webhook)
+are counted in process by ``Metrics``, on every replica.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -24,6 +27,7 @@ from prometheus_client.registry import Collector
 from pipeline.core.states import ALL_STATES
 from pipeline.store.outbox import NotificationCounts
 from pipeline.store.records import Repo, Stats
+from pipeline.store.totals import Histogram, RepoSpend
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -39,9 +43,42 @@ class MetricsSource(Protocol):
 
     def list_repos(self) -> list[Repo]: ...
 
-    def duration_histogram(self, bounds: Sequence[float]) -> tuple[list[int], int, float]: ...
+    def duration_histograms(self, bounds: Sequence[float]) -> dict[str, Histogram]: ...
+
+    def spend_by_repo(self) -> list[RepoSpend]: ...
+
+    def escalation_counts(self) -> dict[tuple[str, str], int]: ...
 
     def notification_counts(self) -> NotificationCounts: ...
+
+    def hold_metrics_lead(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the database-wide families show, read in one scrape."""
+
+    stats: Stats
+    repos: list[Repo]
+    durations: dict[str, Histogram]
+    spend: list[RepoSpend]
+    escalations: dict[tuple[str, str], int]
+    notifications: NotificationCounts
+
+    @classmethod
+    def read(cls, source: MetricsSource) -> Snapshot:
+        repos = source.list_repos()
+        durations = source.duration_histograms(DURATION_BUCKETS)
+        for repo in repos:  # a repo with no finished run yet shows an empty histogram
+            durations.setdefault(repo.name, Histogram([0] * len(DURATION_BUCKETS), 0, 0.0))
+        return cls(
+            stats=source.stats(),
+            repos=repos,
+            durations=durations,
+            spend=source.spend_by_repo(),
+            escalations=source.escalation_counts(),
+            notifications=source.notification_counts(),
+        )
 
 
 class Metrics:
@@ -85,7 +122,14 @@ class Metrics:
 
 
 class StoreCollector(Collector):
-    """Reads the store when Prometheus scrapes; one bounded set of queries each time."""
+    """Reads the store when Prometheus scrapes; one bounded set of queries each time.
+
+    ``pipeline_database_up``, ``pipeline_capacity`` and ``pipeline_metrics_leader``
+    describe this replica. Every other family here describes the whole database,
+    so only the replica holding the metrics lead (``store/leader.py``) fills it:
+    ``sum()`` over replicas counts each run once. The others show the families
+    empty.
+    """
 
     def __init__(self, source: MetricsSource, capacity: int) -> None:
         self.source = source
@@ -93,34 +137,41 @@ class StoreCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so registering does not query the database.
-        return [*self._families(None, [], None), *_notification_families(None)]
+        return [*_replica_families(None, None), *_database_families(None)]
 
     def collect(self) -> Iterable[Metric]:
         try:
-            stats = self.source.stats()
-            repos = self.source.list_repos()
-            histogram = self.source.duration_histogram(DURATION_BUCKETS)
-            notes = self.source.notification_counts()
+            leads = self.source.hold_metrics_lead()
+            snapshot = Snapshot.read(self.source) if leads else None
         except Exception as exc:  # any database failure: say so, do not fail the scrape
             log.warning("metrics: cannot read the store: %s", exc)
             up = GaugeMetricFamily("pipeline_database_up", "1 when the database answered.")
             up.add_metric([], 0.0)
             return [up]
-        return [*self._families(stats, repos, histogram), *_notification_families(notes)]
+        return [*_replica_families(self.capacity, leads), *_database_families(snapshot)]
 
-    def _families(
-        self, stats: Stats | None, repos: list[Repo], histogram: tuple[list[int], int, float] | None
-    ) -> Iterator[Metric]:
-        up = GaugeMetricFamily("pipeline_database_up", "1 when the database answered.")
-        capacity = GaugeMetricFamily("pipeline_capacity", "max_concurrency: runs allowed at once.")
-        if stats is not None:
-            up.add_metric([], 1.0)
-            capacity.add_metric([], float(self.capacity))
-        yield up
-        yield capacity
-        yield from _run_families(stats, repos)
-        yield _duration_family(histogram)
-        yield from _spend_families(stats)
+
+def _replica_families(capacity: int | None, leads: bool | None) -> Iterator[Metric]:
+    up = GaugeMetricFamily("pipeline_database_up", "1 when the database answered.")
+    gauge = GaugeMetricFamily("pipeline_capacity", "max_concurrency: runs allowed at once.")
+    leader = GaugeMetricFamily(
+        "pipeline_metrics_leader",
+        "1 on the one replica that exports the database-wide metrics, 0 on the others.",
+    )
+    if capacity is not None and leads is not None:
+        up.add_metric([], 1.0)
+        gauge.add_metric([], float(capacity))
+        leader.add_metric([], 1.0 if leads else 0.0)
+    yield from (up, gauge, leader)
+
+
+def _database_families(snapshot: Snapshot | None) -> Iterator[Metric]:
+    stats = snapshot.stats if snapshot else None
+    yield from _run_families(stats, snapshot.repos if snapshot else [])
+    yield _duration_family(snapshot.durations if snapshot else None)
+    yield from _spend_families(snapshot.spend if snapshot else None)
+    yield _escalation_family(snapshot.escalations if snapshot else None)
+    yield from _notification_families(snapshot.notifications if snapshot else None)
 
 
 def _run_families(stats: Stats | None, repos: list[Repo]) -> Iterator[Metric]:
@@ -145,29 +196,46 @@ def _run_families(stats: Stats | None, repos: list[Repo]) -> Iterator[Metric]:
     yield from (runs, kinds, active, depth, frozen)
 
 
-def _duration_family(histogram: tuple[list[int], int, float] | None) -> Metric:
+def _duration_family(histograms: dict[str, Histogram] | None) -> Metric:
     family = HistogramMetricFamily(
-        "pipeline_run_duration_seconds", "Execution time of finished runs (queue wait excluded)."
+        "pipeline_run_duration_seconds",
+        "Execution time of finished runs (queue wait excluded), per repo.",
+        labels=["repo"],
     )
-    if histogram is not None:
-        cumulative, count, total = histogram
-        buckets = [(_bound(b), float(c)) for b, c in zip(DURATION_BUCKETS, cumulative, strict=True)]
-        buckets.append(("+Inf", float(count)))
-        family.add_metric([], buckets, total)
+    for repo, histogram in sorted((histograms or {}).items()):
+        pairs = zip(DURATION_BUCKETS, histogram.cumulative, strict=True)
+        buckets = [(_bound(b), float(c)) for b, c in pairs]
+        buckets.append(("+Inf", float(histogram.count)))
+        family.add_metric([repo], buckets, histogram.sum_s)
     return family
 
 
-def _spend_families(stats: Stats | None) -> Iterator[Metric]:
-    cost = CounterMetricFamily("pipeline_agent_cost_usd", "Agent cost of every run, in USD.")
-    tokens = CounterMetricFamily(
-        "pipeline_agent_tokens", "Agent tokens of every run.", labels=["direction"]
+def _spend_families(spend: list[RepoSpend] | None) -> Iterator[Metric]:
+    cost = CounterMetricFamily(
+        "pipeline_agent_cost_usd", "Agent cost of every run, in USD, per repo.", labels=["repo"]
     )
-    if stats is not None:
-        cost.add_metric([], stats.cost_usd)
-        tokens.add_metric(["in"], float(stats.tokens_in))
-        tokens.add_metric(["out"], float(stats.tokens_out))
+    tokens = CounterMetricFamily(
+        "pipeline_agent_tokens",
+        "Agent tokens of every run, per repo.",
+        labels=["repo", "direction"],
+    )
+    for repo in spend or []:
+        cost.add_metric([repo.repo], repo.cost_usd)
+        tokens.add_metric([repo.repo, "in"], float(repo.tokens_in))
+        tokens.add_metric([repo.repo, "out"], float(repo.tokens_out))
     yield cost
     yield tokens
+
+
+def _escalation_family(counts: dict[tuple[str, str], int] | None) -> Metric:
+    family = CounterMetricFamily(
+        "pipeline_escalations",
+        "Escalations raised (a human is needed), per repo and reason.",
+        labels=["repo", "reason"],
+    )
+    for (repo, reason), count in sorted((counts or {}).items()):
+        family.add_metric([repo, reason], float(count))
+    return family
 
 
 def _notification_families(counts: NotificationCounts | None) -> Iterator[Metric]:
@@ -179,11 +247,15 @@ def _notification_families(counts: NotificationCounts | None) -> Iterator[Metric
         "pipeline_notifications_undelivered",
         "Notifications not delivered yet (pending) or given up (abandoned).",
     )
+    abandoned = CounterMetricFamily(
+        "pipeline_notifications_abandoned",
+        "Notifications given up after retrying for a day: never delivered.",
+    )
     if counts is not None:
         failed.add_metric([], float(counts.failed_attempts))
         undelivered.add_metric([], float(counts.undelivered))
-    yield failed
-    yield undelivered
+        abandoned.add_metric([], float(counts.abandoned))
+    yield from (failed, undelivered, abandoned)
 
 
 def _bound(value: float) -> str:

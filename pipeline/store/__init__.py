@@ -7,7 +7,8 @@ The store decides no policy: priorities, budgets and escalations are the
 callers'. Its parts: ``runs`` (enqueue, cancel, retry), ``fenced`` (a worker's
 lease-checked writes), ``claim`` (claiming, the sweeper), ``history``,
 ``repos``, ``issues``, ``outbox`` (notifications until delivered), ``retention``
-(pruning old history, exports).
+(pruning old history, exports), ``totals`` (aggregates for metrics), ``leader``
+(which replica exports them).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pipeline.store.issues import (
     SeenIssue,
     UnknownIssue,
 )
+from pipeline.store.leader import LeaderMixin
 from pipeline.store.outbox import (
     Attempt,
     Channel,
@@ -44,6 +46,7 @@ from pipeline.store.runs import (
     RunsMixin,
     UnknownRun,
 )
+from pipeline.store.totals import Histogram, RepoSpend, TotalsMixin
 
 
 class Store(
@@ -55,8 +58,14 @@ class Store(
     ClaimMixin,
     OutboxMixin,
     RetentionMixin,
+    TotalsMixin,
+    LeaderMixin,
 ):
     """All domain verbs over one engine."""
+
+    def close(self) -> None:
+        self.release_metrics_lead()
+        super().close()
 
     def upgrade(self) -> None:
         """Apply migrations up to head (idempotent)."""
@@ -73,6 +82,7 @@ __all__ = [
     "EnqueueResult",
     "Escalation",
     "Heartbeat",
+    "Histogram",
     "Issue",
     "IssueSnapshot",
     "LocalComment",
@@ -83,6 +93,7 @@ __all__ = [
     "PruneReport",
     "QueueFull",
     "Repo",
+    "RepoSpend",
     "RetentionPolicy",
     "Run",
     "RunEvent",

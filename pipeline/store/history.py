@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, case, extract, func, select
+from sqlalchemy import Select, func, select
 
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
@@ -218,25 +218,6 @@ class HistoryMixin(StoreBase):
         with self._read() as conn:
             row = conn.execute(query).mappings().first()
         return from_mapping(Issue, row) if row is not None else None
-
-    def duration_histogram(self, bounds: Sequence[float]) -> tuple[list[int], int, float]:
-        """Finished runs' execution time: (cumulative count per bound, count, sum in s).
-
-        One aggregate query however long the history is (for ``/metrics``).
-        """
-        if self.dialect == "postgresql":
-            seconds: Any = extract("epoch", RunRow.finished_at - RunRow.started_at)
-        else:
-            days = func.julianday(RunRow.finished_at) - func.julianday(RunRow.started_at)
-            seconds = days * 86400.0
-        columns = [func.coalesce(func.sum(case((seconds <= b, 1), else_=0)), 0) for b in bounds]
-        total = func.coalesce(func.sum(seconds), 0.0)
-        query = select(func.count(RunRow.id), total, *columns).where(
-            RunRow.started_at.is_not(None), RunRow.finished_at.is_not(None)
-        )
-        with self._read() as conn:
-            row = conn.execute(query).one()
-        return [int(v) for v in row[2:]], int(row[0]), float(row[1])
 
     def db_time(self) -> Any:
         with self._read() as conn:

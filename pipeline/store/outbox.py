@@ -70,8 +70,11 @@ class Attempt:
 
 @dataclass(frozen=True)
 class NotificationCounts:
+    """Failed delivery attempts; rows pending or given up; rows given up."""
+
     failed_attempts: int
     undelivered: int
+    abandoned: int = 0
 
 
 class OutboxMixin(StoreBase):
@@ -183,12 +186,14 @@ class OutboxMixin(StoreBase):
         """Failed attempts so far (every attempt that did not deliver) and rows undelivered."""
         delivered = case((NotificationRow.state == "delivered", 1), else_=0)
         undelivered = case((NotificationRow.state.in_(UNDELIVERED_STATES), 1), else_=0)
+        abandoned = case((NotificationRow.state == "abandoned", 1), else_=0)
         with self._read() as conn:
             row = conn.execute(
                 select(
                     func.coalesce(func.sum(NotificationRow.attempts), 0),
                     func.coalesce(func.sum(delivered), 0),
                     func.coalesce(func.sum(undelivered), 0),
+                    func.coalesce(func.sum(abandoned), 0),
                 )
             ).one()
-        return NotificationCounts(int(row[0]) - int(row[1]), int(row[2]))
+        return NotificationCounts(int(row[0]) - int(row[1]), int(row[2]), int(row[3]))

@@ -7,6 +7,10 @@ Signatures, as each forge documents them:
   HMAC-SHA256 of the raw body;
 - GitLab: ``X-Gitlab-Token`` carries the secret itself.
 
+GitHub delivers either content type a webhook is set to: ``application/json``
+(the JSON is the body) or ``application/x-www-form-urlencoded`` (the JSON is the
+form field ``payload``; the signature still covers the raw body as sent).
+
 All comparisons are constant time (``hmac.compare_digest``). ``parse_event``
 reads a verified body into a ``WebhookEvent`` or raises ``WebhookPayloadError``
 naming what is malformed; events intake does not care about return ``None``.
@@ -20,6 +24,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
+
+FORM_TYPE = "application/x-www-form-urlencoded"
 
 
 class WebhookPayloadError(ValueError):
@@ -107,7 +114,7 @@ def parse_event(kind: str, headers: Mapping[str, str], body: bytes) -> WebhookEv
 def _parse_github(headers: Mapping[str, str], body: bytes) -> WebhookEvent | None:
     if headers.get("x-github-event") != "issues":
         return None
-    payload = _load(body, "github")
+    payload = _load(_github_json(headers, body), "github")
     action = _get(payload, "action", str, "github")
     label = payload.get("label")
     added = (_get(payload, "label.name", str, "github"),) if action == "labeled" and label else ()
@@ -122,6 +129,25 @@ def _parse_github(headers: Mapping[str, str], body: bytes) -> WebhookEvent | Non
         labels_added=added,
         is_pull_request="pull_request" in _get(payload, "issue", dict, "github"),
     )
+
+
+def _github_json(headers: Mapping[str, str], body: bytes) -> bytes:
+    """The JSON of a GitHub delivery: the body, or its ``payload`` field when form-encoded."""
+    media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != FORM_TYPE:
+        return body
+    try:
+        text = body.decode("ascii")
+        fields = parse_qs(text, keep_blank_values=True, strict_parsing=True, errors="strict")
+    except ValueError as exc:  # not ASCII, not key=value pairs, or not UTF-8 once decoded
+        raise WebhookPayloadError(f"github webhook: form body is malformed ({exc})") from None
+    values = fields.get("payload", [])
+    if len(values) != 1:
+        found = "no" if not values else f"{len(values)}"
+        raise WebhookPayloadError(
+            f"github webhook: {FORM_TYPE} body has {found} 'payload' field(s), expected one"
+        )
+    return values[0].encode("utf-8")
 
 
 def _parse_gitea(kind: str, headers: Mapping[str, str], body: bytes) -> WebhookEvent | None:

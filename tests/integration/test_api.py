@@ -87,7 +87,8 @@ def test_health_503_when_database_unreachable(tmp_path: Path) -> None:
 
 
 def test_metrics_reflect_store_and_counters(api: ApiHarness) -> None:
-    """/metrics has runs by state, queue depth, durations, spend, poll errors, rejections."""
+    """/metrics has runs by state, queue depth, per-repo durations and spend, poll errors,
+    rejections."""
     api.store.enqueue("alpha")
     api.store.enqueue("beta")
     api.store.enqueue("beta")
@@ -105,12 +106,16 @@ def test_metrics_reflect_store_and_counters(api: ApiHarness) -> None:
     assert got[("pipeline_runs", (("state", "failed"),))] == 0
     assert got[("pipeline_queue_depth", (("repo", "alpha"),))] == 0
     assert got[("pipeline_queue_depth", (("repo", "beta"),))] == 2
-    assert got[("pipeline_run_duration_seconds_count", ())] == 1
-    assert got[("pipeline_run_duration_seconds_bucket", (("le", "+Inf"),))] == 1
-    assert got[("pipeline_run_duration_seconds_bucket", (("le", "30"),))] == 1
-    assert got[("pipeline_agent_cost_usd_total", ())] == pytest.approx(0.25)
-    assert got[("pipeline_agent_tokens_total", (("direction", "in"),))] == 1200
-    assert got[("pipeline_agent_tokens_total", (("direction", "out"),))] == 300
+    alpha, beta = ("repo", "alpha"), ("repo", "beta")
+    assert got[("pipeline_run_duration_seconds_count", (alpha,))] == 1
+    assert got[("pipeline_run_duration_seconds_bucket", (("le", "+Inf"), alpha))] == 1
+    assert got[("pipeline_run_duration_seconds_bucket", (("le", "30"), alpha))] == 1
+    assert got[("pipeline_run_duration_seconds_count", (beta,))] == 0
+    assert got[("pipeline_agent_cost_usd_total", (alpha,))] == pytest.approx(0.25)
+    assert got[("pipeline_agent_cost_usd_total", (beta,))] == 0
+    assert got[("pipeline_agent_tokens_total", (("direction", "in"), alpha))] == 1200
+    assert got[("pipeline_agent_tokens_total", (("direction", "out"), alpha))] == 300
+    assert got[("pipeline_agent_tokens_total", (("direction", "in"), beta))] == 0
     assert got[("pipeline_poll_errors_total", (("tracker", "gh"),))] == 2
     key = ("pipeline_webhooks_rejected_total", (("reason", "signature"), ("tracker", "gh")))
     assert got[key] == 1

@@ -13,7 +13,13 @@ import pytest
 
 from pipeline.http.app import AppOptions, ServerHandle, create_app, serve
 from pipeline.store import Run
-from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab, send_webhook
+from pipeline.testing.forges import (
+    FakeGitea,
+    FakeGitHub,
+    FakeGitLab,
+    send_github_form_webhook,
+    send_webhook,
+)
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld
 from tests.unit.test_tracker_webhooks import DOC_PAYLOAD, DOC_SECRET, DOC_SIGNATURE
@@ -178,6 +184,27 @@ def test_delivery_for_a_repo_not_enrolled_is_ignored(harness: Harness) -> None:
     response = harness.send(harness.labelled(number, "alice", slug=OTHER))
     assert response.status_code == 202 and response.json()["status"] == "ignored"
     assert harness.world.runs() == []
+
+
+def test_github_form_encoded_delivery_queues_the_issue(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GitHub delivery sent as application/x-www-form-urlencoded (GitHub's default content
+    type) is verified over its raw body and queues the issue like a JSON one."""
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    with FakeGitHub(token="fake-token") as fake:
+        fake.add_repo(SLUG)
+        fake.set_permission(SLUG, "alice", WRITER["github"])
+        with serving(fake, database_url, tmp_path / "volume") as harness:
+            number = fake.add_issue(SLUG, "form-encoded", labels=[READY])
+            payload = harness.labelled(number, "alice")
+            forged = send_github_form_webhook(harness.url, "issues", payload, "not-the-secret")
+            response = send_github_form_webhook(harness.url, "issues", payload, SECRET)
+            runs = harness.wait_for_run()
+    assert forged.status_code == 401
+    assert response.status_code == 202, response.text
+    assert response.json() == {"status": "accepted", "issue": number}
+    assert [run.issue_number for run in runs] == [number]
 
 
 def test_github_documented_test_vector_passes_the_signature_check(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -113,6 +115,46 @@ def test_parse_octokit_issues_opened_example() -> None:
     event = parse_event("github", _github_headers("issues"), _fixture("webhook-issues.opened.json"))
     assert event is not None and event.action == "opened"
     assert event.labels_added == () and not event.added("bug")
+
+
+def _form(payload: bytes) -> bytes:
+    """A body as GitHub sends it for a webhook set to application/x-www-form-urlencoded."""
+    return urlencode({"payload": payload.decode("utf-8")}).encode("ascii")
+
+
+FORM_HEADERS = {**_github_headers("issues"), "content-type": "application/x-www-form-urlencoded"}
+
+
+def test_form_encoded_published_example_parses_like_json() -> None:
+    """The published issues.labeled example sent form-encoded gives the same event as JSON,
+    and its signature covers the raw form body, not the JSON inside it."""
+    published = _fixture("webhook-issues.labeled.json")
+    body = _form(published)
+    assert parse_event("github", FORM_HEADERS, body) == parse_event(
+        "github", _github_headers("issues"), published
+    )
+    secret = b"form-secret"
+    assert verify_github(secret, body, sign_github(secret, body))
+    assert not verify_github(secret, body, sign_github(secret, published))
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (b"action=labeled", "no 'payload' field"),
+        (b"payload=%7B%7D&payload=%7B%7D", "2 'payload' field"),
+        (b"payload=%FF", "form body is malformed"),
+        (b"payload", "form body is malformed"),
+        ("payload=é".encode(), "form body is malformed"),
+        (b"payload=%5B1%5D", "not a JSON object"),
+    ],
+    ids=["no-payload", "two-payloads", "not-utf8", "no-equals", "not-ascii", "not-object"],
+)
+def test_malformed_form_deliveries_name_the_problem(body: bytes, needle: str) -> None:
+    """A form-encoded delivery without exactly one JSON-object 'payload' field is refused
+    with what is wrong."""
+    with pytest.raises(WebhookPayloadError, match=re.escape(needle)):
+        parse_event("github", FORM_HEADERS, body)
 
 
 def test_ping_and_other_events_are_none() -> None:

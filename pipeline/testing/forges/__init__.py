@@ -14,6 +14,7 @@ from pipeline.testing.forges.base import (
     FakeForge,
     RecordedRequest,
     ServedApp,
+    send_github_form_webhook,
     send_webhook,
     serve_app,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "FakeGitea",
     "RecordedRequest",
     "ServedApp",
+    "send_github_form_webhook",
     "send_webhook",
     "serve_app",
 ]

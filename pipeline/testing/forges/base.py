@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self, TypedDict, Unpack
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, unquote, urlencode
 
 import httpx
 import uvicorn
@@ -325,6 +325,17 @@ def send_webhook(
     delivery = delivery_id or str(uuid.uuid4())
     headers = {"Content-Type": "application/json"}
     headers.update(webhook_headers(kind, event, delivery, secret, body))
+    return httpx.post(target_url, content=body, headers=headers, timeout=5.0)
+
+
+def send_github_form_webhook(
+    target_url: str, event: str, payload: Mapping[str, Any], secret: str
+) -> httpx.Response:
+    """POST ``payload`` as a GitHub webhook set to ``application/x-www-form-urlencoded`` does:
+    the JSON in a form field named ``payload``, the signature over the whole body as sent."""
+    body = urlencode({"payload": json.dumps(payload)}).encode("ascii")
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    headers.update(webhook_headers("github", event, str(uuid.uuid4()), secret, body))
     return httpx.post(target_url, content=body, headers=headers, timeout=5.0)
 
 

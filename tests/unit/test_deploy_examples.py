@@ -1,0 +1,58 @@
+"""The Kubernetes example: probes that match the health endpoints, a PodDisruptionBudget
+and an Ingress that exposes the webhooks alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml  # PyYAML: with the dev extra (schemathesis needs it)
+
+KUBERNETES = Path(__file__).resolve().parents[2] / "docs" / "deploy" / "kubernetes.yaml"
+
+
+def manifests() -> dict[str, dict[str, Any]]:
+    """The example's objects by kind (one of each)."""
+    found: dict[str, dict[str, Any]] = {}
+    for document in yaml.safe_load_all(KUBERNETES.read_text(encoding="utf-8")):
+        assert document["kind"] not in found, f"two {document['kind']} objects"
+        found[document["kind"]] = document
+    return found
+
+
+def _container(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_liveness_does_not_ask_the_database_and_readiness_does() -> None:
+    """Liveness probes /health/live (no database); readiness probes /health/ready."""
+    container = _container(manifests())
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+
+
+def test_a_disruption_budget_keeps_replicas_working_through_a_drain() -> None:
+    """The PodDisruptionBudget selects the Deployment's pods and lets one go at a time."""
+    objects = manifests()
+    budget = objects["PodDisruptionBudget"]
+    pods = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pods.items()
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert objects["Deployment"]["spec"]["replicas"] > budget["spec"]["maxUnavailable"]
+
+
+def test_the_ingress_exposes_only_the_webhook_listener() -> None:
+    """The Ingress routes /webhooks/ alone, to the Service port of the container's webhook port."""
+    objects = manifests()
+    (rule,) = objects["Ingress"]["spec"]["rules"]
+    (path,) = rule["http"]["paths"]
+    assert path["path"] == "/webhooks/" and path["pathType"] == "Prefix"
+    backend = path["backend"]["service"]
+    assert backend["name"] == objects["Service"]["metadata"]["name"]
+    ports = {p["name"]: p for p in objects["Service"]["spec"]["ports"]}
+    target = ports[backend["port"]["name"]]["targetPort"]
+    container_ports = {p["name"]: p["containerPort"] for p in _container(objects)["ports"]}
+    assert container_ports[target] == 8788  # the example's [http] webhook_listen port
+    assert container_ports["http"] == 8787
