@@ -65,6 +65,7 @@ class RunJson(TypedDict):
     issue_number: int | None
     issue_title: str | None
     issue_url: str | None
+    progress_comment_id: str | None
     notifications_undelivered: int
     duration_s: float | None
     terminal: bool

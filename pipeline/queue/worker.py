@@ -73,8 +73,15 @@ def stop_error(reason: str | None, timeout_s: float | None = None) -> PipelineEr
     return ShuttingDown(f"the worker is stopping ({reason})")
 
 
+RunObserver = Callable[[str, str, Mapping[str, object]], None]
+
+
 class RunContext:
-    """What the run pipeline gets: the run, a stop token and fenced writes."""
+    """What the run pipeline gets: the run, a stop token and fenced writes.
+
+    ``observers`` see every event, state change (kind ``state``) and recorded
+    fact (kind ``update``) after it is written, e.g. the run's progress comment.
+    """
 
     def __init__(
         self, run: Run, owner: str, store: WorkerStore, stop: StopToken, kill_grace_s: float
@@ -85,6 +92,11 @@ class RunContext:
         self.store = store
         self.stop = stop
         self.kill_grace_s = kill_grace_s
+        self.observers: list[RunObserver] = []
+
+    def _tell(self, kind: str, message: str, data: Mapping[str, object]) -> None:
+        for observer in self.observers:
+            observer(kind, message, data)
 
     def events(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
         """Append to the run's timeline (an ``EventSink``); LeaseLost stops the run."""
@@ -93,6 +105,7 @@ class RunContext:
                 self.run.id, self.owner, self.attempt, kind, message, data
             )
         )
+        self._tell(kind, message, data or {})
 
     def set_state(self, state: str, message: str | None = None, **fields: object) -> None:
         def write() -> None:
@@ -101,9 +114,11 @@ class RunContext:
             )
 
         self._fenced(write)
+        self._tell("state", message or state, {**fields, "state": state})
 
     def update(self, **fields: object) -> None:
         self._fenced(lambda: self.store.update_run(self.run.id, self.owner, self.attempt, **fields))
+        self._tell("update", "", fields)
 
     def check(self) -> None:
         """Raise the stop's error (CancelRequested, LeaseLost, timeout) if the run must stop."""

@@ -26,6 +26,13 @@ from pipeline.queue.worker import RunContext
 from pipeline.run.budget import Spend, SpendLedger
 from pipeline.run.conflicts import ConflictResolver
 from pipeline.run.implement import ImplementOutcome, IssueInfo, implement, run_test_gate
+from pipeline.run.progress import (
+    CommentSlot,
+    ProgressComment,
+    ProgressView,
+    outcome_text,
+    progress_after_error,
+)
 from pipeline.run.publish import PublishHooks, PublishOptions, find_pushed, publish
 from pipeline.run.recovery import Recovery
 from pipeline.run.scope import RunScope, WorktreeLease
@@ -67,6 +74,43 @@ class RunFlow:
         checkpoint("preparing", run.id)
         if run.kind == "issue":
             self.deps.lifecycle.claimed(run, repo, ctx.events)
+        progress = self._progress(ctx, repo)
+        try:
+            outcome = self._run(ctx, repo, issue)
+        except BaseException as exc:
+            if progress is not None:
+                progress_after_error(progress, exc)
+            raise
+        if progress is not None:
+            progress.close(outcome.state, outcome_text(outcome))
+        return outcome
+
+    def _progress(self, ctx: RunContext, repo: RepoSettings) -> ProgressComment | None:
+        """The run's progress comment on its issue, following the run's timeline."""
+        run = ctx.run
+        if run.kind != "issue" or run.issue_number is None:
+            return None
+        public = self.deps.settings.http.public_url
+        link = f"{public.rstrip('/')}/runs/{run.id}" if public else f"`pipeline runs show {run.id}`"
+        view = ProgressView(run.id, link)
+        for event in self.deps.store.run_events(run.id):  # a restarted run shows its past too
+            view.apply(event.kind, event.message, event.data)
+        view.apply("state", run.state, {"state": run.state, "pushed_sha": run.pushed_sha or ""})
+        view.cost_usd = run.cost_usd
+        slot = CommentSlot(
+            self.deps.trackers[repo.tracker],
+            (repo.slug, run.issue_number),
+            run.id,
+            run.progress_comment_id,
+            remember=lambda comment_id: ctx.update(progress_comment_id=comment_id),
+        )
+        progress = ProgressComment(view, slot)
+        ctx.observers.append(progress.observe)
+        progress.start()
+        return progress
+
+    def _run(self, ctx: RunContext, repo: RepoSettings, issue: IssueInfo) -> Outcome:
+        run = ctx.run
         if run.pushed_sha:
             ctx.events("publish", f"already pushed {run.pushed_sha[:12]}; watching again")
             scope = self._scope(ctx, repo, issue, None)
@@ -167,6 +211,11 @@ class RunFlow:
         ctx.set_state("watching")
         checkpoint("watching", ctx.run.id)
         verdict = self._watch(ctx, scope.repo, sha)
+        ctx.events(
+            "verdict",
+            f"{verdict.state}: CI {verdict.ci}; deploy {verdict.deploy}",
+            {"state": str(verdict.state), "ci": verdict.ci, "deploy": verdict.deploy},
+        )
         return self.deps.recovery.decide(scope, ctx.run, sha, verdict)
 
     def _watch(self, ctx: RunContext, repo: RepoSettings, sha: str) -> Verdict:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,9 +84,29 @@ def run_test_gate(
             "duration_s": round(result.duration_s, 3),
             "timed_out": result.timed_out,
             "ok": result.ok,
+            "counts": summarise_tests(result.output_tail),
         },
     )
     return result
+
+
+_PYTEST_COUNT = re.compile(r"\b(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)\b")
+_UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in", re.MULTILINE)
+_UNITTEST_END = re.compile(r"^(OK|FAILED)\b(?: \((.*)\))?", re.MULTILINE)
+
+
+def summarise_tests(output: str) -> str:
+    """The test runner's own counts, as one phrase (pytest, unittest); "" if none found."""
+    ran = _UNITTEST_RAN.findall(output)
+    if ran:
+        ends = _UNITTEST_END.findall(output)
+        status, detail = ends[-1] if ends else ("", "")
+        tail = f", {detail}" if detail else (", all passed" if status == "OK" else "")
+        return f"{ran[-1]} tests{tail}"
+    lines = [line for line in output.splitlines() if _PYTEST_COUNT.search(line)]
+    if not lines:
+        return ""
+    return ", ".join(f"{n} {word}" for n, word in _PYTEST_COUNT.findall(lines[-1]))
 
 
 def _red_reason(result: CommandResult, timeout_s: float) -> str:

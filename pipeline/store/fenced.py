@@ -37,6 +37,7 @@ UPDATABLE_FIELDS = frozenset(
         "num_turns",
         "setup_s",
         "summary",
+        "progress_comment_id",
     }
 )
 

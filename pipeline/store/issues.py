@@ -254,13 +254,25 @@ class IssuesMixin(StoreBase):
                 .values(state="closed", updated_at=db_now(conn))
             )
 
-    def add_local_comment(self, issue_id: int, body: str, author: str) -> None:
+    def add_local_comment(self, issue_id: int, body: str, author: str) -> int:
+        """Add a comment to local issue ``issue_id``; the new comment's id."""
         with self._write() as conn:
-            conn.execute(
+            result = conn.execute(
                 insert(LocalCommentRow).values(
                     issue_id=issue_id, author=author, body=body, created_at=db_now(conn)
                 )
             )
+            return int(result.inserted_primary_key[0])
+
+    def edit_local_comment(self, issue_id: int, comment_id: int, body: str) -> bool:
+        """Replace the body of comment ``comment_id`` on ``issue_id``; False if there is none."""
+        with self._write() as conn:
+            result = conn.execute(
+                update(LocalCommentRow)
+                .where(LocalCommentRow.id == comment_id, LocalCommentRow.issue_id == issue_id)
+                .values(body=body)
+            )
+            return bool(result.rowcount)
 
     def local_comments(self, issue_id: int) -> list[LocalComment]:
         query = (

@@ -165,6 +165,8 @@ class RunRow(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime)
     # The cap slot a busy run holds (PostgreSQL claims; NULL on SQLite and when not busy).
     slot: Mapped[int | None] = mapped_column(Integer)
+    # The forge's id of the run's one progress comment on its issue, once posted.
+    progress_comment_id: Mapped[str | None] = mapped_column(String(100))
 
 
 # The claim order (priority first, then age) over queued runs only, so a claim walks

@@ -97,6 +97,7 @@ class Run:
     issue_number: int | None = None
     issue_title: str | None = None
     issue_url: str | None = None
+    progress_comment_id: str | None = None  # the run's progress comment on its issue
     notifications_undelivered: int = 0  # notifications not (yet) delivered to a channel
 
     @property

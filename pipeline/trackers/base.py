@@ -29,6 +29,7 @@ class Comment:
     author: str
     body: str
     created_at: str
+    id: str = ""  # the forge's comment (note) id, as ``edit_comment`` takes it
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,13 @@ class Tracker(Protocol):
         """Remove ``label``; removing a label the issue lacks is not an error."""
         ...
 
-    def comment(self, slug: str, number: int, body: str) -> None: ...
+    def comment(self, slug: str, number: int, body: str) -> str:
+        """Post a comment; the new comment's id."""
+        ...
+
+    def edit_comment(self, slug: str, number: int, comment_id: str, body: str) -> None:
+        """Replace the body of one of the daemon's own comments on issue ``number``."""
+        ...
 
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         """All human comments, oldest first (to find markers such as ``<!-- afk:... -->``)."""

@@ -129,9 +129,15 @@ class GiteaTracker:
         path = f"{_repo(slug)}/issues/{number}/labels/{label_id}"
         self.http.mutate("DELETE", path, not_found="missing_issue")
 
-    def comment(self, slug: str, number: int, body: str) -> None:
+    def comment(self, slug: str, number: int, body: str) -> str:
         path = f"{_repo(slug)}/issues/{number}/comments"
-        self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
+        page = self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
+        return str(field(as_dict(page.data, path), "id", path, int))
+
+    def edit_comment(self, slug: str, number: int, comment_id: str, body: str) -> None:
+        """``PATCH /repos/{owner}/{repo}/issues/comments/{id}``."""
+        path = f"{_repo(slug)}/issues/comments/{int(comment_id)}"
+        self.http.mutate("PATCH", path, {"body": body}, not_found="missing_comment")
 
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         path = f"{_repo(slug)}/issues/{number}/comments"
@@ -266,6 +272,7 @@ def parse_comment(item: dict[str, Any], where: str) -> Comment:
         author=field(item, "user.login", where, str),
         body=text(item, "body", where),
         created_at=text(item, "created_at", where),
+        id=str(field(item, "id", where, int)),
     )
 
 

@@ -130,9 +130,15 @@ class GitHubTracker:
             if exc.kind != "missing_label":
                 raise
 
-    def comment(self, slug: str, number: int, body: str) -> None:
+    def comment(self, slug: str, number: int, body: str) -> str:
         path = f"{_repo(slug)}/issues/{number}/comments"
-        self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
+        page = self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
+        return str(field(as_dict(page.data, path), "id", path, int))
+
+    def edit_comment(self, slug: str, number: int, comment_id: str, body: str) -> None:
+        """``PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}``."""
+        path = f"{_repo(slug)}/issues/comments/{int(comment_id)}"
+        self.http.mutate("PATCH", path, {"body": body}, not_found="missing_comment")
 
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         path = f"{_repo(slug)}/issues/{number}/comments"
@@ -199,6 +205,7 @@ def parse_comment(item: dict[str, Any], where: str) -> Comment:
         author=field(item, "user.login", where, str),
         body=text(item, "body", where),
         created_at=text(item, "created_at", where),
+        id=str(field(item, "id", where, int)),
     )
 
 

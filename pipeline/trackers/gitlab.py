@@ -152,9 +152,15 @@ class GitLabTracker:
         body = {"remove_labels": label}
         self._update(slug, number, body)
 
-    def comment(self, slug: str, number: int, body: str) -> None:
+    def comment(self, slug: str, number: int, body: str) -> str:
         path = f"{_project(slug)}/issues/{number}/notes"
-        self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
+        page = self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
+        return str(field(as_dict(page.data, path), "id", path, int))
+
+    def edit_comment(self, slug: str, number: int, comment_id: str, body: str) -> None:
+        """``PUT /projects/:id/issues/:issue_iid/notes/:note_id``."""
+        path = f"{_project(slug)}/issues/{number}/notes/{int(comment_id)}"
+        self.http.mutate("PUT", path, {"body": body}, not_found="missing_comment")
 
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         path = f"{_project(slug)}/issues/{number}/notes"
@@ -269,4 +275,5 @@ def parse_note(item: dict[str, Any], where: str) -> Comment:
         author=field(item, "author.username", where, str),
         body=text(item, "body", where),
         created_at=text(item, "created_at", where),
+        id=str(field(item, "id", where, int)),
     )

@@ -75,7 +75,7 @@ class LocalTracker:
         issue = self._issue(slug, number)
         base = self._tracker_issue(issue)
         comments = tuple(
-            Comment(author=c.author, body=c.body, created_at=c.created_at.isoformat())
+            Comment(author=c.author, body=c.body, created_at=c.created_at.isoformat(), id=str(c.id))
             for c in self.store.local_comments(issue.id)
         )
         return IssueDetail(**{**base.__dict__, "comments": comments})
@@ -109,9 +109,16 @@ class LocalTracker:
         self._issue(slug, number)
         self.store.change_local_labels(number, remove=(label,))
 
-    def comment(self, slug: str, number: int, body: str) -> None:
+    def comment(self, slug: str, number: int, body: str) -> str:
         self._issue(slug, number)
-        self.store.add_local_comment(number, body, author=LOCAL_AUTHOR)
+        return str(self.store.add_local_comment(number, body, author=LOCAL_AUTHOR))
+
+    def edit_comment(self, slug: str, number: int, comment_id: str, body: str) -> None:
+        self._issue(slug, number)
+        if not self.store.edit_local_comment(number, int(comment_id), body):
+            raise FatalError(
+                "missing_comment", f"comment {comment_id} of local issue {number} does not exist"
+            )
 
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         return list(self.get_issue(slug, number).comments)

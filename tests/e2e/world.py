@@ -81,6 +81,7 @@ class Tuning:
     database_url: str | None = None  # default: SQLite under the world's root
     run_timeout_s: float = 120
     max_attempts: int = 3
+    public_url: str | None = None  # [http] public_url: where issue comments link to
 
 
 @dataclass(frozen=True)
@@ -356,7 +357,10 @@ def _config(
             "max_attempts": tuning.max_attempts,
         },
         "workspace": {"fetch_debounce_s": 0},
-        "http": {"listen": f"127.0.0.1:{free_port()}"},
+        "http": {
+            "listen": f"127.0.0.1:{free_port()}",
+            **({"public_url": tuning.public_url} if tuning.public_url else {}),
+        },
         "trackers": {"gh": {"kind": "github", "base_url": forge_url, "token_env": TOKEN_ENV}},
         "agents": {
             "scripted": {

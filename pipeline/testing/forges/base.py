@@ -115,6 +115,7 @@ class RecordedRequest:
     status: int = 0
     authorized: bool = False
     headers: dict[str, str] = field(default_factory=dict)  # without credentials
+    at: float = field(default_factory=time.monotonic)  # when the request arrived
 
 
 @dataclass

@@ -39,6 +39,7 @@ class FakeGitea(FakeForge):
         self.route("PATCH", ISSUE, self._patch_issue)
         self.route("GET", ISSUE + "/comments", self._list_comments)
         self.route("POST", ISSUE + "/comments", self._post_comment)
+        self.route("PATCH", REPO + r"/issues/comments/(?P<comment>\d+)", self._edit_comment)
         self.route("POST", ISSUE + "/labels", self._add_labels)
         self.route("DELETE", ISSUE + r"/labels/(?P<label_id>\d+)", self._remove_label)
         self.route("GET", ISSUE + "/timeline", self._timeline)
@@ -127,7 +128,7 @@ class FakeGitea(FakeForge):
             "original_author": "",
             "body": comment.body,
             "created_at": comment.created_at,
-            "updated_at": comment.created_at,
+            "updated_at": comment.updated_at or comment.created_at,
         }
 
     # -- handlers ----------------------------------------------------------
@@ -176,6 +177,12 @@ class FakeGitea(FakeForge):
         issue = self._issue(m)
         comment = self.add_comment(_slug(m), issue.number, body["body"], self.bot)
         return Reply(201, self._render_comment(_slug(m), issue.number, comment))
+
+    def _edit_comment(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
+        if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+            return Reply(422, {"message": "body is required"})
+        issue, comment = self.edit_comment(_slug(m), int(m["comment"]), body["body"])
+        return Reply(200, self._render_comment(_slug(m), issue.number, comment))
 
     def _add_labels(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
         slug, issue = _slug(m), self._issue(m)

@@ -40,6 +40,7 @@ class FakeGitHub(FakeForge):
         self.route("PATCH", ISSUE, self._patch_issue)
         self.route("GET", ISSUE + "/comments", self._list_comments)
         self.route("POST", ISSUE + "/comments", self._post_comment)
+        self.route("PATCH", REPO + r"/issues/comments/(?P<comment>\d+)", self._edit_comment)
         self.route("POST", ISSUE + "/labels", self._add_labels)
         self.route("DELETE", ISSUE + "/labels/(?P<label>[^/]+)", self._remove_label)
         self.route("GET", ISSUE + "/events", self._list_events)
@@ -167,7 +168,7 @@ class FakeGitHub(FakeForge):
             "body": comment.body,
             "user": shapes.user(comment.author),
             "created_at": comment.created_at,
-            "updated_at": comment.created_at,
+            "updated_at": comment.updated_at or comment.created_at,
             "issue_url": f"{api}/{number}",
             "author_association": "NONE",
             "minimized": None,
@@ -213,6 +214,12 @@ class FakeGitHub(FakeForge):
             return Reply(422, {"message": "Validation Failed"})
         comment = self.add_comment(_slug(m), self._issue(m).number, body["body"], self.bot)
         return Reply(201, self._render_comment(_slug(m), self._issue(m).number, comment))
+
+    def _edit_comment(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
+        if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+            return Reply(422, {"message": "Validation Failed"})
+        issue, comment = self.edit_comment(_slug(m), int(m["comment"]), body["body"])
+        return Reply(200, self._render_comment(_slug(m), issue.number, comment))
 
     def _add_labels(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
         names = body.get("labels") if isinstance(body, dict) else body

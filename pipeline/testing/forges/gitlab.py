@@ -40,6 +40,7 @@ class FakeGitLab(FakeForge):
         self.route("PUT", ISSUE, self._update_issue)
         self.route("GET", ISSUE + "/notes", self._list_notes)
         self.route("POST", ISSUE + "/notes", self._post_note)
+        self.route("PUT", ISSUE + r"/notes/(?P<note>\d+)", self._edit_note)
         self.route("GET", ISSUE + "/resource_label_events", self._label_events)
         self.route("GET", PROJECT + "/members/all", self._members)
         self.route("GET", PROJECT + "/pipelines", self._pipelines)
@@ -123,7 +124,7 @@ class FakeGitLab(FakeForge):
             "body": comment.body,
             "author": _user(comment.author),
             "created_at": comment.created_at,
-            "updated_at": comment.created_at,
+            "updated_at": comment.updated_at or comment.created_at,
             "system": comment.system,
             "noteable_id": issue.id,
             "noteable_type": "Issue",
@@ -204,6 +205,15 @@ class FakeGitLab(FakeForge):
         slug, issue = _slug(m), self._issue(m)
         note = self.add_comment(slug, issue.number, body["body"], self.bot)
         return Reply(201, self._render_note(note, issue, slug))
+
+    def _edit_note(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
+        if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+            return Reply(400, {"message": "400 Bad request - body is missing"})
+        slug, issue = _slug(m), self._issue(m)
+        if not any(c.id == int(m["note"]) for c in issue.comments):
+            return Reply(404, {"message": "404 Not found"})
+        _, note = self.edit_comment(slug, int(m["note"]), body["body"])
+        return Reply(200, self._render_note(note, issue, slug))
 
     def _label_events(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         slug, issue = _slug(m), self._issue(m)

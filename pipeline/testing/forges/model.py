@@ -25,6 +25,8 @@ class FakeComment:
     body: str
     created_at: str
     system: bool = False
+    updated_at: str = ""  # set by an edit
+    edits: list[str] = field(default_factory=list)  # the bodies an edit replaced, oldest first
 
 
 @dataclass
@@ -224,6 +226,17 @@ class ForgeState:
             issue.comments.append(comment)
             issue.updated_at = comment.created_at
             return comment
+
+    def edit_comment(self, slug: str, comment_id: int, body: str) -> tuple[FakeIssue, FakeComment]:
+        """Replace a comment's body, keeping the old one in ``edits``; KeyError if none."""
+        with self.lock:
+            for issue in self.repos[slug].issues.values():
+                for comment in issue.comments:
+                    if comment.id == comment_id:
+                        comment.edits.append(comment.body)
+                        comment.body, comment.updated_at = body, self.now()
+                        return issue, comment
+        raise KeyError(comment_id)
 
     def edit_issue(
         self,

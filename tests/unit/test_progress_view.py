@@ -1,0 +1,102 @@
+"""The progress comment's text and pacing, with a recording comment slot."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from pipeline.run.implement import summarise_tests
+from pipeline.run.progress import CommentSlot, ProgressComment, ProgressView, progress_marker
+
+
+class _Recorder(CommentSlot):
+    """A slot that records each written body and when it was written."""
+
+    def __init__(self) -> None:
+        self.bodies: list[str] = []
+        self.times: list[float] = []
+        self.wrote = threading.Event()
+
+    def write(self, body: str) -> None:
+        self.bodies.append(body)
+        self.times.append(time.monotonic())
+        self.wrote.set()
+
+
+def test_view_shows_every_fact_and_the_marker() -> None:
+    """State, step, tests with counts, SHA, CI, deploy, review, cost and link are all shown."""
+    view = ProgressView(12, "https://afk.example/runs/12")
+    view.apply("state", "testing", {"state": "testing"})
+    view.apply("agent", "editing lib.py\nmore detail", {})
+    view.apply("test", "tests failed", {"ok": False, "counts": "2 tests, failures=1"})
+    view.apply("test", "tests passed", {"ok": True, "counts": "2 tests, all passed"})
+    view.apply("update", "", {"pushed_sha": "abc123", "cost_usd": 0.4})
+    view.apply("verdict", "healthy", {"ci": "green (1 check)", "deploy": "healthy after 2"})
+    view.apply("review", "approved: looks right", {"verdict": "approve"})
+    text = view.render()
+    assert text.startswith("**afk-pipeline run 12: testing**")
+    for part in (
+        "- Step: approved: looks right",
+        "- Tests: green (2 tests, all passed); 2 run(s): 1 green, 1 red",
+        "- Pushed: `abc123`",
+        "- CI: green (1 check)",
+        "- Deploy: healthy after 2",
+        "- Review: approved: looks right",
+        "- Cost so far: $0.40",
+        "- Run page: https://afk.example/runs/12",
+    ):
+        assert part in text
+    assert text.endswith(progress_marker(12))
+
+
+def test_test_counts_read_unittest_and_pytest_summaries() -> None:
+    """The runner's own counts become one phrase; output without them gives none."""
+    assert summarise_tests("Ran 4 tests in 0.01s\n\nOK\n") == "4 tests, all passed"
+    assert summarise_tests("Ran 2 tests in 0.01s\n\nFAILED (failures=1)\n") == "2 tests, failures=1"
+    assert summarise_tests("== 3 passed, 1 failed in 0.1s ==") == "3 passed, 1 failed"
+    assert summarise_tests("make: *** [test] Error 2") == ""
+
+
+def test_every_state_is_written_in_order_and_paced() -> None:
+    """Quick state changes are not coalesced away: each state is written, interval apart."""
+    slot = _Recorder()
+    progress = ProgressComment(ProgressView(3, "link"), slot, interval_s=0.2)
+    progress.start()
+    assert slot.wrote.wait(30)
+    for state in ("implementing", "testing", "publishing", "watching"):
+        progress.observe("agent", f"step in {state}")
+        progress.observe("state", state, {"state": state})
+    progress.close("succeeded")
+    heads = [body.splitlines()[0] for body in slot.bodies]
+    states = [head.split(": ", 1)[1].rstrip("*") for head in heads]
+    assert states == [
+        "claimed",
+        "implementing",
+        "testing",
+        "publishing",
+        "watching",
+        "succeeded",
+    ], heads
+    gaps = [b - a for a, b in itertools.pairwise(slot.times)]
+    assert all(gap >= 0.2 for gap in gaps), gaps
+
+
+def test_failed_write_is_retried_and_the_run_goes_on() -> None:
+    """A forge error is logged, not raised, and the next write carries the latest view."""
+    slot = _Recorder()
+    calls = {"n": 0}
+    record = slot.write
+
+    def flaky(body: str) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("forge down")
+        record(body)
+
+    slot.write = flaky  # type: ignore[method-assign]
+    progress = ProgressComment(ProgressView(4, "link"), slot, interval_s=0.05)
+    progress.start()
+    progress.observe("agent", "working")
+    progress.close("succeeded", "done")
+    assert slot.bodies and "run 4: succeeded" in slot.bodies[-1] and "working" in slot.bodies[-1]
