@@ -248,6 +248,7 @@ class Repo(Table):
     max_budget_usd: v.Usd | None = None
     daily_budget_usd: v.Usd | None = None
     run_timeout_s: v.Seconds | None = None
+    review: bool | None = None
     push: Push = Push()
     ci: Ci = Ci()
     deploy: Deploy = Deploy()

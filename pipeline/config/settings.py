@@ -257,6 +257,7 @@ class RepoSettings:
     max_budget_usd: float | None = None
     daily_budget_usd: float | None = None
     run_timeout_s: float | None = None
+    review: bool = False  # a reviewer agent reads the diff before publish
     push: PushSettings = field(default_factory=PushSettings)
     ci: CiSettings = field(default_factory=CiSettings)
     deploy: DeploySettings = field(default_factory=DeploySettings)

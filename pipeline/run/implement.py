@@ -32,6 +32,7 @@ from pipeline.core.proc import CommandResult, StopToken, shell_argv
 from pipeline.core.states import TRAILER
 from pipeline.git.commits import Git
 from pipeline.run.prompt import IssueInfo, build_prompt, fix_prompt
+from pipeline.run.review import MAX_REVIEWS, Reviewer, changes_prompt
 from pipeline.run.scope import RunScope
 from pipeline.sandbox.jail import Jail
 
@@ -202,6 +203,8 @@ def implement(scope: RunScope, extra_prompt: str | None = None) -> ImplementOutc
     result = run.invoke(run.first_prompt, None)
     run.check_changed(result)
     result, gate, iterations = _gate_loop(run, result)
+    if scope.repo.review:
+        result, gate = _review_loop(run, result, gate)
     commits = run.git.squash(run.base, run.subject, run.trailers)
     run.events("agent", f"implemented in {len(commits)} commit(s), head {commits[-1][:12]}")
     spent = scope.ledger.attempt
@@ -214,6 +217,29 @@ def implement(scope: RunScope, extra_prompt: str | None = None) -> ImplementOutc
         cost_usd=spent.cost_usd,
         tokens_in=spent.tokens_in,
         tokens_out=spent.tokens_out,
+    )
+
+
+def _review_loop(
+    run: _Run, result: AgentResult, gate: CommandResult
+) -> tuple[AgentResult, CommandResult]:
+    """The reviewer reads the green change; requested changes go back to the same session."""
+    reviewer = Reviewer(run.scope, run.base)
+    for round_ in range(1, MAX_REVIEWS + 1):
+        verdict = reviewer.review(round_)
+        if verdict.approved:
+            return result, gate
+        if round_ == MAX_REVIEWS:
+            break
+        run.scope.phase("implementing")
+        text = changes_prompt(verdict.reasons, round_)
+        prompt = text if result.session_id else f"{run.first_prompt}\n\n{text}"
+        result = run.invoke(prompt, result.session_id)
+        result, gate, _ = _gate_loop(run, result)
+    raise EscalationError(
+        "review_rejected",
+        f"the reviewer requested changes {MAX_REVIEWS} times; nothing was pushed. "
+        f"Its reasons:\n{verdict.reasons}",
     )
 
 

@@ -182,6 +182,20 @@ class Jail:
             layout=dataclasses.replace(self.layout, read_only=(*self.layout.read_only, *paths)),
         )
 
+    def read_only_tree(self, keep: Path) -> Jail:
+        """This jail with everything it could write shown read-only, except ``keep`` (a HOME):
+        the worktree, its git metadata and the caches (a reviewer reads, never writes)."""
+        layout = self.layout
+        frozen = tuple(p for p in layout.writable if p != keep)
+        return dataclasses.replace(
+            self,
+            layout=dataclasses.replace(
+                layout,
+                read_only=(*layout.read_only, *frozen),
+                writable=tuple(p for p in layout.writable if p == keep),
+            ),
+        )
+
 
 def signalled_as_negative(result: CommandResult) -> CommandResult:
     """A sandboxed command killed by signal N, reported as exit -N like an unconfined one.

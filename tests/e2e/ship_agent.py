@@ -17,6 +17,11 @@ prompt, making real edits the pipeline then tests, commits and ships:
 - ``afk-task: red`` -> breaks ``greeting`` so its test fails, every time it is asked
 - ``afk-task: crash`` -> exits 3 without a word (a crashing agent)
 - ``afk-task: sleep`` -> sleeps far longer than any run's time limit
+- ``afk-task: reviewed NAME`` -> a feature without a docstring; asked by a
+  reviewer's changes, adds the docstring
+- as the reviewer (``afk-review:`` in the prompt) -> tries to write in the
+  tree (logged: refused or written), then requests a docstring in ``NAME.py``
+  until there is one (``reviewed``) or always (``rejected``)
 
 Only the standard library: it runs under the daemon's interpreter in the worktree.
 """
@@ -78,8 +83,34 @@ def feature(wd: Path, name: str) -> str:
     return f"added {name}"
 
 
+DOCSTRING = '"""Reviewed."""\n'
+
+
+def review(wd: Path, task: str, name: str) -> tuple[str, str]:
+    """The reviewer's answer and whether its write into the tree was refused."""
+    try:
+        (wd / "REVIEWER_WAS_HERE").write_text("x")
+        write = "written"
+    except OSError:
+        write = "refused"
+    module = wd / f"{name}.py"
+    if task == "reviewed" and module.exists() and module.read_text().startswith(DOCSTRING):
+        return "VERDICT: APPROVE\nThe module is documented.", write
+    return f"VERDICT: REQUEST_CHANGES\n{name}.py needs the module docstring {DOCSTRING}", write
+
+
+def reviewed(wd: Path, name: str, prompt: str) -> str:
+    if "A reviewer read your change" not in prompt:
+        return feature(wd, name)
+    module = wd / f"{name}.py"
+    module.write_text(DOCSTRING + module.read_text())
+    return f"documented {name}"
+
+
 def do_task(wd: Path, world: dict[str, Any], task: str, argument: str | None) -> str:
     lib = wd / "lib.py"
+    if task in ("reviewed", "rejected"):
+        return reviewed(wd, argument or "extra", world["prompt"])
     if task == "feature":
         return feature(wd, argument or "extra")
     if task == "race-clean":
@@ -115,6 +146,10 @@ def main(prompt_file: str, workdir: str) -> None:
     task = re.search(r"afk-task: ([\w-]+)(?: ([\w-]+))?", prompt)
     fix = "Fix-forward:" in prompt
     conflict = "no longer applies on top of it" in prompt
+    reviewing = prompt.startswith("afk-review:")
+    answer = None
+    if reviewing and task:
+        answer, write = review(wd, task.group(1), task.group(2) or "extra")
     entry = {
         "run": run_id,
         "fix_forward": fix,
@@ -122,10 +157,14 @@ def main(prompt_file: str, workdir: str) -> None:
         "task": task.group(0) if task else None,
         "token_vars": sorted(k for k in os.environ if "TOKEN" in k.upper()),
         "t": time.time(),
+        "review": write if answer else None,
     }
     with open(world["log"], "a") as log:
         log.write(json.dumps(entry) + "\n")
-    if conflict:
+    world["prompt"] = prompt
+    if answer:
+        print(answer)
+    elif conflict:
         print("BLOCKED: both changes rewrite GREETING; a human must choose the wording")
     elif fix:
         print(fix_forward(wd, world["fix_mode"], run_id))

@@ -82,6 +82,7 @@ class Tuning:
     run_timeout_s: float = 120
     max_attempts: int = 3
     public_url: str | None = None  # [http] public_url: where issue comments link to
+    review: bool = False  # the review gate on every repo
 
 
 @dataclass(frozen=True)
@@ -394,6 +395,7 @@ def _repo(spec: RepoSpec, max_fix_forwards: int, tuning: Tuning) -> dict[str, An
         "max_fix_iterations": 1,
         "max_fix_forwards": max_fix_forwards,
         "run_timeout_s": tuning.run_timeout_s,
+        **({"review": True} if tuning.review else {}),
         "ci": {"kind": "github", "poll_interval_s": 0.3, "appear_timeout_s": 30, "timeout_s": 60},
         "deploy": {
             "initial_delay_s": 0.3,
