@@ -8,7 +8,8 @@ state change and recorded fact the run writes (``RunContext`` observers).
 
 Edits are paced: at most one write per ``interval_s`` (5 s) per run, the
 latest state coalesced into the next write by a timer; ``close`` always
-writes the final state. A crash never leaves two comments: the comment's id
+writes the final state (from a writer thread, so the run's end is not held
+up by the pacing). A crash never leaves two comments: the comment's id
 is recorded on the run after it is posted, and before posting a run looks
 for its hidden marker (``<!-- afk-progress run=12 -->``) among the issue's
 comments, so a run restarted between posting and recording finds it.
@@ -36,6 +37,7 @@ from pipeline.trackers.base import Tracker
 log = logging.getLogger(__name__)
 
 EDIT_INTERVAL_S = 5.0
+DRAIN_ATTEMPTS = 3  # failed writes after the run's end before the comment is left as it is
 STEP_CHARS = 160
 STEP_KINDS = frozenset({"agent", "tool", "test", "publish", "setup", "ci", "deploy", "review"})
 
@@ -213,6 +215,7 @@ class ProgressComment:
         self._shown = False  # the current state was written (or is in the backlog)
         self._closed = False
         self._timer: threading.Timer | None = None
+        self._drainer: threading.Thread | None = None
         self._last_write: float | None = None
 
     def observe(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
@@ -242,19 +245,35 @@ class ProgressComment:
         self._schedule()
 
     def close(self, state: str, ending: str = "") -> None:
-        """Write the backlog and the final state, paced; no writes after this."""
+        """Write the backlog and the final state, paced, without holding the run up.
+
+        The writer is not a daemon thread: a daemon stopping gracefully still
+        writes the final state before its process exits.
+        """
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             self._cancel_timer()
             self._fold(lambda: self._end(state, ending))
+        name = f"progress-{self.view.run_id}"
+        self._drainer = threading.Thread(target=self._drain, name=name)
+        self._drainer.start()
+
+    def join(self, timeout_s: float | None = None) -> None:
+        """Wait for the writes ``close`` started (tests; the daemon never waits)."""
+        if self._drainer is not None:
+            self._drainer.join(timeout_s)
+
+    def _drain(self) -> None:
+        failures = 0
         with self._writing:
-            while True:
+            while failures < DRAIN_ATTEMPTS:
                 with self._lock:
                     if not (self._dirty or self._backlog):
                         return
                 self.sleep(self._wait())
-                if not self._write():
-                    return  # the forge refuses: the run's ending does not wait on it
+                failures += 0 if self._write() else 1
 
     def _end(self, state: str, ending: str) -> None:
         self.view.state, self.view.ending = state, ending

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,17 @@ def _progress_comments(world: ShipWorld, number: int, run_id: int) -> list[FakeC
     return [c for c in issue.comments if progress_marker(run_id) in c.body]
 
 
+def _final_comments(world: ShipWorld, number: int, run: Run) -> list[FakeComment]:
+    """The run's progress comments once one shows its final state (written just after it ends)."""
+    deadline = time.monotonic() + 60
+    while True:
+        comments = _progress_comments(world, number, run.id)
+        if any(_state_of(c.body) == run.state for c in comments):
+            return comments
+        assert time.monotonic() < deadline, [c.body for c in comments]
+        time.sleep(0.2)
+
+
 def _state_of(body: str) -> str:
     """The state in a progress comment's first line (``**afk-pipeline run 3: testing**``)."""
     return body.splitlines()[0].rsplit(": ", 1)[1].rstrip("*")
@@ -71,7 +83,7 @@ def test_one_progress_comment_from_claim_to_healthy_deploy(
         number = world.label("web", "Add a reports helper", "feature reports")
         world.start()
         run = _succeeded(world, number)
-        (comment,) = _progress_comments(world, number, run.id)
+        (comment,) = _final_comments(world, number, run)
         _assert_final(world, run, comment)
         # Every state the run went through was shown, in order.
         shown = [_state_of(body) for body in [*comment.edits, comment.body]]
@@ -107,5 +119,5 @@ def test_kill_mid_run_still_leaves_one_progress_comment(
         assert before is not None and len(_progress_comments(world, number, before.id)) == 1
         world.start()
         run = _succeeded(world, number)
-        (comment,) = _progress_comments(world, number, run.id)
+        (comment,) = _final_comments(world, number, run)
         _assert_final(world, run, comment)

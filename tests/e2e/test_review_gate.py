@@ -31,10 +31,16 @@ def _ended(world: ShipWorld, number: int) -> Run:
     return next(r for r in runs if r.issue_number == number)
 
 
-def _progress(world: ShipWorld, number: int, run_id: int) -> str:
+def _progress(world: ShipWorld, number: int, run: Run) -> str:
+    """The run's one progress comment, once it shows the run's final state."""
     issue = world.fake.issue(world.repos["web"].slug, number)
-    (body,) = [c.body for c in issue.comments if progress_marker(run_id) in c.body]
-    return body
+    deadline = time.monotonic() + 60
+    while True:
+        (body,) = [c.body for c in issue.comments if progress_marker(run.id) in c.body]
+        if f": {run.state}**" in body.splitlines()[0]:
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.2)
 
 
 def _tuning(tmp_path: Path) -> Tuning:
@@ -55,9 +61,8 @@ def test_requested_change_is_made_before_the_push(tmp_path: Path, cli_env: dict[
         events = world.events(run.id)
         assert any(e.startswith("review: review 1: changes requested: reports.py") for e in events)
         assert any(e.startswith("review: review 2: approved") for e in events), events
-        assert "- Review: review 2: approved: The module is documented." in _progress(
-            world, number, run.id
-        )
+        progress = _progress(world, number, run)
+        assert "- Review: review 2: approved: The module is documented." in progress, progress
 
 
 def test_two_rejections_escalate_without_pushing(tmp_path: Path, cli_env: dict[str, str]) -> None:
@@ -73,7 +78,7 @@ def test_two_rejections_escalate_without_pushing(tmp_path: Path, cli_env: dict[s
         assert world.remote_log("web") == before
         assert run.pushed_sha is None
         assert [c["review"] for c in world.agent_calls()] == [None, "refused", None, "refused"]
-        progress = _progress(world, number, run.id)
+        progress = _progress(world, number, run)
         assert "- Review: review 2: changes requested: reports.py needs" in progress, progress
         assert "**afk-pipeline run" in progress and ": escalated**" in progress
         issue = world.fake.issue(world.repos["web"].slug, number)

@@ -92,6 +92,7 @@ def test_paced_writes_coalesce_and_end_with_the_final_state(fake: FakeForge) -> 
         progress.observe("agent", f"step {step}")
     progress.observe("update", "", {"pushed_sha": "abc123"})
     progress.close("succeeded", "all done")
+    progress.join(60)
     writes = [r for r in fake.requests if r.method in ("POST", "PATCH", "PUT")]
     assert 1 <= len(writes) <= 3, [r.path for r in writes]
     gaps = [b.at - a.at for a, b in itertools.pairwise(writes)]

@@ -68,6 +68,7 @@ def test_every_state_is_written_in_order_and_paced() -> None:
         progress.observe("agent", f"step in {state}")
         progress.observe("state", state, {"state": state})
     progress.close("succeeded")
+    progress.join(60)
     heads = [body.splitlines()[0] for body in slot.bodies]
     states = [head.split(": ", 1)[1].rstrip("*") for head in heads]
     assert states == [
@@ -99,4 +100,5 @@ def test_failed_write_is_retried_and_the_run_goes_on() -> None:
     progress.start()
     progress.observe("agent", "working")
     progress.close("succeeded", "done")
+    progress.join(60)
     assert slot.bodies and "run 4: succeeded" in slot.bodies[-1] and "working" in slot.bodies[-1]
