@@ -62,8 +62,13 @@ def _state_of(body: str) -> str:
     return body.splitlines()[0].rsplit(": ", 1)[1].rstrip("*")
 
 
-def _tuning(tmp_path: Path) -> Tuning:
-    return Tuning(database_url=f"sqlite:///{tmp_path / 'history.db'}", public_url=PUBLIC_URL)
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def tuning(request: pytest.FixtureRequest, tmp_path: Path) -> Tuning:
+    """The world's knobs: the history on SQLite or a fresh PostgreSQL, and a public URL."""
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+    return Tuning(database_url=url, public_url=PUBLIC_URL)
 
 
 def _assert_final(world: ShipWorld, run: Run, comment: FakeComment) -> None:
@@ -76,10 +81,10 @@ def _assert_final(world: ShipWorld, run: Run, comment: FakeComment) -> None:
 
 
 def test_one_progress_comment_from_claim_to_healthy_deploy(
-    tmp_path: Path, cli_env: dict[str, str]
+    tmp_path: Path, cli_env: dict[str, str], tuning: Tuning
 ) -> None:
     """One comment, edited through every state, paced, ending with the SHA and deploy verdict."""
-    with ship_world(tmp_path, cli_env, tuning=_tuning(tmp_path)) as world:
+    with ship_world(tmp_path, cli_env, tuning=tuning) as world:
         number = world.label("web", "Add a reports helper", "feature reports")
         world.start()
         run = _succeeded(world, number)
@@ -108,10 +113,10 @@ def test_one_progress_comment_from_claim_to_healthy_deploy(
 
 
 def test_kill_mid_run_still_leaves_one_progress_comment(
-    tmp_path: Path, cli_env: dict[str, str]
+    tmp_path: Path, cli_env: dict[str, str], tuning: Tuning
 ) -> None:
     """A daemon killed with SIGKILL mid-run edits the same progress comment after the restart."""
-    with ship_world(tmp_path, cli_env, tuning=_tuning(tmp_path)) as world:
+    with ship_world(tmp_path, cli_env, tuning=tuning) as world:
         number = world.label("web", "Add a reports helper", "feature reports")
         killed = world.start(faults="after_push")
         assert killed.wait(timeout=120) == -signal.SIGKILL, world.describe(world.runs())
