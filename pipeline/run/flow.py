@@ -79,7 +79,8 @@ class RunFlow:
             outcome = self._run(ctx, repo, issue)
         except BaseException as exc:
             if progress is not None:
-                progress_after_error(progress, exc)
+                last = ctx.run.failures + 1 >= ctx.run.max_attempts
+                progress_after_error(progress, exc, ctx.stop.reason, last)
             raise
         if progress is not None:
             progress.close(outcome.state, outcome_text(outcome))

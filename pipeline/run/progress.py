@@ -129,21 +129,30 @@ def outcome_text(outcome: Outcome) -> str:
     return one_line(f"{why}{outcome.error or outcome.state}", 300)
 
 
-def progress_after_error(progress: ProgressComment, exc: BaseException) -> None:
-    """The last write of an attempt that raised: its ending, or none if it is not ours."""
-    if isinstance(exc, LeaseLost) or not isinstance(exc, Exception):
+def progress_after_error(
+    progress: ProgressComment, exc: BaseException, stop_reason: str | None, last_attempt: bool
+) -> None:
+    """The last write of an attempt that raised, as the worker will judge it
+    (``pipeline.queue.worker.write_outcome``); none if the run is not ours to end."""
+    left = stop_reason not in (None, "cancelled", "timeout")  # shutdown, lost lease
+    if left or isinstance(exc, LeaseLost) or not isinstance(exc, Exception):
+        progress.abandon()  # another owner, or this daemon after its restart, goes on
+    elif getattr(exc, "error_class", "") == "shutdown":
         progress.abandon()
-    elif isinstance(exc, CancelRequested):
+    elif stop_reason == "cancelled" or isinstance(exc, CancelRequested):
         progress.close(RunState.CANCELLED, one_line(str(exc), 300))
     elif isinstance(exc, EscalationError):
         progress.close(RunState.ESCALATED, one_line(f"{exc.reason}: {exc}", 300))
     elif isinstance(exc, FatalError):
         progress.close(RunState.FAILED, one_line(f"{exc.kind}: {exc}", 300))
-    elif getattr(exc, "error_class", "") == "shutdown":
-        progress.abandon()  # the daemon is stopping; the run resumes after the restart
     else:
         kind = exc.kind if isinstance(exc, RetryableError) else type(exc).__name__
-        progress.close("retrying", one_line(f"{kind}: {exc}; the run is tried again", 300))
+        if stop_reason == "timeout":
+            kind = "timeout"
+        if last_attempt:
+            progress.close(RunState.FAILED, one_line(f"{kind}: {exc}; no attempts left", 300))
+        else:
+            progress.close("retrying", one_line(f"{kind}: {exc}; the run is tried again", 300))
 
 
 class CommentSlot:

@@ -6,8 +6,15 @@ import itertools
 import threading
 import time
 
+from pipeline.core.errors import EscalationError, LeaseLost, RetryableError
 from pipeline.run.implement import summarise_tests
-from pipeline.run.progress import CommentSlot, ProgressComment, ProgressView, progress_marker
+from pipeline.run.progress import (
+    CommentSlot,
+    ProgressComment,
+    ProgressView,
+    progress_after_error,
+    progress_marker,
+)
 
 
 class _Recorder(CommentSlot):
@@ -102,3 +109,24 @@ def test_failed_write_is_retried_and_the_run_goes_on() -> None:
     progress.close("succeeded", "done")
     progress.join(60)
     assert slot.bodies and "run 4: succeeded" in slot.bodies[-1] and "working" in slot.bodies[-1]
+
+
+def _ending(exc: BaseException, stop_reason: str | None, last_attempt: bool = False) -> str | None:
+    """The first line of the final write after ``exc``, or None if nothing was written."""
+    slot = _Recorder()
+    progress = ProgressComment(ProgressView(5, "link"), slot, interval_s=0.01)
+    progress_after_error(progress, exc, stop_reason, last_attempt)
+    progress.join(60)
+    return slot.bodies[-1].splitlines()[0] if slot.bodies else None
+
+
+def test_an_attempt_that_raised_ends_as_the_worker_will_judge_it() -> None:
+    """Escalated, retrying or failed on the last attempt; nothing when the run is not ours."""
+    network = RetryableError("network", "connection reset")
+    assert _ending(EscalationError("blocked", "which port?"), None) == (
+        "**afk-pipeline run 5: escalated**"
+    )
+    assert _ending(network, None) == "**afk-pipeline run 5: retrying**"
+    assert _ending(network, None, last_attempt=True) == "**afk-pipeline run 5: failed**"
+    assert _ending(network, "shutdown") is None
+    assert _ending(LeaseLost("gone"), "lease_lost") is None

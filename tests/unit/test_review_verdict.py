@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pipeline.run.review import UNREADABLE, parse_verdict
+from pipeline.sandbox.bwrap import Layout, bwrap_argv
+from pipeline.sandbox.jail import Jail, Unconfined
 
 
 def test_approve_with_reasons() -> None:
@@ -32,3 +36,17 @@ def test_missing_or_conflicting_verdicts_are_unreadable() -> None:
 def test_repeated_identical_verdict_still_counts() -> None:
     """The same verdict twice is still one clear answer."""
     assert parse_verdict("VERDICT: APPROVE\nok\nVERDICT: APPROVE").approved
+
+
+def test_reviewer_jail_mounts_the_tree_read_only(tmp_path: Path) -> None:
+    """The reviewer's bwrap binds its tree, git metadata and caches read-only, its HOME writable."""
+    tree, git_dir, cache, home = (tmp_path / n for n in ("tree", "git", "cache", "home"))
+    for path in (tree, git_dir, cache, home):
+        path.mkdir()
+    layout = Layout(workdir=tree, writable=(tree, git_dir, cache, home))
+    reviewer = Jail(Unconfined(), layout, home=home).read_only_tree(home)
+    argv = bwrap_argv(Path("/usr/bin/bwrap"), reviewer.layout, ["true"], None, 3)
+    binds = {(argv[i], argv[i + 1]) for i in range(len(argv) - 1)}
+    for path in (tree, git_dir, cache):
+        assert ("--ro-bind", str(path)) in binds and ("--bind", str(path)) not in binds
+    assert ("--bind", str(home)) in binds
