@@ -1,9 +1,18 @@
-"""The fakes speak GitHub's published shapes, and send_webhook signs as the forges do."""
+"""The fakes speak the forges' published shapes, and send_webhook signs as the forges do.
+
+GitHub is compared with octokit's published examples; Gitea/Forgejo with the
+swagger-generated types of ``gitea-js``; GitLab with ``@gitbeaker/core``'s REST
+types and ``gitlab-event-types``' webhook types; Woodpecker's pipeline objects
+with the swagger document of its server. Each source is vendored verbatim under
+tests/fixtures/<forge>/ with a README saying where it comes from.
+"""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +25,12 @@ from starlette.routing import Route
 
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab, send_webhook, serve_app
 from pipeline.testing.forges.base import ServedApp
+from pipeline.testing.forges.shapes import Shapes, conformance, from_swagger
+from pipeline.testing.forges.shapes_ts import read_declarations
 from pipeline.trackers.webhooks import parse_event, verify
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "github"
+ROOT = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = ROOT / "github"
 SLUG = "octocat/Hello-World"
 SHA = "6dcb09b5b57875f334f61aebed695e2e4193db5e"
 OPTIONAL = {"pull_request"}  # only on pull requests; the example happens to be one
@@ -136,3 +148,285 @@ def test_send_webhook_signs_like_the_forge(kind: str, event: str) -> None:
         bad = send_webhook(served.url + "/hook", event, payload, "not-it", kind=kind)
     assert ok.status_code == 200 and ok.json() == {"action": "labeled", "delivery": "d-42"}
     assert bad.status_code == 401
+
+
+# -- Gitea/Forgejo, GitLab, Woodpecker: every answer against the published types --
+
+GITEA_ISSUE_READS = (
+    "id",
+    "number",
+    "title",
+    "body",
+    "user.login",
+    "html_url",
+    "labels[].name",
+    "state",
+    "updated_at",
+    "pull_request",
+    "url",
+)
+# (path the client GETs, published type of one item, fields the client reads)
+GITEA_ANSWERS = [
+    ("/repos/{slug}/issues", "Issue", GITEA_ISSUE_READS),
+    ("/repos/{slug}/issues/1", "Issue", GITEA_ISSUE_READS),
+    ("/repos/{slug}/issues/1/comments", "Comment", ("user.login", "body", "created_at")),
+    (
+        "/repos/{slug}/issues/1/timeline",
+        "TimelineComment",
+        ("type", "body", "label.name", "user.login", "created_at"),
+    ),
+    ("/repos/{slug}/labels", "Label", ("id", "name")),
+    (
+        "/repos/{slug}/collaborators/octocat/permission",
+        "RepoCollaboratorPermission",
+        ("permission",),
+    ),
+    (
+        "/repos/{slug}/commits/{sha}/status",
+        "CombinedStatus",
+        ("statuses[].status", "statuses[].context", "statuses[].target_url"),
+    ),
+    ("/settings/api", "GeneralAPISettings", ("max_response_items",)),
+    ("/repos/{slug}/pulls", "PullRequest", ("head.ref", "base.ref", "html_url")),
+]
+GITLAB_ISSUE_READS = (
+    "id",
+    "iid",
+    "title",
+    "description",
+    "author.username",
+    "web_url",
+    "labels",
+    "state",
+    "created_at",
+    "updated_at",
+)
+GITLAB_ANSWERS = [
+    ("/projects/{project}/issues", "IssueSchema", GITLAB_ISSUE_READS),
+    ("/projects/{project}/issues/1", "IssueSchema", GITLAB_ISSUE_READS),
+    (
+        "/projects/{project}/issues/1/notes",
+        "IssueNoteSchema",
+        ("system", "body", "created_at", "author.username"),
+    ),
+    (
+        "/projects/{project}/issues/1/resource_label_events",
+        "LabelEventSchema",
+        ("action", "label.name", "created_at", "user.username"),
+    ),
+    ("/projects/{project}/members/all", "MemberSchema", ("username", "access_level")),
+    ("/projects/{project}/pipelines", "PipelineSchema", ("id", "status", "web_url")),
+    ("/projects/{project}/merge_requests", "MergeRequestSchema", ("web_url",)),
+]
+GITEA_HOOK_READS = (
+    "action",
+    "number",
+    "repository.full_name",
+    "sender.login",
+    "issue.labels[].name",
+    "issue.pull_request",
+)
+GITLAB_HOOK_READS = (
+    "object_attributes.action",
+    "object_attributes.iid",
+    "changes.labels.previous[].title",
+    "changes.labels.current[].title",
+    "project.path_with_namespace",
+    "user.username",
+    "labels[].title",
+)
+WOODPECKER_READS = ("commit", "number", "status", "event", "errors[].message")
+
+
+@functools.cache
+def gitea_types() -> Shapes:
+    """gitea-js's types and the transcribed webhook payload (null allowed where optional)."""
+    texts = [
+        (ROOT / "gitea" / n).read_text()
+        for n in ("gitea-js-1.23.0.d.ts", "webhook-issue-payload.d.ts")
+    ]
+    return read_declarations(texts, optional_nullable=True)
+
+
+@functools.cache
+def gitlab_types() -> Shapes:
+    return read_declarations([(ROOT / "gitlab" / "gitbeaker-core-43.8.0.d.ts").read_text()])
+
+
+@functools.cache
+def gitlab_hook_types() -> Shapes:
+    names = ("utils", "common", "event")
+    texts = [(ROOT / "gitlab" / f"gitlab-event-types-2.0.1-{n}.d.ts").read_text() for n in names]
+    return read_declarations(texts)
+
+
+@functools.cache
+def woodpecker_swagger() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((ROOT / "woodpecker" / "swagger.json").read_text())
+    return data
+
+
+@pytest.fixture(scope="module")
+def gitea() -> Iterator[FakeGitea]:
+    fake = FakeGitea(token="t")
+    number = fake.add_issue(SLUG, "Found a bug", body="I'm having a problem", labels=["bug"])
+    fake.add_comment(SLUG, number, "Me too", "octocat")
+    fake.unlabel(SLUG, number, "bug", "octocat")
+    fake.apply_label(SLUG, number, "bug", "octocat")
+    fake.add_pull_request(SLUG, "A pull request as the issue list shows it")
+    fake.open_pull(SLUG, "fix", "main", "Fix it", "Fixes #1", "octocat")
+    fake.set_permission(SLUG, "octocat", "admin")
+    fake.add_status(SLUG, SHA, "ci/woodpecker", "failure", "https://ci.test/1")
+    with fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def gitlab() -> Iterator[FakeGitLab]:
+    fake = FakeGitLab(token="t")
+    number = fake.add_issue(SLUG, "Found a bug", body="I'm having a problem", labels=["bug"])
+    fake.add_comment(SLUG, number, "Me too", "octocat")
+    fake.edit_issue(SLUG, number, "octocat", title="Found a bad bug", body="Steps: ...")
+    fake.add_issue(SLUG, "No description yet")
+    fake.open_pull(SLUG, "fix", "main", "Fix it", "Fixes #1", "octocat")
+    fake.set_permission(SLUG, "octocat", "30")
+    fake.add_pipeline(SLUG, SHA, "failed")
+    with fake:
+        yield fake
+
+
+def _gitea_answer(fake: FakeGitea, path: str) -> Any:
+    url = fake.url + fake.api_prefix + path.format(slug=SLUG, sha=SHA)
+    response = httpx.get(url, headers={"Authorization": "token t"}, params={"state": "all"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _gitlab_answer(fake: FakeGitLab, path: str) -> Any:
+    url = fake.url + fake.api_prefix + path.format(project=SLUG.replace("/", "%2F"))
+    response = httpx.get(url, headers={"PRIVATE-TOKEN": "t"}, params={"state": "all"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.mark.parametrize(("path", "type_name", "reads"), GITEA_ANSWERS)
+def test_gitea_fake_answers_follow_gitea_js(
+    gitea: FakeGitea, path: str, type_name: str, reads: tuple[str, ...]
+) -> None:
+    """A fake Gitea answer has only gitea-js's fields, typed as there, and all the client reads."""
+    assert conformance(gitea_types(), _gitea_answer(gitea, path), type_name, reads) == []
+
+
+@pytest.mark.parametrize(("path", "type_name", "reads"), GITLAB_ANSWERS)
+def test_gitlab_fake_answers_follow_gitbeaker(
+    gitlab: FakeGitLab, path: str, type_name: str, reads: tuple[str, ...]
+) -> None:
+    """Fake GitLab answers have only @gitbeaker/core's fields, as typed, and what clients read."""
+    assert conformance(gitlab_types(), _gitlab_answer(gitlab, path), type_name, reads) == []
+
+
+def test_gitea_fake_webhook_follows_the_payload_and_gitea_js() -> None:
+    """The fake's label_updated delivery is Gitea's IssuePayload, its objects gitea-js types."""
+    fake = FakeGitea()
+    number = fake.add_issue(SLUG, "t", labels=["ready-for-agent"])
+    payload = fake.labeled_webhook(SLUG, number, "bob")
+    assert conformance(gitea_types(), payload, "IssuePayload", GITEA_HOOK_READS) == []
+
+
+def test_gitlab_fake_webhook_follows_gitlab_event_types() -> None:
+    """The fake's Issue Hook delivery is a gitlab-event-types IssueEvent with what parsing uses."""
+    fake = FakeGitLab()
+    number = fake.add_issue(SLUG, "t", labels=["bug", "ready-for-agent"])
+    payload = fake.labeled_webhook(SLUG, number, "ready-for-agent", "bob")
+    assert conformance(gitlab_hook_types(), payload, "IssueEvent", GITLAB_HOOK_READS) == []
+
+
+def test_woodpecker_pipelines_follow_the_server_swagger() -> None:
+    """The pipelines fixture is a list of the swagger's Pipeline, as the client's endpoint says."""
+    swagger = woodpecker_swagger()
+    endpoint = swagger["paths"]["/repos/{repo_id}/pipelines"]["get"]
+    assert {p["name"] for p in endpoint["parameters"]} >= {"page", "perPage"}
+    schema = endpoint["responses"]["200"]["schema"]
+    assert schema == {"type": "array", "items": {"$ref": "#/definitions/Pipeline"}}
+    pipelines = json.loads((ROOT / "woodpecker" / "pipelines.json").read_text())
+    assert conformance(from_swagger(swagger), pipelines, "Pipeline", WOODPECKER_READS) == []
+
+
+def _rename(key: str, new: str) -> Callable[[dict[str, Any]], None]:
+    def change(item: dict[str, Any]) -> None:
+        item[new] = item.pop(key)
+
+    return change
+
+
+def _set(key: str, value: object) -> Callable[[dict[str, Any]], None]:
+    def change(item: dict[str, Any]) -> None:
+        item[key] = value
+
+    return change
+
+
+def _broken_answers() -> dict[str, tuple[Shapes, Any, str, tuple[str, ...]]]:
+    gitea, gitlab = FakeGitea(), FakeGitLab()
+    for fake in (gitea, gitlab):
+        fake.add_issue(SLUG, "t", labels=["bug", "ready-for-agent"])
+    pipelines = json.loads((ROOT / "woodpecker" / "pipelines.json").read_text())
+    return {
+        "gitea-issue": (
+            gitea_types(),
+            gitea.render_issue(SLUG, gitea.issue(SLUG, 1)),
+            "Issue",
+            GITEA_ISSUE_READS,
+        ),
+        "gitea-hook": (
+            gitea_types(),
+            gitea.labeled_webhook(SLUG, 1, "bob"),
+            "IssuePayload",
+            GITEA_HOOK_READS,
+        ),
+        "gitlab-issue": (
+            gitlab_types(),
+            gitlab.render_issue(SLUG, gitlab.issue(SLUG, 1)),
+            "IssueSchema",
+            GITLAB_ISSUE_READS,
+        ),
+        "gitlab-hook": (
+            gitlab_hook_types(),
+            gitlab.labeled_webhook(SLUG, 1, "ready-for-agent", "bob"),
+            "IssueEvent",
+            GITLAB_HOOK_READS,
+        ),
+        "woodpecker": (
+            from_swagger(woodpecker_swagger()),
+            pipelines[3],
+            "Pipeline",
+            WOODPECKER_READS,
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    ("answer", "change", "named"),
+    [
+        ("gitea-issue", _rename("html_url", "web_url"), "web_url"),  # an invented field
+        ("gitea-issue", _set("number", "1"), "number"),  # a wrong type
+        ("gitea-hook", _set("action", "labeled"), "action"),  # not a HookIssueAction
+        ("gitea-hook", _rename("number", "index"), "index"),  # the Go name, not the JSON tag
+        ("gitlab-issue", _rename("iid", "number"), "number"),
+        ("gitlab-issue", _set("labels", "bug"), "labels"),
+        ("gitlab-hook", _set("event_type", "issue"), "event_type"),  # real, but not in the types
+        ("gitlab-hook", _rename("project", "repository_info"), "repository_info"),
+        ("woodpecker", _rename("commit", "sha"), "sha"),
+        ("woodpecker", _set("status", "passed"), "status"),
+    ],
+)
+def test_a_wrong_field_in_a_fake_answer_fails_the_shape_check(
+    answer: str, change: Callable[[dict[str, Any]], None], named: str
+) -> None:
+    """A deliberately wrong field (invented, renamed, mistyped) is reported, by name."""
+    shapes, good, type_name, reads = _broken_answers()[answer]
+    assert conformance(shapes, good, type_name, reads) == []
+    bad = copy.deepcopy(good)
+    change(bad)
+    problems = conformance(shapes, bad, type_name, reads)
+    assert problems and any(named in p for p in problems), problems

@@ -1,6 +1,7 @@
 """A stateful fake of the Gitea/Forgejo API (``/api/v1``), the parts the pipeline uses.
 
-Follows Gitea's swagger description: ``page``/``limit`` paging capped at
+Follows Gitea's swagger description as the ``gitea-js`` package ships it (the
+shape tests check every answer against those types): ``page``/``limit`` paging capped at
 ``max_response_items`` (reported by ``GET /settings/api``) with
 ``X-Total-Count`` and ``Link``; labels set by id; ``type=issues`` filtering;
 timeline ``label`` entries with ``body`` ``"1"`` (added) or ``""`` (removed);
@@ -116,7 +117,7 @@ class FakeGitea(FakeForge):
             "closed_at": issue.updated_at if issue.state == "closed" else None,
             "due_date": None,
             "pull_request": pull if issue.is_pull_request else None,
-            "repository": self.render_repo(slug),
+            "repository": _repo_meta(self.repos[slug].id, slug),  # RepositoryMeta, not Repository
         }
 
     def _render_comment(self, slug: str, number: int, comment: FakeComment) -> dict[str, Any]:
@@ -329,11 +330,15 @@ def _slug(m: re.Match[str]) -> str:
     return f"{m['owner']}/{m['name']}"
 
 
+def _repo_meta(repo_id: int, slug: str) -> dict[str, Any]:
+    owner, name = slug.split("/", 1)
+    return {"id": repo_id, "name": name, "owner": owner, "full_name": slug}
+
+
 def _user(login: str) -> dict[str, Any]:
     return {
         "id": zlib.crc32(login.encode()) % 10**6,
         "login": login,
         "full_name": "",
         "email": f"{login}@noreply.gitea.test",
-        "username": login,
     }

@@ -1,5 +1,7 @@
 """A stateful fake of GitLab's REST API (``/api/v4``), the parts the pipeline uses.
 
+Answers follow ``@gitbeaker/core``'s REST types and webhooks
+``gitlab-event-types`` (checked by tests/integration/test_tracker_fake_shapes.py).
 Projects are addressed by URL-encoded path; issues by ``iid``; lists page by
 ``page``/``per_page`` (default 20, cap 100) with ``x-next-page``, ``x-total``
 and ``Link``; labels are strings changed by ``add_labels``/``remove_labels``;
@@ -74,8 +76,7 @@ class FakeGitLab(FakeForge):
             previous = [entry for entry in current if entry["title"] != label]
             return {
                 "object_kind": "issue",
-                "event_type": "issue",
-                "user": _user(sender),
+                "user": _hook_user(sender),
                 "project": {
                     "id": self.repos[slug].id,
                     "path_with_namespace": slug,
@@ -101,26 +102,28 @@ class FakeGitLab(FakeForge):
             "iid": issue.number,
             "project_id": self.repos[slug].id,
             "title": issue.title,
-            "description": issue.body or None,
+            "description": issue.body,
             "state": _state(issue),
             "created_at": issue.created_at,
             "updated_at": issue.updated_at,
-            "closed_at": issue.updated_at if issue.state == "closed" else None,
+            **({"closed_at": issue.updated_at} if issue.state == "closed" else {}),
             "labels": list(issue.labels),
-            "milestone": None,
             "assignees": [],
             "author": _user(issue.author),
             "type": "ISSUE",
             "user_notes_count": len(issue.comments),
             "web_url": f"{SITE}/{slug}/-/issues/{issue.number}",
             "confidential": False,
-            "references": {"short": f"#{issue.number}", "full": f"{slug}#{issue.number}"},
+            "references": {
+                "short": f"#{issue.number}",
+                "relative": f"#{issue.number}",
+                "full": f"{slug}#{issue.number}",
+            },
         }
 
     def _render_note(self, comment: FakeComment, issue: FakeIssue, slug: str) -> dict[str, Any]:
         return {
             "id": comment.id,
-            "type": None,
             "body": comment.body,
             "author": _user(comment.author),
             "created_at": comment.created_at,
@@ -257,8 +260,8 @@ class FakeGitLab(FakeForge):
                 "status": p.status,
                 "source": "push",
                 "web_url": p.web_url,
-                "created_at": None,
-                "updated_at": None,
+                "created_at": p.created_at,
+                "updated_at": p.created_at,
             }
             for p in self.repos[_slug(m)].pipelines
             if sha is None or p.sha == sha
@@ -341,6 +344,16 @@ def _state(issue: FakeIssue) -> str:
 
 def _split(value: object) -> list[str]:
     return [part.strip() for part in str(value or "").split(",") if part.strip()]
+
+
+def _hook_user(username: str) -> dict[str, Any]:
+    """A user as webhooks carry it (gitlab-event-types ``User``), not as the REST API does."""
+    return {
+        "id": zlib.crc32(username.encode()) % 10**6,
+        "name": username,
+        "username": username,
+        "avatar_url": f"{SITE}/uploads/-/system/user/avatar/{username}.png",
+    }
 
 
 def _user(username: str) -> dict[str, Any]:

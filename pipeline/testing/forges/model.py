@@ -92,6 +92,7 @@ class FakePipeline:
     sha: str
     status: str
     web_url: str = ""
+    created_at: str = ""
 
 
 @dataclass
@@ -288,7 +289,8 @@ class ForgeState:
         with self.lock:
             pipeline_id = self.next_id()
             url = f"https://ci.test/pipelines/{pipeline_id}"
-            self.add_repo(slug).pipelines.append(FakePipeline(pipeline_id, sha, status, url))
+            pipeline = FakePipeline(pipeline_id, sha, status, url, self.now())
+            self.add_repo(slug).pipelines.append(pipeline)
             return pipeline_id
 
     def _label_event(self, issue: FakeIssue, label: str, actor: str, *, added: bool) -> None:
