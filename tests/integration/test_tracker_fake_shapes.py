@@ -90,15 +90,48 @@ def test_github_fake_has_every_published_key(github: FakeGitHub, fixture: str, p
     url = github.url + path.format(slug=SLUG, sha=SHA)
     response = httpx.get(url, headers={"Authorization": "Bearer t"})
     assert response.status_code == 200
-    expected, actual = _first(_fixture(fixture)), _first(response.json())
-    missing = set(expected) - set(actual) - OPTIONAL
-    assert not missing
+    assert _github_departures(_first(_fixture(fixture)), _first(response.json())) == []
+
+
+def _github_departures(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    """Keys of the published example the fake lacks, and values of another JSON type."""
+    problems = [f"{key}: missing" for key in sorted(set(expected) - set(actual) - OPTIONAL)]
     for key in ("check_runs", "statuses"):
         if key in expected:
-            assert set(expected[key][0]) <= set(actual[key][0])
+            lacking = set(expected[key][0]) - set(actual[key][0])
+            problems += [f"{key}[0].{name}: missing" for name in sorted(lacking)]
     for key, value in expected.items():
-        if value is not None and actual.get(key) is not None:
-            assert type(value) is type(actual[key]), key
+        if (
+            value is not None
+            and actual.get(key) is not None
+            and type(value) is not type(actual[key])
+        ):
+            problems.append(
+                f"{key}: {type(actual[key]).__name__}, published {type(value).__name__}"
+            )
+    return problems
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda issue: issue.pop("html_url"), "html_url"),
+        (lambda issue: issue.update(number=str(issue["number"])), "number"),
+        (lambda issue: issue.update(labels={"bug": True}), "labels"),
+    ],
+)
+def test_a_wrong_field_in_the_github_fake_fails_its_shape_check(
+    change: Callable[[dict[str, Any]], object], named: str
+) -> None:
+    """A GitHub fake issue missing a published key, or with a mistyped one, is reported."""
+    fake = FakeGitHub()
+    number = fake.add_issue(SLUG, "t", labels=["bug"])
+    issue = fake.render_issue(SLUG, fake.issue(SLUG, number))
+    expected = _first(_fixture("rest-issues-list.json"))
+    assert _github_departures(expected, issue) == []
+    change(issue)
+    problems = _github_departures(expected, issue)
+    assert any(p.startswith(named) for p in problems), problems
 
 
 def test_github_fake_webhook_matches_octokit_example() -> None:
@@ -430,3 +463,58 @@ def test_a_wrong_field_in_a_fake_answer_fails_the_shape_check(
     change(bad)
     problems = conformance(shapes, bad, type_name, reads)
     assert problems and any(named in p for p in problems), problems
+
+
+TS_SAMPLE = """
+declare enum Level { GUEST = 10, DEVELOPER = 30 }
+type MappedOmit<T, K extends keyof T> = { [P in keyof T as Exclude<P, K>]: T[P] };
+type LiteralUnion<T extends U, U = string> = T | (U & { _?: never });
+interface Compare<T> { previous: T; current: T; }
+interface Person extends Record<string, unknown> { name: string; born: string; level: Level; }
+interface Team { lead: MappedOmit<Person, 'born'>; state: LiteralUnion<"open">;
+  changes?: Partial<{ members: Compare<Person[]> }>; tags: string[] | null; }
+"""
+
+
+def test_the_type_reader_follows_the_typescript_the_packages_use() -> None:
+    """Generics, MappedOmit, enums, Partial and branded literal unions read as TypeScript means."""
+    shapes = read_declarations([TS_SAMPLE])
+    lead = {"name": "ann", "level": 30}
+    team = {"lead": lead, "state": "closed", "tags": None, "changes": {}}
+    assert shapes.check(team, "Team") == []
+    assert shapes.check({**team, "lead": {**lead, "born": "2000"}}, "Team") == [
+        "$.lead.born: not in the published description"
+    ]
+    assert shapes.check({**team, "lead": {**lead, "level": 20}}, "Team") != []
+    moved = {"members": {"previous": [], "current": [{"name": 1, "born": "", "level": 10}]}}
+    assert shapes.check({**team, "changes": moved}, "Team") == [
+        "$.changes.members.current[0].name: number where the description has string"
+    ]
+    assert shapes.read("Team", "changes.members.previous[].level") is not None
+    with pytest.raises(KeyError):
+        shapes.read("Team", "lead.born")
+
+
+def test_swagger_optional_fields_may_be_null_and_nothing_else_may() -> None:
+    """A swagger optional field takes null (Go's nil); a required one and a wrong enum do not."""
+    document = {
+        "definitions": {
+            "Run": {
+                "type": "object",
+                "required": ["id"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "errors": {"type": "array", "items": {"type": "string"}},
+                    "status": {"$ref": "#/definitions/Status"},
+                },
+            },
+            "Status": {"type": "string", "enum": ["success", "failure"]},
+        }
+    }
+    shapes = from_swagger(document)
+    assert shapes.check({"id": 1, "errors": None, "status": "success"}, "Run") == []
+    assert shapes.check({"id": None}, "Run") == ["$.id: null where the description has integer"]
+    assert shapes.check({"id": 1.5, "status": "passed"}, "Run") == [
+        "$.id: number where the description has integer",
+        "$.status: 'passed' is not one of 'success', 'failure'",
+    ]

@@ -76,10 +76,11 @@ ANY = Prim("any")
 
 @dataclass(frozen=True)
 class Decl:
-    """A named declaration: its type parameters and body."""
+    """A named declaration: its type parameters, body, and the parameters' defaults."""
 
     params: tuple[str, ...]
     body: Type
+    defaults: tuple[Type | None, ...] = ()
 
 
 class Shapes:
@@ -114,11 +115,13 @@ class Shapes:
         if head not in self.decls:
             raise KeyError(f"published description has no type {ref.name!r}")
         decl = self.decls[head]
-        if member:  # an enum member, ``AccessLevel.ADMIN``
-            enum = decl.body
-            assert isinstance(enum, Union)
-            return next(o for o in enum.options if isinstance(o, Lit))
-        env = dict(zip(decl.params, ref.args, strict=False))
+        if member:  # an enum member (``AccessLevel.ADMIN``) reads as its whole enum
+            return decl.body
+        env: dict[str, Type] = {}
+        for i, param in enumerate(decl.params):
+            given = ref.args[i] if i < len(ref.args) else None
+            default = decl.defaults[i] if i < len(decl.defaults) else None
+            env[param] = given or default or ANY
         return _substitute(decl.body, env) if env else decl.body
 
     def _utility(self, ref: Ref) -> Type | None:
@@ -186,6 +189,9 @@ class Shapes:
                 return []
             if best is None or len(problems) < len(best):
                 best = problems
+        if all(isinstance(o, Lit) for o in options):
+            allowed = ", ".join(repr(o.value) for o in options if isinstance(o, Lit))
+            return [f"{where}: {value!r} is not one of {allowed}"]
         return best or [f"{where}: matches no option"]
 
     def _check_obj(self, value: Any, t: Obj, where: str) -> list[str]:

@@ -109,26 +109,40 @@ class _Parser:
                 self.take()
         return decls
 
-    def params(self) -> tuple[str, ...]:
+    def params(self) -> tuple[tuple[str, ...], tuple[Type | None, ...]]:
+        """Type parameter names and their defaults (``<T extends U, U = string>``)."""
         names: list[str] = []
+        defaults: list[Type | None] = []
         if self.peek() != "<":
-            return ()
+            return (), ()
         self.take("<")
         while self.peek() != ">":
             names.append(self.take())
-            while self.peek() not in (",", ">"):  # ``extends X`` / ``= X`` constraints
-                if self.peek() in CLOSERS:
-                    self.skip_balanced()
-                else:
-                    self.take()
+            self.skip_until(",", ">", "=")  # an ``extends X`` constraint
+            default: Type | None = None
+            if self.peek() == "=":
+                self.take("=")
+                try:
+                    default = self.union()
+                except TsSyntaxError:
+                    self.skip_until(",", ">")
+                    default = ANY
+            defaults.append(default)
             if self.peek() == ",":
                 self.take(",")
         self.take(">")
-        return tuple(names)
+        return tuple(names), tuple(defaults)
+
+    def skip_until(self, *stops: str) -> None:
+        while self.peek() not in (*stops, ""):
+            if self.peek() in CLOSERS:
+                self.skip_balanced()
+            else:
+                self.take()
 
     def interface(self) -> tuple[str, Decl]:
         self.take("interface")
-        name, params = self.take(), self.params()
+        name, (params, defaults) = self.take(), self.params()
         bases: list[Type] = []
         if self.peek() == "extends":
             self.take()
@@ -140,7 +154,7 @@ class _Parser:
         # ``extends Record<string, unknown>`` adds no declared field; it is left out
         # so a key the interface does not name still counts as undeclared.
         kept = [b for b in bases if not (isinstance(b, Ref) and b.name == "Record")]
-        return name, Decl(params, Inter((*kept, body)) if kept else body)
+        return name, Decl(params, Inter((*kept, body)) if kept else body, defaults)
 
     def enum(self) -> tuple[str, Decl]:
         self.take("enum")
@@ -165,7 +179,7 @@ class _Parser:
 
     def alias(self) -> tuple[str, Decl]:
         self.take("type")
-        name, params = self.take(), self.params()
+        name, (params, defaults) = self.take(), self.params()
         self.take("=")
         start = self.pos
         try:
@@ -178,7 +192,7 @@ class _Parser:
             body = ANY
         if self.peek() == ";":
             self.take(";")
-        return name, Decl(params, body)
+        return name, Decl(params, body, defaults)
 
     def skip_to_semicolon(self) -> None:
         while self.pos < len(self.tokens) and self.peek() != ";":
