@@ -202,7 +202,7 @@ GITEA_ISSUE_READS = (
 GITEA_ANSWERS = [
     ("/repos/{slug}/issues", "Issue", GITEA_ISSUE_READS),
     ("/repos/{slug}/issues/1", "Issue", GITEA_ISSUE_READS),
-    ("/repos/{slug}/issues/1/comments", "Comment", ("user.login", "body", "created_at")),
+    ("/repos/{slug}/issues/1/comments", "Comment", ("id", "user.login", "body", "created_at")),
     (
         "/repos/{slug}/issues/1/timeline",
         "TimelineComment",
@@ -240,7 +240,7 @@ GITLAB_ANSWERS = [
     (
         "/projects/{project}/issues/1/notes",
         "IssueNoteSchema",
-        ("system", "body", "created_at", "author.username"),
+        ("id", "system", "body", "created_at", "author.username"),
     ),
     (
         "/projects/{project}/issues/1/resource_label_events",
