@@ -10,7 +10,7 @@ import pytest
 from pipeline.config.settings import TrackerSettings
 from pipeline.run.progress import CommentSlot, ProgressComment, ProgressView, progress_marker
 from pipeline.store import Store
-from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
+from pipeline.testing.forges import served
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.forges.clients import client_for
 from pipeline.trackers.base import Tracker
@@ -22,13 +22,8 @@ EDIT = {"github": "PATCH", "gitea": "PATCH", "gitlab": "PUT"}
 
 @pytest.fixture(params=["github", "gitea", "gitlab"])
 def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    forge: FakeForge = {"github": FakeGitHub, "gitea": FakeGitea, "gitlab": FakeGitLab}[
-        request.param
-    ](token="fake-token")
-    forge.add_repo(SLUG)
-    forge.serve()
-    yield forge
-    forge.stop()
+    with served(request.param, SLUG) as forge:
+        yield forge
 
 
 def _slot(tracker: Tracker, number: int, known: str | None, seen: list[str]) -> CommentSlot:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from pipeline.core.errors import FatalError
-from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
+from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab, served
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.forges.clients import client_for
 
@@ -18,13 +18,8 @@ WRITER = {"github": "write", "gitea": "write", "gitlab": "30"}
 
 @pytest.fixture(params=["github", "gitea", "gitlab"])
 def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    forge: FakeForge = {"github": FakeGitHub, "gitea": FakeGitea, "gitlab": FakeGitLab}[
-        request.param
-    ](token="fake-token")
-    forge.add_repo(SLUG)
-    forge.serve()
-    yield forge
-    forge.stop()
+    with served(request.param, SLUG) as forge:
+        yield forge
 
 
 def _issue_gets(fake: FakeForge) -> list[str]:

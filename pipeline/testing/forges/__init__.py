@@ -10,6 +10,9 @@ See ``base.FakeForge`` for fault injection, the request log and rate counters.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from pipeline.testing.forges.base import (
     FakeForge,
     RecordedRequest,
@@ -22,7 +25,28 @@ from pipeline.testing.forges.gitea import FakeGitea
 from pipeline.testing.forges.github import FakeGitHub
 from pipeline.testing.forges.gitlab import FakeGitLab
 
+FORGES: dict[str, type[FakeForge]] = {
+    "github": FakeGitHub,
+    "gitea": FakeGitea,
+    "gitlab": FakeGitLab,
+}
+
+
+@contextmanager
+def served(kind: str, *slugs: str, token: str = "fake-token") -> Iterator[FakeForge]:
+    """A fake forge of ``kind`` ("github", "gitea", "gitlab") holding ``slugs``, served."""
+    forge = FORGES[kind](token=token)
+    for slug in slugs:
+        forge.add_repo(slug)
+    forge.serve()
+    try:
+        yield forge
+    finally:
+        forge.stop()
+
+
 __all__ = [
+    "FORGES",
     "FakeForge",
     "FakeGitHub",
     "FakeGitLab",
@@ -32,4 +56,5 @@ __all__ = [
     "send_github_form_webhook",
     "send_webhook",
     "serve_app",
+    "served",
 ]
