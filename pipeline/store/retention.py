@@ -176,9 +176,10 @@ class RetentionMixin(StoreBase):
     ) -> PruneReport:
         while True:
             with self._write() as conn:
+                still = select(RunRow.id).where(RunRow.id.in_(ids), _run_prunable(cutoff))
                 events = (
                     select(RunEventRow.id)
-                    .where(RunEventRow.run_id.in_(ids), _event_of(_run_prunable(cutoff)))
+                    .where(RunEventRow.run_id.in_(list(conn.execute(still).scalars())))
                     .limit(EVENT_BATCH)
                 )
                 gone = _delete_events(conn, list(conn.execute(events).scalars()))
@@ -207,22 +208,22 @@ class RetentionMixin(StoreBase):
         after = 0
         while True:
             query = (
-                select(RunEventRow.id)
+                select(RunEventRow.id, RunEventRow.run_id)
                 .join(RunRow, RunRow.id == RunEventRow.run_id)
                 .where(RunEventRow.id > after, _ended_before(cutoff))
                 .order_by(RunEventRow.id)
                 .limit(EVENT_BATCH)
             )
             with self._read() as conn:
-                ids = list(conn.execute(query).scalars())
-            if not ids:
+                rows = conn.execute(query).all()
+            if not rows:
                 return report
             with self._write() as conn:
-                rechecked = select(RunEventRow.id).where(
-                    RunEventRow.id.in_(ids), _event_of(_ended_before(cutoff))
-                )
-                gone = _delete_events(conn, list(conn.execute(rechecked).scalars()))
-            after = ids[-1]
+                runs = {int(row.run_id) for row in rows}
+                still = select(RunRow.id).where(RunRow.id.in_(runs), _ended_before(cutoff))
+                kept = set(runs) - {int(i) for i in conn.execute(still).scalars()}
+                gone = _delete_events(conn, [int(r.id) for r in rows if r.run_id not in kept])
+            after = int(rows[-1].id)
             report = replace(report, events=report.events + gone)
             if progress is not None:
                 progress(report)
@@ -243,11 +244,6 @@ class RetentionMixin(StoreBase):
             if len(page) < EXPORT_PAGE:
                 return
             after = page[-1].id
-
-
-def _event_of(runs: Any) -> Any:
-    """Events whose run matches ``runs`` (checked per event, by primary key)."""
-    return exists().where(RunRow.id == RunEventRow.run_id, runs)
 
 
 def _next_runs(conn: Connection, cutoff: datetime, below: int | None) -> list[int]:
