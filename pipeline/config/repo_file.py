@@ -13,7 +13,7 @@ A repository may say how it is tested and what its agent should know::
 Only the keys the operator lists in ``repos.NAME.afk_toml`` are used (default:
 ``test_command`` and ``prompt``), and where the daemon's config sets the same
 thing it wins. The file is written by whoever can push to the default branch,
-the agent included (ADR 0023): its commands run in the sandbox like the
+the agent included (ADR 0026): its commands run in the sandbox like the
 repository's own tests, its probes may only be ``http``, and every value is
 bounded. Bad values are skipped and reported as ``.afk.toml:KEY: problem``.
 """
@@ -45,6 +45,11 @@ class RepoFileReport:
     applied: tuple[str, ...] = ()
     overridden: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
+    unconfirmed_runs: tuple[str, ...] = ()  # runs whose changes to the file are not used
+
+    @property
+    def noteworthy(self) -> bool:
+        return bool(self.applied or self.overridden or self.problems or self.unconfirmed_runs)
 
     @property
     def message(self) -> str:
@@ -54,11 +59,18 @@ class RepoFileReport:
             parts.append(f"the daemon's config wins for: {', '.join(self.overridden)}")
         if self.problems:
             parts.append(f"{len(self.problems)} problem(s): " + "; ".join(self.problems))
+        if self.unconfirmed_runs:
+            runs = ", ".join(self.unconfirmed_runs)
+            parts.append(f"changes pushed by run(s) {runs} are not used until a human commits them")
         return "; ".join(parts)
 
 
 class _Bad(ValueError):
-    """One value of the file that cannot be used; the message names what is wrong."""
+    """One value of the file that cannot be used; ``at`` is where inside the key."""
+
+    def __init__(self, message: str, at: str = "") -> None:
+        super().__init__(message)
+        self.at = at
 
 
 def apply_repo_file(repo: RepoSettings, raw: bytes | None) -> tuple[RepoSettings, RepoFileReport]:
@@ -75,7 +87,7 @@ def apply_repo_file(repo: RepoSettings, raw: bytes | None) -> tuple[RepoSettings
         try:
             change = _change(repo, key, value)
         except _Bad as exc:
-            problems.append(f"{REPO_FILE}:{key}: {exc}")
+            problems.append(f"{REPO_FILE}:{key}{exc.at}: {exc}")
             continue
         if change is None:
             overridden.append(key)
@@ -140,28 +152,28 @@ def _probe(index: int, item: object) -> ProbeSettings:
     """An ``http`` probe (a repository never gets the daemon to run a command for it)."""
     where = f"[{index}]"
     if not isinstance(item, dict):
-        raise _Bad(f"{where}: must be a table")
+        raise _Bad("must be a table", where)
+    if item.get("kind") != "http":
+        raise _Bad('must be "http" (command probes come from the daemon only)', f"{where}.kind")
     unknown = sorted(set(item) - set(PROBE_KEYS))
     if unknown:
-        raise _Bad(f"{where}.{unknown[0]}: unknown key (known: {', '.join(PROBE_KEYS)})")
-    if item.get("kind") != "http":
-        raise _Bad(f'{where}.kind: must be "http" (command probes come from the daemon only)')
+        raise _Bad(f"unknown key (known: {', '.join(PROBE_KEYS)})", f"{where}.{unknown[0]}")
     url = item.get("url")
     if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url) or len(url) > 2000:
-        raise _Bad(f"{where}.url: must be an http(s) URL")
+        raise _Bad("must be an http(s) URL", f"{where}.url")
     status = item.get("expect_status", 200)
     if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
-        raise _Bad(f"{where}.expect_status: must be a whole number from 100 to 599")
+        raise _Bad("must be a whole number from 100 to 599", f"{where}.expect_status")
     timeout = item.get("timeout_s", 10.0)
     if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= 60:
-        raise _Bad(f"{where}.timeout_s: must be a number of seconds from 0 to 60")
+        raise _Bad("must be a number of seconds from 0 to 60", f"{where}.timeout_s")
     regex = item.get("body_regex")
     if regex is not None:
         regex = _text(regex, 500)
         try:
             re.compile(regex)
         except re.error as exc:
-            raise _Bad(f"{where}.body_regex: not a regular expression: {exc}") from None
+            raise _Bad(f"not a regular expression: {exc}", f"{where}.body_regex") from None
     field = item.get("json_field")
     return ProbeSettings(
         kind="http",

@@ -147,7 +147,7 @@ class RunFlow:
         Bad values are skipped, and told once on the issue that tried to use them.
         """
         effective, report = repo_settings(repo, ws.mirror, ws.base_sha)
-        if not (report.applied or report.overridden or report.problems):
+        if not report.noteworthy:
             return repo
         ctx.events("repo_file", report.message, {"applied": list(report.applied)})
         number = ctx.run.issue_number

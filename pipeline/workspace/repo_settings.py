@@ -1,12 +1,13 @@
-"""The repo's own ``.afk.toml``, read from the daemon's mirror at the run's base commit.
+"""The repo's own ``.afk.toml``, read from the daemon's mirror, as a human last wrote it.
 
-The file is read from the commit of the default branch the run starts from,
-in the daemon-owned bare mirror (fetched from the remote; nothing the agent
-runs can write it), never from the agent's worktree: a file the agent writes
-during a run changes nothing for that run, and reaches a later run only by
-being pushed to the default branch, where it is repository content like the
-tests themselves (ADR 0023). What the file may set is decided by
-``pipeline.config.repo_file``.
+The file is read from the default branch the run starts from, in the
+daemon-owned bare mirror (fetched from the remote; nothing the agent runs can
+write it), never from the agent's worktree. And a run's agent may write the
+file too, and its commit is pushed to that branch: so the version used is the
+one of the newest commit that changed it without an ``Afk-Run`` trailer, i.e.
+not pushed by a run (the mirror refuses to push any run commit without one).
+A change an agent made waits for a human's commit to confirm it (ADR 0026).
+What the file may set is decided by ``pipeline.config.repo_file``.
 """
 
 from __future__ import annotations
@@ -15,15 +16,34 @@ from pathlib import Path
 
 from pipeline.config.repo_file import MAX_FILE_BYTES, REPO_FILE, RepoFileReport, apply_repo_file
 from pipeline.config.settings import RepoSettings
+from pipeline.core.states import TRAILER
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
 
 REGULAR_FILE_MODES = ("100644", "100755")
+SEARCH_DEPTH = 200
 
 
-def read_repo_file(mirror: Path, commit: str) -> tuple[bytes | None, str | None]:
-    """``.afk.toml`` at ``commit`` in the mirror: ``(bytes or None, problem or None)``."""
-    runner = GitRunner(GitRepo.mirror(mirror))
+def human_version(runner: GitRunner, commit: str) -> tuple[str | None, tuple[str, ...]]:
+    """The newest commit at or before ``commit`` that changed the file and no run pushed.
+
+    Also the run ids whose later changes to the file are therefore not used.
+    ``None``: no such commit among the last ``SEARCH_DEPTH`` that changed it.
+    """
+    fmt = f"%H%x09%(trailers:key={TRAILER},valueonly,separator=%x2C)"
+    found = runner.run("log", f"-n{SEARCH_DEPTH}", f"--format={fmt}", commit, "--", REPO_FILE)
+    skipped: list[str] = []
+    for line in found.stdout.splitlines() if found.ok else []:
+        sha, _, runs = line.partition("\t")
+        ids = [run.strip() for run in runs.split(",") if run.strip()]
+        if not ids:
+            return sha.strip(), tuple(skipped)
+        skipped.extend(ids)
+    return None, tuple(skipped)
+
+
+def _read_at(runner: GitRunner, commit: str) -> tuple[bytes | None, str | None]:
+    """``.afk.toml`` at ``commit``: ``(its bytes or None, a problem or None)``."""
     listed = runner.run("ls-tree", "-l", "--full-tree", commit, "--", REPO_FILE)
     if not listed.ok:
         return None, f"{REPO_FILE}: cannot list {commit[:12]}: {listed.tail(3)}"
@@ -46,8 +66,9 @@ def repo_settings(
     repo: RepoSettings, mirror: Path, commit: str
 ) -> tuple[RepoSettings, RepoFileReport]:
     """``repo`` as this run sees it: the daemon's settings, then what ``.afk.toml`` may add."""
-    raw, problem = read_repo_file(mirror, commit)
+    runner = GitRunner(GitRepo.mirror(mirror))
+    version, skipped = human_version(runner, commit)
+    raw, problem = _read_at(runner, version) if version is not None else (None, None)
     effective, report = apply_repo_file(repo, raw)
-    if problem is not None:
-        report = RepoFileReport(report.applied, report.overridden, (problem, *report.problems))
-    return effective, report
+    problems = (problem, *report.problems) if problem is not None else report.problems
+    return effective, RepoFileReport(report.applied, report.overridden, problems, skipped)
