@@ -1,7 +1,7 @@
 """issues.waiting_reason: why intake holds a ready issue back (its dependencies)
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-23
 
 An issue that says ``Depends on #12`` is not queued while #12 is open; the
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
