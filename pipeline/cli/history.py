@@ -72,12 +72,18 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if args.repo not in known:
                 raise CliError(f"--repo {args.repo}: no such repo (known: {', '.join(known)})")
         runs = store.list_runs(flt)
+        # Issues held back by their dependencies have no run yet: shown after the runs.
+        unfiltered = args.state is None and args.kind is None and args.since is None
+        waiting = store.waiting_issues(args.repo) if unfiltered and not args.json else []
     finally:
         store.close()
     if args.json:
         out.write(render.to_json(runs) + "\n")
     else:
         render.runs_table(runs, out)
+        if waiting:
+            out.write("\nwaiting (not queued until their dependencies are closed):\n")
+            render.waiting_table(waiting, out)
     return EXIT_OK
 
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from pipeline.store.records import Repo, Run, RunEvent
+from pipeline.store.waiting import WaitingIssue
 
 STATE_STYLES = {
     "succeeded": "green",
@@ -121,6 +122,11 @@ def run_row(run: Run) -> list[object]:
 
 def runs_table(runs: Sequence[Run], out: TextIO) -> None:
     table(RUN_HEADERS, [run_row(r) for r in runs], out)
+
+
+def waiting_table(waiting: Sequence[WaitingIssue], out: TextIO) -> None:
+    rows = [[w.repo, f"#{w.number}", w.title, "waiting", w.reason] for w in waiting]
+    table(("REPO", "ISSUE", "TITLE", "STATE", "WHY"), rows, out)
 
 
 def repos_table(repos: Sequence[Repo], out: TextIO) -> None:

@@ -252,6 +252,9 @@ class Repo(Table):
     push: Push = Push()
     ci: Ci = Ci()
     deploy: Deploy = Deploy()
+    afk_toml: list[Literal["test_command", "setup_commands", "prompt", "deploy_probes"]] | None = (
+        None
+    )
 
     @model_validator(mode="after")
     def _git_crypt(self) -> Repo:

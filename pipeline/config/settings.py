@@ -261,6 +261,10 @@ class RepoSettings:
     push: PushSettings = field(default_factory=PushSettings)
     ci: CiSettings = field(default_factory=CiSettings)
     deploy: DeploySettings = field(default_factory=DeploySettings)
+    # What the repo's own .afk.toml may set (pipeline.config.repo_file), and the prompt
+    # addition it set for this run (never from the daemon's config file).
+    afk_toml: tuple[str, ...] = ("test_command", "prompt")
+    repo_prompt: str | None = None
 
 
 @dataclass(frozen=True)

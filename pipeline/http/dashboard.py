@@ -153,6 +153,7 @@ def _runs_values(request: Request, flt: RunFilter) -> dict[str, Any]:
     return {
         "flt": flt,
         "runs": store.list_runs(flt),
+        "waiting": store.waiting_issues(flt.repo) if not (flt.state or flt.kind) else [],
         "total": total,
         "health": health,
         "filtered": bool(flt.repo or flt.state or flt.kind),

@@ -22,8 +22,9 @@ from typing import Generic, TypeVar
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
+from pipeline.intake.dependencies import DependencyCheck, report_problem
 from pipeline.intake.lifecycle import Lifecycle
-from pipeline.store import IssueSnapshot, SeenIssue
+from pipeline.store import Issue, IssueSnapshot, SeenIssue
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
 from pipeline.trackers.base import LabelMark, Tracker, TrackerIssue
@@ -86,6 +87,11 @@ class Intake:
         # that has not changed since and still has a run in the queue is not considered
         # again (no tracker calls, no writes). See _settled.
         self._considered: dict[tuple[str, int], str | None] = {}
+        # Issues held back by their dependencies, per repo: looked at again on every poll,
+        # even when the ready list is unchanged (a dependency closed by a human changes
+        # no ready list). One DependencyCheck per repo per poll fetches each issue once.
+        self._waiting: dict[str, dict[int, TrackerIssue]] = {}
+        self._checks: dict[str, DependencyCheck] = {}
         # The start-up poll and the periodic one may overlap: one poll at a time per
         # tracker (not overall, so a tracker that hangs until its timeout holds no other).
         self._poll_locks = {name: threading.Lock() for name in trackers}
@@ -151,11 +157,14 @@ class Intake:
         the list itself was fetched, so without this the rest would be skipped.
         """
         key = (repo.tracker, repo.slug)
+        self._checks.pop(repo.name, None)
         issues = self.trackers[repo.tracker].list_ready(repo.slug)
         if issues is None:
-            issues = self._unfinished.get(key)
-            if issues is None:
+            issues = self._unfinished.get(key) or list(self._waiting.get(repo.name, {}).values())
+            if not issues:
                 return None
+        else:
+            self._forget_waiting(repo, {issue.number for issue in issues})
         self._unfinished[key] = issues
         enqueued = 0
         for issue in issues:
@@ -229,11 +238,49 @@ class Intake:
             requested_by=actor,
             max_queue_depth=self.settings.max_queue_depth,
         )
+        if not self._dependencies_done(repo, issue, record):
+            return None
         result = self.store.enqueue(repo.name, options)
         if result.created:
             log.info("%s#%s: queued as run %s", repo.name, issue.number, result.run.id)
         self._considered[(repo.name, issue.number)] = issue.updated_at
         return result
+
+    # Dependencies ------------------------------------------------------------
+
+    def _dependencies_done(self, repo: RepoSettings, issue: TrackerIssue, record: Issue) -> bool:
+        """True when ``issue`` may start; else it is recorded as waiting, with why."""
+        check = self._checks.get(repo.name)
+        if check is None:
+            check = self._checks[repo.name] = DependencyCheck(
+                self.trackers[repo.tracker], repo.slug
+            )
+        verdict = check.verdict(issue.number, issue.body)
+        waiting = self._waiting.setdefault(repo.name, {})
+        if verdict.ready:
+            waiting.pop(issue.number, None)
+            if record.waiting_reason is not None:
+                self.store.set_waiting(record.id, None)
+            return True
+        if verdict.problem is not None:
+            report_problem(
+                verdict.problem,
+                lambda number, key, body: self.lifecycle.comment_once(
+                    repo, number, key, body, contended=True
+                ),
+            )
+        waiting[issue.number] = issue
+        if record.waiting_reason != verdict.reason:
+            self.store.set_waiting(record.id, verdict.reason)
+        log.info("%s#%s: not started: %s", repo.name, issue.number, verdict.reason)
+        return False
+
+    def _forget_waiting(self, repo: RepoSettings, listed: set[int]) -> None:
+        """Issues no longer listed as ready (closed, unlabelled) wait for nothing."""
+        waiting = self._waiting.setdefault(repo.name, {})
+        for number in [n for n in waiting if n not in listed]:
+            del waiting[number]
+        self.store.clear_waiting(repo.name, listed)
 
     # Webhooks ----------------------------------------------------------------
 

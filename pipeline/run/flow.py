@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pipeline.agents import Agent
+from pipeline.config.repo_file import REPO_FILE
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import EscalationError, FatalError
 from pipeline.core.events import EventSink
@@ -40,7 +41,9 @@ from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
 from pipeline.watch.ci import ci_source, watch_ci
 from pipeline.watch.deploy import watch_deploy
-from pipeline.workspace.workspaces import Workspaces
+from pipeline.workspace.repo_settings import repo_settings
+from pipeline.workspace.setup import run_setup
+from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +131,37 @@ class RunFlow:
             base_sha=ws.base_sha, branch=ws.branch, worktree=str(ws.path), setup_s=ws.setup_s
         )
         with WorktreeLease(self.deps.workspaces, ws) as lease:
+            repo = self._with_repo_file(ctx, repo, ws)
             scope = self._scope(ctx, repo, issue, lease)
             try:
                 sha = self._implement_and_publish(ctx, scope)
             except EscalationError as exc:
                 return self.deps.recovery.escalate(scope, ctx.run, exc).outcome
             return self._watch_and_decide(ctx, scope, sha).outcome
+
+    def _with_repo_file(
+        self, ctx: RunContext, repo: RepoSettings, ws: PreparedWorkspace
+    ) -> RepoSettings:
+        """The repo as this run sees it, ``.afk.toml`` of its base commit applied.
+
+        Bad values are skipped, and told once on the issue that tried to use them.
+        """
+        effective, report = repo_settings(repo, ws.mirror, ws.base_sha)
+        if not report.noteworthy:
+            return repo
+        ctx.events("repo_file", report.message, {"applied": list(report.applied)})
+        number = ctx.run.issue_number
+        if report.problems and number is not None:
+            lines = "\n".join(f"- `{problem}`" for problem in report.problems)
+            body = (
+                f"The repository's `{REPO_FILE}` has values this run could not use; it went on "
+                f"without them:\n\n{lines}\n\nFix them on `{repo.default_branch}`."
+            )
+            key = f"run={ctx.run.id}:repo-file"
+            self.deps.lifecycle.comment_once(repo, number, key, body, ctx.run.id)
+        if effective.setup_commands and not repo.setup_commands and ws.jail is not None:
+            run_setup(effective, ws.workdir, ws.jail, ctx.events, ctx.stop)
+        return effective
 
     def _scope(
         self, ctx: RunContext, repo: RepoSettings, issue: IssueInfo, lease: WorktreeLease | None

@@ -4,7 +4,8 @@ The first prompt is a ``string.Template`` (``$name`` placeholders, ``$$`` for
 a literal dollar). A repo can replace it with ``prompt_template``: a file,
 absolute or relative to the repository root. Placeholders: ``$title``,
 ``$body``, ``$comments``, ``$ref``, ``$number``, ``$url``, ``$author``,
-``$run_id``, ``$instructions`` (the repo's ``AGENTS.md``/``CLAUDE.md``),
+``$run_id``, ``$instructions`` (the repo's ``AGENTS.md``/``CLAUDE.md`` and the
+``prompt`` of its ``.afk.toml``),
 ``$test_command``, ``$test_first``, ``$contract`` and ``$extra`` (failure
 evidence for a fix-forward run). Unknown placeholders are left as written.
 
@@ -130,12 +131,19 @@ def build_prompt(
         "ref": issue.ref,
         "number": str(issue.number),
         "author": issue.author,
-        "instructions": repo_instructions(repo_root, workdir),
+        "instructions": repo_instructions(repo_root, workdir) + _repo_prompt(repo),
         "test_first": Template(TEST_FIRST).safe_substitute(common),
         "contract": Template(CONTRACT).safe_substitute(common),
         "extra": f"## Failure evidence\n\n{extra_prompt.strip()}\n\n" if extra_prompt else "",
     }
     return load_template(repo, repo_root).safe_substitute(values)
+
+
+def _repo_prompt(repo: RepoSettings) -> str:
+    """The prompt addition of the repo's ``.afk.toml`` (default branch), if it set one."""
+    if not repo.repo_prompt:
+        return ""
+    return f"## Notes from the repository (.afk.toml)\n\n{repo.repo_prompt.strip()}\n\n"
 
 
 def _comments(comments: tuple[str, ...]) -> str:

@@ -8,7 +8,8 @@ callers'. Its parts: ``runs`` (enqueue, cancel, retry), ``fenced`` (a worker's
 lease-checked writes), ``claim`` (claiming, the sweeper), ``history``,
 ``repos``, ``issues``, ``outbox`` (notifications until delivered), ``retention``
 (pruning old history, exports), ``totals`` (aggregates for metrics), ``leader``
-(which replica exports them).
+(which replica exports them), ``waiting`` (ready issues held back by their
+dependencies).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from pipeline.store.runs import (
     UnknownRun,
 )
 from pipeline.store.totals import Histogram, RepoSpend, TotalsMixin
+from pipeline.store.waiting import WaitingIssue, WaitingMixin
 
 
 class Store(
@@ -60,6 +62,7 @@ class Store(
     RetentionMixin,
     TotalsMixin,
     LeaderMixin,
+    WaitingMixin,
 ):
     """All domain verbs over one engine."""
 
@@ -106,5 +109,6 @@ __all__ = [
     "UnknownIssue",
     "UnknownRepo",
     "UnknownRun",
+    "WaitingIssue",
     "describe_db_error",
 ]

@@ -95,6 +95,9 @@ class IssueRow(Base):
     labelled_body: Mapped[str | None] = mapped_column(Text)
     labelled_remote_updated_at: Mapped[str | None] = mapped_column(String(64))
     snapshot_taken_at: Mapped[datetime | None] = mapped_column(DateTime)
+    # Why intake is not starting it yet (an open dependency, a cycle), or None.
+    waiting_reason: Mapped[str | None] = mapped_column(Text)
+    waiting_since: Mapped[datetime | None] = mapped_column(DateTime)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
 

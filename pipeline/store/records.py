@@ -53,6 +53,8 @@ class Issue:
     labelled_body: str | None = None
     labelled_remote_updated_at: str | None = None
     snapshot_taken_at: datetime | None = None
+    waiting_reason: str | None = None
+    waiting_since: datetime | None = None
 
 
 @dataclass(frozen=True)

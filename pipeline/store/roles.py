@@ -19,6 +19,7 @@ from pipeline.store.records import Issue, Repo, Run, RunEvent, RunFilter, Stats
 from pipeline.store.retention import Progress, PruneReport, RetentionPolicy
 from pipeline.store.runs import EnqueueOptions, EnqueueResult
 from pipeline.store.totals import Histogram, RepoSpend
+from pipeline.store.waiting import WaitingIssue
 
 
 class WorkerStore(Protocol):
@@ -90,6 +91,10 @@ class IntakeStore(Protocol):
 
     def record_delivery(self, tracker: str, delivery_id: str) -> bool: ...
 
+    def set_waiting(self, issue_id: int, reason: str | None) -> None: ...
+
+    def clear_waiting(self, repo: str, keep: Collection[int]) -> None: ...
+
 
 class ApiStore(Protocol):
     """The HTTP API and dashboard: read the history, and the few operator writes."""
@@ -123,6 +128,8 @@ class ApiStore(Protocol):
     def escalation_counts(self) -> dict[tuple[str, str], int]: ...
 
     def hold_metrics_lead(self) -> bool: ...
+
+    def waiting_issues(self, repo: str | None = None) -> list[WaitingIssue]: ...
 
     def notification_counts(self) -> NotificationCounts: ...
 

@@ -22,6 +22,8 @@ prompt, making real edits the pipeline then tests, commits and ships:
 - as the reviewer (``afk-review:`` in the prompt) -> tries to write in the
   tree (logged: refused or written), then requests a docstring in ``NAME.py``
   until there is one (``reviewed``) or always (``rejected``)
+- ``afk-task: afk-toml`` -> writes an ``.afk.toml`` whose test command records
+  ``attacker`` in the agent area's ``gate-log`` and whose prompt says ``ATTACKER-NOTE-1``
 
 Only the standard library: it runs under the daemon's interpreter in the worktree.
 """
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -134,6 +137,13 @@ def do_task(wd: Path, world: dict[str, Any], task: str, argument: str | None) ->
         raise SystemExit(3)
     if task == "sleep":
         time.sleep(600)
+    if task == "afk-toml":
+        gate_log = Path(os.environ["AGENT_WORLD"]).parent / "gate-log"
+        script = f"open({str(gate_log)!r}, 'a').write('attacker\\n')"
+        command = f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}"
+        settings = f'test_command = {json.dumps(command)}\nprompt = "ATTACKER-NOTE-1"\n'
+        (wd / ".afk.toml").write_text(settings)
+        return "the test command is mine now"
     return f"BLOCKED: unknown afk-task {task!r}"
 
 
@@ -156,6 +166,7 @@ def main(prompt_file: str, workdir: str) -> None:
         "conflict": conflict,
         "task": task.group(0) if task else None,
         "token_vars": sorted(k for k in os.environ if "TOKEN" in k.upper()),
+        "notes": re.findall(r"[A-Z]+-NOTE-\d+", prompt),
         "t": time.time(),
         "review": write if answer else None,
     }

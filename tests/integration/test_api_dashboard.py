@@ -126,3 +126,18 @@ def test_a_run_with_an_undelivered_notification_says_so(api: ApiHarness) -> None
     api.store.record_attempt(Attempt(row, ok=True))
     assert "undelivered" not in api.client.get("/runs/1").text
     assert api.client.get("/api/runs/1").json()["notifications_undelivered"] == 0
+
+
+def test_waiting_issues_are_shown_with_why(api: ApiHarness) -> None:
+    """An issue held back by a dependency is listed as waiting, with its reason, escaped."""
+    issue = api.store.upsert_issue(
+        "alpha", SeenIssue(tracker="gh", number=9, title=EVIL, author="x", url="https://x/9")
+    )
+    api.store.set_waiting(issue.id, "waits for #8 (open)")
+    for path in ("/", "/fragments/runs", "/?repo=alpha"):
+        text = api.client.get(path).text
+        assert "Waiting for dependencies" in text and "waits for #8 (open)" in text, path
+        assert '<a href="https://x/9" rel="noreferrer">#9</a>' in text and EVIL not in text
+    assert "waits for #8" not in api.client.get("/", params={"repo": "beta"}).text
+    api.store.set_waiting(issue.id, None)
+    assert "Waiting for dependencies" not in api.client.get("/").text

@@ -82,6 +82,7 @@ def _option_keys() -> set[str]:
         "notify",
         "sandbox",
         "history",
+        "repo_prompt",  # set by the repo's .afk.toml, never by the config file
     }
     keys: set[str] = set()
     classes = [

@@ -1,0 +1,67 @@
+"""Intake holds back issues with open dependencies: real clients on fake forges, both engines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
+from pipeline.testing.forges.base import FakeForge
+from pipeline.testing.intake_world import IntakeWorld, repo_name
+
+SLUG = "acme/widgets"
+READY = "ready-for-agent"
+WRITER = {"github": "write", "gitea": "write", "gitlab": "30"}
+FORGES = {"github": FakeGitHub, "gitea": FakeGitea, "gitlab": FakeGitLab}
+
+
+@pytest.fixture(params=list(FORGES))
+def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
+    forge: FakeForge = FORGES[request.param](token="fake-token")
+    forge.add_repo(SLUG)
+    forge.set_permission(SLUG, "alice", WRITER[request.param])
+    with forge:
+        yield forge
+
+
+@pytest.fixture
+def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
+    built = IntakeWorld.build(
+        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)]
+    )
+    yield built
+    built.close()
+
+
+def test_dependency_closed_by_a_human_releases_the_issue_on_an_unchanged_list(
+    fake: FakeForge, world: IntakeWorld
+) -> None:
+    """A waiting issue is queued once a human closes its (unlabelled) dependency."""
+    base = fake.add_issue(SLUG, "groundwork", author="alice")
+    waiting = fake.add_issue(
+        SLUG, "on top", body=f"Depends on #{base}", author="alice", labels=[READY]
+    )
+    world.intake.poll_all()
+    name = repo_name(fake.forge, SLUG)
+    assert world.runs() == []
+    assert [(w.number, w.reason) for w in world.store.waiting_issues(name)] == [
+        (waiting, f"waits for #{base} (open)")
+    ]
+    fake.set_state(SLUG, base, "closed")
+    world.intake.poll_all()  # the ready list itself has not changed
+    assert [run.issue_number for run in world.runs()] == [waiting]
+    assert world.store.waiting_issues(name) == []
+
+
+def test_missing_dependency_is_told_once_over_many_polls(
+    fake: FakeForge, world: IntakeWorld
+) -> None:
+    """A dependency that does not exist is one comment, however often intake looks."""
+    number = fake.add_issue(SLUG, "orphan", body="Blocked by #404", author="alice", labels=[READY])
+    for _ in range(3):
+        world.intake.poll_all()
+    world.restart().poll_all()  # a restarted daemon does not tell it again
+    told = [c.body for c in fake.issue(SLUG, number).comments if "#404 does not exist" in c.body]
+    assert len(told) == 1 and world.runs() == []
