@@ -22,8 +22,9 @@ from typing import Generic, TypeVar
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
+from pipeline.core.states import RESUMABLE_REASONS, RunState
 from pipeline.intake.lifecycle import Lifecycle
-from pipeline.store import IssueSnapshot, SeenIssue
+from pipeline.store import IssueSnapshot, RunFilter, SeenIssue
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
 from pipeline.trackers.base import LabelMark, Tracker, TrackerIssue
@@ -228,12 +229,24 @@ class Intake:
             timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
             requested_by=actor,
             max_queue_depth=self.settings.max_queue_depth,
+            parent_id=self._answered_run(record.id),
         )
         result = self.store.enqueue(repo.name, options)
         if result.created:
             log.info("%s#%s: queued as run %s", repo.name, issue.number, result.run.id)
         self._considered[(repo.name, issue.number)] = issue.updated_at
         return result
+
+    def _answered_run(self, issue_id: int) -> int | None:
+        """The escalated run a new run of the issue answers: the agent asked, a human replied.
+
+        Re-adding the ready label after a ``blocked`` or ``tests_red`` escalation links the
+        new run to it (``parent_id``); the flow then resumes that run's agent session.
+        """
+        last = self.store.list_runs(RunFilter(issue_id=issue_id, limit=1))
+        if last and last[0].state == RunState.ESCALATED:
+            return last[0].id if last[0].error_class in RESUMABLE_REASONS else None
+        return None
 
     # Webhooks ----------------------------------------------------------------
 

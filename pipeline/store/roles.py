@@ -90,6 +90,8 @@ class IntakeStore(Protocol):
 
     def record_delivery(self, tracker: str, delivery_id: str) -> bool: ...
 
+    def list_runs(self, flt: RunFilter | None = None) -> list[Run]: ...
+
 
 class ApiStore(Protocol):
     """The HTTP API and dashboard: read the history, and the few operator writes."""
