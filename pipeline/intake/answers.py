@@ -47,7 +47,7 @@ def replies_after(
     kept: list[str] = []
     strangers = Counter[str]()
     hidden = 0
-    for comment in _after(comments, escalation_mark, since):
+    for comment in comments_after(comments, escalation_mark, since):
         if DAEMON_MARK in comment.body:
             continue  # the daemon's own notes are nobody's answer
         if not trusted(comment.author):
@@ -60,9 +60,10 @@ def replies_after(
     return Answer(tuple(kept), dict(strangers), hidden)
 
 
-def _after(
+def comments_after(
     comments: Sequence[Comment], escalation_mark: str, since: datetime | None
 ) -> Sequence[Comment]:
+    """The comments after the escalation's own (else those made after ``since``)."""
     for index in range(len(comments) - 1, -1, -1):
         if escalation_mark in comments[index].body:
             return comments[index + 1 :]

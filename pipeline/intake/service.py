@@ -23,6 +23,7 @@ from typing import Generic, TypeVar
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
 from pipeline.core.states import RESUMABLE_REASONS, RunState
+from pipeline.intake.commands import ResumeCommands
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.store import IssueSnapshot, RunFilter, SeenIssue
 from pipeline.store.roles import IntakeStore
@@ -94,6 +95,7 @@ class Intake:
         # Set by whoever counts them (the HTTP server's metrics).
         self.on_poll_error: Callable[[str], None] | None = None
         self.on_webhook_rejected: Callable[[str, str], None] | None = None
+        self.commands = ResumeCommands(store, settings, trackers, lifecycle)
 
     def repos_of(self, tracker: str) -> list[RepoSettings]:
         return [r for r in self.settings.repos if r.tracker == tracker]
@@ -151,6 +153,7 @@ class Intake:
         the next poll: the forge answers that poll 304 ("unchanged") because
         the list itself was fetched, so without this the rest would be skipped.
         """
+        self.commands.check(repo)  # `/afk resume` on escalated issues (not in the ready list)
         key = (repo.tracker, repo.slug)
         issues = self.trackers[repo.tracker].list_ready(repo.slug)
         if issues is None:

@@ -283,3 +283,21 @@ def test_stranger_reply_starts_nothing_and_never_reaches_the_model(world: World)
     assert resume["data"]["untrusted_authors"] == {"stranger": 1}
     assert "canary" not in json.dumps(run["events"])
     assert world.pushes() == 1
+
+
+def test_resume_command_from_a_maintainer_only(world: World) -> None:
+    """``/afk resume`` by a stranger is refused once; a maintainer's resumes without a label."""
+    number = _blocked_issue(world)
+    world.fake.add_comment(SLUG, number, "/afk resume", "stranger")
+    refused = "`/afk resume` by @stranger is ignored"
+    _until("the stranger's command refused", lambda: refused in str(world.comments(number)), world)
+    assert [run["id"] for run in world.runs()] == [1]
+    seen = len(world.api.main_requests)
+    _fix_turns(world, number, 2)
+    world.fake.add_comment(SLUG, number, f"/afk resume\n{REPLY}", "maint")
+    run = _finished(world, 2)
+    assert run["run"]["state"] == "succeeded", json.dumps(run)[-3000:]
+    assert run["run"]["parent_id"] == 1 and run["run"]["requested_by"] == "maint"
+    assert REPLY in _requests_after(world, seen)
+    assert sum(refused in body for body in world.comments(number)) == 1
+    assert world.pushes() == 1
