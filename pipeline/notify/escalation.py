@@ -67,11 +67,11 @@ def ending_title(text: EndingText) -> str:
     return f"[afk-pipeline] {text.repo}: run {text.run_id} {text.headline}{why}"
 
 
-def answer_lines(question: str, ready_label: str) -> list[str]:
-    """The agent's question, quoted, and how to answer it from the issue."""
+def answer_lines(question: str, ready_label: str, reason: str) -> list[str]:
+    """The agent's question (or why it stopped), quoted, and how to answer it from the issue."""
     quoted = [f"> {line}" for line in question.strip().splitlines()] or ["> (no question)"]
     return [
-        "The agent asks:",
+        "The agent asks:" if reason == "blocked" else "The agent stopped with:",
         *quoted,
         "",
         f"To answer: reply in this issue, then add the `{ready_label}` label again. The "
@@ -87,7 +87,7 @@ def ending_message(text: EndingText) -> tuple[str, str]:
     if text.issue_url:
         lines += ["", f"Issue: {text.issue_url}"]
     if text.question and text.ready_label:
-        lines += ["", *answer_lines(text.question, text.ready_label)]
+        lines += ["", *answer_lines(text.question, text.ready_label, text.reason)]
     if text.retryable:
         lines += ["", "What was kept (nothing was reverted or deleted):"]
         lines += [f"  - {label}: {where}" for label, where in text.kept] or ["  - nothing"]

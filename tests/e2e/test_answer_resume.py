@@ -244,6 +244,7 @@ def test_maintainer_reply_resumes_the_session_and_pushes_once(world: World) -> N
     run = _finished(world, 2)
     assert run["run"]["state"] == "succeeded", json.dumps(run)[-3000:]
     assert run["run"]["parent_id"] == 1
+    assert "resumes  1" in world.cli("runs", "show", "2").stdout
     [resume] = [event for event in run["events"] if event["kind"] == "resume"]
     assert resume["data"]["resumes"] == 1 and resume["data"]["session"]
     messages = world.api.main_requests[seen]["messages"]

@@ -79,7 +79,7 @@ def test_the_ending_comment_quotes_the_question_and_says_how_to_answer() -> None
         question="which port?\nthe issue does not say",
     )
     _, body = ending_message(text)
-    assert "> which port?\n> the issue does not say" in body
+    assert "The agent asks:\n> which port?\n> the issue does not say" in body
     assert "reply in this issue, then add the `ready-for-agent` label again" in body
 
 
