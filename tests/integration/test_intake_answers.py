@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.run.lifecycle import marker
+from pipeline.intake.lifecycle import marker
 from pipeline.store import Run
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.base import FakeForge
