@@ -159,7 +159,7 @@ def run_detail(run: Run, events: Sequence[RunEvent], out: TextIO) -> None:
         ),
         ("error", f"[{run.error_class}] {run.error}" if run.error else None),
         ("issue", run.issue_url or None),
-        ("parent", run.parent_id),
+        ("resumes" if run.kind == "issue" else "parent", run.parent_id),
     ]
     for name, value in fields:
         if value not in (None, ""):

@@ -129,6 +129,7 @@ class Tracker(Table):
     blocked_label: v.Label | None = None
     poll_interval_s: v.Seconds | None = None
     untrusted_text: Literal["omit", "quote"] | None = None
+    resume_command: str | None = None  # "" turns the comment command off
 
     @model_validator(mode="after")
     def _base(self) -> Tracker:

@@ -159,6 +159,7 @@ class TrackerSettings:
     blocked_label: str = "agent-blocked"
     poll_interval_s: float | None = None
     untrusted_text: str = "omit"  # omit | quote: comments by untrusted authors
+    resume_command: str = "/afk resume"  # a trusted author's comment that answers an escalation
 
 
 @dataclass(frozen=True)

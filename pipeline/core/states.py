@@ -53,6 +53,8 @@ TIMEOUT_CLASS = "timeout"
 DEPLOY_BROKEN_CLASS = "deploy_broken"
 # The escalation reason of a run whose repo was frozen.
 FROZEN_REASON = "frozen"
+# Escalations a human can answer on the issue: re-adding the ready label resumes the agent.
+RESUMABLE_REASONS = frozenset({"blocked", "tests_red"})
 
 # Every commit a run adds carries ``Afk-Run: <run id>`` (ADR 0007).
 TRAILER = "Afk-Run"

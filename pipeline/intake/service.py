@@ -22,9 +22,11 @@ from typing import Generic, TypeVar
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
+from pipeline.core.states import RESUMABLE_REASONS, RunState
+from pipeline.intake.commands import ResumeCommands
 from pipeline.intake.dependencies import DependencyCheck, report_problem
 from pipeline.intake.lifecycle import Lifecycle
-from pipeline.store import Issue, IssueSnapshot, SeenIssue
+from pipeline.store import Issue, IssueSnapshot, RunFilter, SeenIssue
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
 from pipeline.trackers.base import LabelMark, Tracker, TrackerIssue
@@ -99,6 +101,7 @@ class Intake:
         # Set by whoever counts them (the HTTP server's metrics).
         self.on_poll_error: Callable[[str], None] | None = None
         self.on_webhook_rejected: Callable[[str, str], None] | None = None
+        self.commands = ResumeCommands(store, settings, trackers, lifecycle)
 
     def repos_of(self, tracker: str) -> list[RepoSettings]:
         return [r for r in self.settings.repos if r.tracker == tracker]
@@ -156,6 +159,7 @@ class Intake:
         the next poll: the forge answers that poll 304 ("unchanged") because
         the list itself was fetched, so without this the rest would be skipped.
         """
+        self.commands.check(repo)  # `/afk resume` on escalated issues (not in the ready list)
         key = (repo.tracker, repo.slug)
         self._checks.pop(repo.name, None)
         issues = self.trackers[repo.tracker].list_ready(repo.slug)
@@ -237,6 +241,7 @@ class Intake:
             timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
             requested_by=actor,
             max_queue_depth=self.settings.max_queue_depth,
+            parent_id=self._answered_run(record.id),
         )
         if not self._dependencies_done(repo, issue, record):
             return None
@@ -281,6 +286,17 @@ class Intake:
         for number in [n for n in waiting if n not in listed]:
             del waiting[number]
         self.store.clear_waiting(repo.name, listed)
+
+    def _answered_run(self, issue_id: int) -> int | None:
+        """The escalated run a new run of the issue answers: the agent asked, a human replied.
+
+        Re-adding the ready label after a ``blocked`` or ``tests_red`` escalation links the
+        new run to it (``parent_id``); the flow then resumes that run's agent session.
+        """
+        last = self.store.list_runs(RunFilter(issue_id=issue_id, limit=1))
+        if last and last[0].state == RunState.ESCALATED:
+            return last[0].id if last[0].error_class in RESUMABLE_REASONS else None
+        return None
 
     # Webhooks ----------------------------------------------------------------
 

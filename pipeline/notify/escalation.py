@@ -46,6 +46,7 @@ class EndingText:
     ready_label: str | None = None  # labelling the issue again also retries it
     issue_url: str | None = None
     sha: str | None = None
+    question: str | None = None  # what a blocked agent asked: a reply on the issue answers it
 
 
 def unfreeze_command(repo: str) -> str:
@@ -66,12 +67,27 @@ def ending_title(text: EndingText) -> str:
     return f"[afk-pipeline] {text.repo}: run {text.run_id} {text.headline}{why}"
 
 
+def answer_lines(question: str, ready_label: str, reason: str) -> list[str]:
+    """The agent's question (or why it stopped), quoted, and how to answer it from the issue."""
+    quoted = [f"> {line}" for line in question.strip().splitlines()] or ["> (no question)"]
+    return [
+        "The agent asks:" if reason == "blocked" else "The agent stopped with:",
+        *quoted,
+        "",
+        f"To answer: reply in this issue, then add the `{ready_label}` label again. The "
+        "agent resumes where it stopped, with the replies posted since this comment by "
+        "people with write access (anyone else's reply is not passed on).",
+    ]
+
+
 def ending_message(text: EndingText) -> tuple[str, str]:
     """Title and body: what happened, what was kept where, and the next step."""
     head = f"Repo {text.repo}, run {text.run_id}" + (f", commit {text.sha}" if text.sha else "")
     lines = [f"{head}: {text.headline}.", "", "What happened:", f"  {text.what_happened.strip()}"]
     if text.issue_url:
         lines += ["", f"Issue: {text.issue_url}"]
+    if text.question and text.ready_label:
+        lines += ["", *answer_lines(text.question, text.ready_label, text.reason)]
     if text.retryable:
         lines += ["", "What was kept (nothing was reverted or deleted):"]
         lines += [f"  - {label}: {where}" for label, where in text.kept] or ["  - nothing"]

@@ -30,6 +30,7 @@ from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.events import EventSink
 from pipeline.core.states import (
     DEPLOY_BROKEN_CLASS,
+    RESUMABLE_REASONS,
     TERMINAL_STATES,
     TIMEOUT_CLASS,
     RunState,
@@ -43,6 +44,7 @@ from pipeline.notify.escalation import (
     next_step,
 )
 from pipeline.run.recovery import Recovery
+from pipeline.run.resume import question_of
 from pipeline.store import Run, RunFilter, Store
 
 log = logging.getLogger(__name__)
@@ -119,6 +121,7 @@ class Endings:
             ready_label=self.lifecycle.ready_label(repo) if root.issue_number else None,
             issue_url=root.issue_url,
             sha=run.pushed_sha,
+            question=question_of(run) if _answerable(run) and root.issue_number else None,
         )
 
     def _kept(self, run: Run) -> tuple[tuple[str, str], ...]:
@@ -235,6 +238,11 @@ class Endings:
                 )
             elif before and not record.frozen:
                 log.warning("repo %s unfrozen; its queue runs again", repo.name)
+
+
+def _answerable(run: Run) -> bool:
+    """An escalation a reply on the issue can answer (``pipeline.run.resume``)."""
+    return run.state == RunState.ESCALATED and run.error_class in RESUMABLE_REASONS
 
 
 def _done_key(run: Run) -> str:

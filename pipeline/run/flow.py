@@ -36,6 +36,7 @@ from pipeline.run.progress import (
 )
 from pipeline.run.publish import PublishHooks, PublishOptions, find_pushed, publish
 from pipeline.run.recovery import Recovery
+from pipeline.run.resume import ResumeDeps, ResumePlan, resume_plan
 from pipeline.run.scope import RunScope, WorktreeLease
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
@@ -73,13 +74,13 @@ class RunFlow:
         repo = self.deps.settings.repo(run.repo_name)
         if repo is None:
             raise FatalError("missing_repo", f"repo {run.repo_name!r} is no longer in the config")
-        issue = self._issue_info(run, repo, ctx.events)
+        issue, resume = self._issue_info(run, repo, ctx.events)
         checkpoint("preparing", run.id)
         if run.kind == "issue":
             self.deps.lifecycle.claimed(run, repo, ctx.events)
         progress = self._progress(ctx, repo)
         try:
-            outcome = self._run(ctx, repo, issue)
+            outcome = self._run(ctx, repo, issue, resume)
         except BaseException as exc:
             if progress is not None:
                 last = ctx.run.failures + 1 >= ctx.run.max_attempts
@@ -113,7 +114,9 @@ class RunFlow:
         progress.start()
         return progress
 
-    def _run(self, ctx: RunContext, repo: RepoSettings, issue: IssueInfo) -> Outcome:
+    def _run(
+        self, ctx: RunContext, repo: RepoSettings, issue: IssueInfo, resume: ResumePlan | None
+    ) -> Outcome:
         run = ctx.run
         if run.pushed_sha:
             ctx.events("publish", f"already pushed {run.pushed_sha[:12]}; watching again")
@@ -134,7 +137,7 @@ class RunFlow:
             repo = self._with_repo_file(ctx, repo, ws)
             scope = self._scope(ctx, repo, issue, lease)
             try:
-                sha = self._implement_and_publish(ctx, scope)
+                sha = self._implement_and_publish(ctx, scope, resume)
             except EscalationError as exc:
                 return self.deps.recovery.escalate(scope, ctx.run, exc).outcome
             return self._watch_and_decide(ctx, scope, sha).outcome
@@ -182,7 +185,9 @@ class RunFlow:
             on_phase=lambda phase: self._phase(ctx, phase),
         )
 
-    def _implement_and_publish(self, ctx: RunContext, scope: RunScope) -> str:
+    def _implement_and_publish(
+        self, ctx: RunContext, scope: RunScope, resume: ResumePlan | None
+    ) -> str:
         run, repo = ctx.run, scope.repo
         found = find_pushed(scope.ws.mirror, f"refs/heads/{repo.default_branch}", run.id)
         if found:
@@ -195,7 +200,7 @@ class RunFlow:
             return found
         ctx.set_state("implementing")
         checkpoint("implementing", run.id)
-        outcome = implement(scope, self._evidence(run))
+        outcome = implement(scope, self._evidence(run), resume)
         ctx.update(head_sha=outcome.head_sha)  # spend is recorded per invocation by the ledger
         ctx.set_state("publishing")
         checkpoint("publishing", run.id)
@@ -278,14 +283,17 @@ class RunFlow:
         checkpoint("after_push", ctx.run.id)  # pushed, not yet recorded: the worst moment
         ctx.update(pushed_sha=sha)
 
-    def _issue_info(self, run: Run, repo: RepoSettings, events: EventSink) -> IssueInfo:
-        """The issue as the agent may see it: trusted text only (``pipeline.intake.issue_text``)."""
+    def _issue_info(
+        self, run: Run, repo: RepoSettings, events: EventSink
+    ) -> tuple[IssueInfo, ResumePlan | None]:
+        """The issue as the agent may see it: trusted text only (``pipeline.intake.issue_text``),
+        and, for a run that answers an escalated one, how it resumes (``pipeline.run.resume``)."""
         if run.kind == "fix_forward" or run.issue_number is None:
             root = self.deps.recovery.chain_root(run)
             title = f"Fix forward: the deploy of run {run.parent_id} is broken"
             ref = f"fix-{run.id}"
             body = f"Heal the broken deploy of {repo.name} (chain started by run {root.id})."
-            return IssueInfo(
+            info = IssueInfo(
                 ref=ref,
                 number=root.issue_number or 0,
                 title=title,
@@ -294,6 +302,7 @@ class RunFlow:
                 url=root.issue_url or "",
                 author="afk-pipeline",
             )
+            return info, None
         tracker = self.deps.trackers[repo.tracker]
         detail = tracker.get_issue(repo.slug, run.issue_number)
         record = self.deps.store.get_issue(run.issue_id) if run.issue_id else None
@@ -302,7 +311,8 @@ class RunFlow:
             raise FatalError("missing_tracker", f"tracker {repo.tracker!r} is not in the config")
         text = trusted_issue(tracker, tracker_settings, repo.slug, detail, Snapshot.of(record))
         events("trust", text.message, text.data)
-        return IssueInfo(
+        deps = ResumeDeps(self.deps.store, tracker, self.deps.lifecycle, events)
+        info = IssueInfo(
             ref=f"#{detail.number}",
             number=detail.number,
             title=text.title,
@@ -312,6 +322,7 @@ class RunFlow:
             author=detail.author,
             untrusted_comments=text.quoted,
         )
+        return info, resume_plan(deps, run, repo, detail)
 
     def _evidence(self, run: Run) -> str | None:
         if run.kind != "fix_forward":

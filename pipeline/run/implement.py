@@ -26,12 +26,13 @@ from pipeline.agents.base import (
     summarise,
 )
 from pipeline.config.settings import RepoSettings
-from pipeline.core.errors import CancelRequested, EscalationError
+from pipeline.core.errors import CancelRequested, EscalationError, RetryableError
 from pipeline.core.events import EventSink
 from pipeline.core.proc import CommandResult, StopToken, shell_argv
 from pipeline.core.states import TRAILER
 from pipeline.git.commits import Git
 from pipeline.run.prompt import IssueInfo, build_prompt, fix_prompt
+from pipeline.run.resume import ResumePlan
 from pipeline.run.review import MAX_REVIEWS, Reviewer, changes_prompt
 from pipeline.run.scope import RunScope
 from pipeline.sandbox.jail import Jail
@@ -184,8 +185,13 @@ class _Run:
         return run_test_gate(self.repo, self.scope.workdir, self.scope.jail, self.events, self.stop)
 
 
-def implement(scope: RunScope, extra_prompt: str | None = None) -> ImplementOutcome:
+def implement(
+    scope: RunScope, extra_prompt: str | None = None, resume: ResumePlan | None = None
+) -> ImplementOutcome:
     """Run the agent until the tests are green and one trailered commit is ready.
+
+    With a ``resume`` plan the run answers an escalated one: its agent session is
+    resumed with the replies (``pipeline.run.resume``).
 
     Raises ``EscalationError`` (``blocked``, ``no_change``, ``tests_red``,
     ``budget``, ``max_turns``), ``RetryableError``, ``FatalError`` or
@@ -200,7 +206,7 @@ def implement(scope: RunScope, extra_prompt: str | None = None) -> ImplementOutc
         workdir=scope.workdir,
         extra_prompt=extra_prompt,
     )
-    result = run.invoke(run.first_prompt, None)
+    result = _first_invocation(run, resume)
     run.check_changed(result)
     result, gate, iterations = _gate_loop(run, result)
     if scope.repo.review:
@@ -241,6 +247,32 @@ def _review_loop(
         f"the reviewer requested changes {MAX_REVIEWS} times; nothing was pushed. "
         f"Its reasons:\n{verdict.reasons}",
     )
+
+
+def _first_invocation(run: _Run, resume: ResumePlan | None) -> AgentResult:
+    """The issue prompt; or, answering an escalation, the earlier session resumed.
+
+    A session the agent cannot resume (its CLI exits without a result, e.g. the
+    session is gone with a wiped HOME) falls back to a fresh session whose prompt
+    carries the question and the answer.
+    """
+    if resume is None:
+        return run.invoke(run.first_prompt, None)
+    run.first_prompt = f"{run.first_prompt.rstrip()}\n\n{resume.prompt_section()}"
+    if not resume.session_id:
+        return run.invoke(run.first_prompt, None)
+    message = resume.message(run.scope.run_id, run.scope.issue.url)
+    try:
+        return run.invoke(message, resume.session_id)
+    except RetryableError as exc:
+        if exc.kind != "agent_crash":
+            raise
+        run.events(
+            "agent",
+            f"session {resume.session_id} could not be resumed ({exc}); "
+            "a fresh session gets the question and the answer",
+        )
+        return run.invoke(run.first_prompt, None)
 
 
 def _gate_loop(run: _Run, result: AgentResult) -> tuple[AgentResult, CommandResult, int]:

@@ -95,6 +95,8 @@ class IntakeStore(Protocol):
 
     def clear_waiting(self, repo: str, keep: Collection[int]) -> None: ...
 
+    def list_runs(self, flt: RunFilter | None = None) -> list[Run]: ...
+
 
 class ApiStore(Protocol):
     """The HTTP API and dashboard: read the history, and the few operator writes."""

@@ -154,6 +154,8 @@ def test_blocked(make_world: MakeWorld) -> None:
     assert BLOCKED in told.labels and WORKING not in told.labels
     assert "unknown afk-task" in told.comment and "worktree:" in told.comment
     assert f"pipeline runs retry {run.id}" in told.comment and "unfreeze" not in told.comment
+    assert "The agent asks:\n> unknown afk-task" in told.comment  # quoted, with how to answer
+    assert "reply in this issue, then add the `ready-for-agent` label again" in told.comment
     assert f"run {run.id} escalated (blocked)" in told.notice
 
 
@@ -167,6 +169,7 @@ def test_tests_never_green(make_world: MakeWorld) -> None:
     assert world.commits_of_run("web", run.id) == []
     told = told_once(world, number, run)
     assert BLOCKED in told.labels and "still red" in told.comment
+    assert "The agent stopped with:\n> the tests are still red" in told.comment
     assert f"pipeline runs retry {run.id}" in told.comment
 
 

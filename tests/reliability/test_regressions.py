@@ -90,7 +90,8 @@ def test_overlapping_polls_are_serialised(tmp_path: Path) -> None:
         trackers=(TrackerSettings(name="local", kind="local"),),
         repos=(RepoSettings(name="r", tracker="local", slug="o/r", remote_url="x"),),
     )
-    store = SimpleNamespace(issues_in_queue=set)  # the tracker lists nothing: no other verb
+    # The tracker lists nothing and no run escalated: no other verb.
+    store = SimpleNamespace(issues_in_queue=set, list_runs=lambda flt: [])
     intake = Intake(cast(Any, store), settings, {"local": cast(Any, tracker)}, cast(Any, None))
     errors: list[BaseException] = []
 
