@@ -28,7 +28,7 @@ from pipeline.trackers.base import Comment, Tracker
 
 log = logging.getLogger(__name__)
 
-# How many escalated runs of one repo a poll looks at, newest first.
+# How many escalated runs (of a tracker's repos) a poll cycle looks at, newest first.
 MAX_WATCHED = 50
 
 
@@ -36,6 +36,18 @@ def is_command(body: str, command: str) -> bool:
     """True when the comment's first visible line is ``command`` (case and spaces aside)."""
     lines = strip_hidden(body).text.strip().splitlines()
     return bool(lines) and " ".join(lines[0].split()).lower() == command.lower()
+
+
+def answered_run(store: IntakeStore, issue_id: int) -> int | None:
+    """The escalated run a new run of the issue answers: the agent asked, a human replied.
+
+    Re-adding the ready label after a ``blocked`` or ``tests_red`` escalation links the
+    new run to it (``parent_id``); the flow then resumes that run's agent session.
+    """
+    last = store.list_runs(RunFilter(issue_id=issue_id, limit=1))
+    if last and last[0].state == RunState.ESCALATED:
+        return last[0].id if last[0].error_class in RESUMABLE_REASONS else None
+    return None
 
 
 class ResumeCommands:
@@ -53,20 +65,34 @@ class ResumeCommands:
         self.trackers = trackers
         self.lifecycle = lifecycle
 
-    def check(self, repo: RepoSettings) -> int:
-        """Look for the command on the repo's escalated issues; how many runs it queued."""
-        tracker_settings = self.settings.tracker(repo.tracker)
-        command = " ".join((tracker_settings.resume_command if tracker_settings else "").split())
-        if not command:
-            return 0
-        return sum(self._check_run(repo, run, command) for run in self._waiting(repo))
+    def check(self, repos: list[RepoSettings]) -> int:
+        """Look for the command on these repos' escalated issues; how many runs it queued.
 
-    def _waiting(self, repo: RepoSettings) -> list[Run]:
-        """Escalated runs that are still their issue's latest and a reply can answer."""
-        flt = RunFilter(repo=repo.name, state=RunState.ESCALATED, limit=MAX_WATCHED)
+        One query per poll cycle, whatever the number of repos (the escalated runs
+        newest first); then one comment list per answerable issue.
+        """
+        by_name = {repo.name: repo for repo in repos if self._command(repo)}
+        if not by_name:
+            return 0
+        queued = 0
+        for run in self._waiting(set(by_name)):
+            repo = by_name[run.repo_name]
+            queued += self._check_run(repo, run, self._command(repo))
+        return queued
+
+    def _command(self, repo: RepoSettings) -> str:
+        tracker_settings = self.settings.tracker(repo.tracker)
+        return " ".join((tracker_settings.resume_command if tracker_settings else "").split())
+
+    def _waiting(self, repos: set[str]) -> list[Run]:
+        """Escalated runs of ``repos`` that are still their issue's latest and a reply can
+        answer."""
+        flt = RunFilter(state=RunState.ESCALATED, limit=MAX_WATCHED)
         waiting = []
         for run in self.store.list_runs(flt):
-            if run.kind != "issue" or run.issue_id is None or run.issue_number is None:
+            if run.repo_name not in repos or run.kind != "issue":
+                continue
+            if run.issue_id is None or run.issue_number is None:
                 continue
             if run.error_class not in RESUMABLE_REASONS:
                 continue

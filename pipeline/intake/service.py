@@ -22,11 +22,10 @@ from typing import Generic, TypeVar
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
-from pipeline.core.states import RESUMABLE_REASONS, RunState
-from pipeline.intake.commands import ResumeCommands
+from pipeline.intake.commands import ResumeCommands, answered_run
 from pipeline.intake.dependencies import DependencyCheck, report_problem
 from pipeline.intake.lifecycle import Lifecycle
-from pipeline.store import Issue, IssueSnapshot, RunFilter, SeenIssue
+from pipeline.store import Issue, IssueSnapshot, SeenIssue
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
 from pipeline.trackers.base import LabelMark, Tracker, TrackerIssue
@@ -93,6 +92,7 @@ class Intake:
         # even when the ready list is unchanged (a dependency closed by a human changes
         # no ready list). One DependencyCheck per repo per poll fetches each issue once.
         self._waiting: dict[str, dict[int, TrackerIssue]] = {}
+        self._listed: dict[str, frozenset[int]] = {}  # each repo's last ready list, by number
         self._checks: dict[str, DependencyCheck] = {}
         # The start-up poll and the periodic one may overlap: one poll at a time per
         # tracker (not overall, so a tracker that hangs until its timeout holds no other).
@@ -145,6 +145,13 @@ class Intake:
                 unchanged += 1
             else:
                 seen, enqueued = seen + counts[0], enqueued + counts[1]
+        try:  # `/afk resume` on escalated issues (not in the ready list): one read per cycle
+            enqueued += self.commands.check(self.repos_of(tracker_name))
+        except (RetryableError, QueueFull) as exc:
+            return self._poll_failed(tracker_name, health, exc, seen, enqueued)
+        except (FatalError, ConfigError) as exc:
+            repo_error = f"resume commands: {exc}"
+            log.warning("tracker %s: resume commands: %s", tracker_name, exc)
         health.failures, health.not_before, health.last_error = 0, 0.0, None
         return PollReport(
             tracker_name, seen=seen, enqueued=enqueued, unchanged=unchanged, error=repo_error
@@ -159,7 +166,6 @@ class Intake:
         the next poll: the forge answers that poll 304 ("unchanged") because
         the list itself was fetched, so without this the rest would be skipped.
         """
-        self.commands.check(repo)  # `/afk resume` on escalated issues (not in the ready list)
         key = (repo.tracker, repo.slug)
         self._checks.pop(repo.name, None)
         issues = self.trackers[repo.tracker].list_ready(repo.slug)
@@ -241,7 +247,7 @@ class Intake:
             timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
             requested_by=actor,
             max_queue_depth=self.settings.max_queue_depth,
-            parent_id=self._answered_run(record.id),
+            parent_id=answered_run(self.store, record.id),
         )
         if not self._dependencies_done(repo, issue, record):
             return None
@@ -285,18 +291,9 @@ class Intake:
         waiting = self._waiting.setdefault(repo.name, {})
         for number in [n for n in waiting if n not in listed]:
             del waiting[number]
-        self.store.clear_waiting(repo.name, listed)
-
-    def _answered_run(self, issue_id: int) -> int | None:
-        """The escalated run a new run of the issue answers: the agent asked, a human replied.
-
-        Re-adding the ready label after a ``blocked`` or ``tests_red`` escalation links the
-        new run to it (``parent_id``); the flow then resumes that run's agent session.
-        """
-        last = self.store.list_runs(RunFilter(issue_id=issue_id, limit=1))
-        if last and last[0].state == RunState.ESCALATED:
-            return last[0].id if last[0].error_class in RESUMABLE_REASONS else None
-        return None
+        if self._listed.get(repo.name) != frozenset(listed):  # an unchanged list writes nothing
+            self.store.clear_waiting(repo.name, listed)
+            self._listed[repo.name] = frozenset(listed)
 
     # Webhooks ----------------------------------------------------------------
 

@@ -49,14 +49,13 @@ def _cycle_cost(world: IntakeWorld, fake: FakeGitHub) -> tuple[int, list[str], i
     return log.queries, log.writes, len(fake.paths()) - calls - len(lists)
 
 
-def test_a_304_cycle_sends_no_statement(
-    fake: FakeGitHub, database_url: str, tmp_path: Path
-) -> None:
-    """After the first poll queued everything, a cycle of 304s sends no SQL at all."""
+def test_a_304_cycle_sends_one_read(fake: FakeGitHub, database_url: str, tmp_path: Path) -> None:
+    """After the first poll queued everything, a cycle of 304s sends one read (the escalated
+    runs a `/afk resume` comment may answer) and no write."""
     world = _world(fake, database_url, tmp_path, 5)
     try:
         assert world.intake.poll("github").enqueued == 5
-        assert _cycle_cost(world, fake) == (0, [], 0)
+        assert _cycle_cost(world, fake) == (1, [], 0)
     finally:
         world.close()
 
@@ -64,7 +63,7 @@ def test_a_304_cycle_sends_no_statement(
 def test_an_unchanged_list_costs_one_read_whatever_the_repos(
     fake: FakeGitHub, database_url: str, tmp_path: Path
 ) -> None:
-    """Unchanged lists answered in full: one read per cycle at 3 and at 12 repos, no writes."""
+    """Unchanged lists answered in full: two reads per cycle at 3 and at 12 repos, no writes."""
     costs = []
     for repos in (3, 12):
         world = _world(fake, database_url, tmp_path, repos)
@@ -74,7 +73,7 @@ def test_an_unchanged_list_costs_one_read_whatever_the_repos(
             costs.append(_cycle_cost(world, fake))
         finally:
             world.close()
-    assert costs == [(1, [], 0), (1, [], 0)]
+    assert costs == [(2, [], 0), (2, [], 0)]
 
 
 def test_an_edited_issue_is_considered_again(

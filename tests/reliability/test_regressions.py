@@ -91,7 +91,9 @@ def test_overlapping_polls_are_serialised(tmp_path: Path) -> None:
         repos=(RepoSettings(name="r", tracker="local", slug="o/r", remote_url="x"),),
     )
     # The tracker lists nothing and no run escalated: no other verb.
-    store = SimpleNamespace(issues_in_queue=set, list_runs=lambda flt: [])
+    store = SimpleNamespace(
+        issues_in_queue=set, list_runs=lambda flt: [], clear_waiting=lambda repo, keep: None
+    )
     intake = Intake(cast(Any, store), settings, {"local": cast(Any, tracker)}, cast(Any, None))
     errors: list[BaseException] = []
 
