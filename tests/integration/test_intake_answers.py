@@ -14,22 +14,17 @@ import pytest
 
 from pipeline.intake.lifecycle import marker
 from pipeline.store import Run
-from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
+from pipeline.testing.forges import FORGES, served
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld
 
 SLUG = "acme/widgets"
 READY = "ready-for-agent"
-WRITER = {"github": "write", "gitea": "write", "gitlab": "30"}
-FORGES = {"github": FakeGitHub, "gitea": FakeGitea, "gitlab": FakeGitLab}
 
 
 @pytest.fixture(params=list(FORGES))
 def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    forge: FakeForge = FORGES[request.param](token="fake-token")
-    forge.add_repo(SLUG)
-    forge.set_permission(SLUG, "alice", WRITER[request.param])
-    with forge:
+    with served(request.param, SLUG, writer="alice") as forge:
         yield forge
 
 

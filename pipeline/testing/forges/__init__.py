@@ -32,12 +32,21 @@ FORGES: dict[str, type[FakeForge]] = {
 }
 
 
+# Each forge's spelling of "may write to the repo" (GitLab: the Developer access level).
+WRITER = {"github": "write", "gitea": "write", "gitlab": "30"}
+
+
 @contextmanager
-def served(kind: str, *slugs: str, token: str = "fake-token") -> Iterator[FakeForge]:
-    """A fake forge of ``kind`` ("github", "gitea", "gitlab") holding ``slugs``, served."""
+def served(
+    kind: str, *slugs: str, token: str = "fake-token", writer: str | None = None
+) -> Iterator[FakeForge]:
+    """A fake forge of ``kind`` ("github", "gitea", "gitlab") holding ``slugs``, served;
+    ``writer`` is a user with write permission on each."""
     forge = FORGES[kind](token=token)
     for slug in slugs:
         forge.add_repo(slug)
+        if writer is not None:
+            forge.set_permission(slug, writer, WRITER[kind])
     forge.serve()
     try:
         yield forge
@@ -47,6 +56,7 @@ def served(kind: str, *slugs: str, token: str = "fake-token") -> Iterator[FakeFo
 
 __all__ = [
     "FORGES",
+    "WRITER",
     "FakeForge",
     "FakeGitHub",
     "FakeGitLab",
