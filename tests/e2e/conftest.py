@@ -123,3 +123,12 @@ def cli_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = dict(os.environ)
     env["HOME"] = str(tmp_path / "home")
     yield env
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def history_url(request: pytest.FixtureRequest) -> str | None:
+    """The history's database for a ship world: None (SQLite under its root) or a PostgreSQL."""
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return None

@@ -62,13 +62,10 @@ def _state_of(body: str) -> str:
     return body.splitlines()[0].rsplit(": ", 1)[1].rstrip("*")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def tuning(request: pytest.FixtureRequest, tmp_path: Path) -> Tuning:
+@pytest.fixture
+def tuning(history_url: str | None) -> Tuning:
     """The world's knobs: the history on SQLite or a fresh PostgreSQL, and a public URL."""
-    url = f"sqlite:///{tmp_path / 'history.db'}"
-    if request.param == "postgresql":
-        url = request.getfixturevalue("postgres_url")
-    return Tuning(database_url=url, public_url=PUBLIC_URL)
+    return Tuning(database_url=history_url, public_url=PUBLIC_URL)
 
 
 def _assert_final(world: ShipWorld, run: Run, comment: FakeComment) -> None:

@@ -19,9 +19,15 @@ import tomli_w
 
 from pipeline.testing.configs import write_config
 
-from .world import MAINTAINER, READY, ShipWorld, ship_world
+from .world import MAINTAINER, READY, ShipWorld, Tuning, ship_world
 
 pytestmark = [pytest.mark.deploy_e2e, pytest.mark.timeout(400)]
+
+
+@pytest.fixture
+def tuning(history_url: str | None) -> Tuning:
+    """The history on SQLite or PostgreSQL."""
+    return Tuning(database_url=history_url)
 
 
 def _without_test_command(world: ShipWorld) -> None:
@@ -50,10 +56,10 @@ def _file(world: ShipWorld, title: str, task: str) -> int:
 
 
 def test_default_branch_settings_apply_and_an_agents_file_changes_nothing(
-    tmp_path: Path, cli_env: dict[str, str]
+    tmp_path: Path, cli_env: dict[str, str], tuning: Tuning
 ) -> None:
     """The human's .afk.toml sets the gate and the prompt; the agent's, even pushed, does not."""
-    with ship_world(tmp_path, cli_env) as world:
+    with ship_world(tmp_path, cli_env, tuning=tuning) as world:
         _without_test_command(world)
         gate_log = world.agent_log.parent / "gate-log"
         world.human_commit("web", {".afk.toml": _human_settings(gate_log)}, "Repo settings")

@@ -43,13 +43,17 @@ def _progress(world: ShipWorld, number: int, run: Run) -> str:
         time.sleep(0.2)
 
 
-def _tuning(tmp_path: Path) -> Tuning:
-    return Tuning(database_url=f"sqlite:///{tmp_path / 'history.db'}", review=True)
+@pytest.fixture
+def tuning(history_url: str | None) -> Tuning:
+    """The review gate on, the history on SQLite or PostgreSQL."""
+    return Tuning(database_url=history_url, review=True)
 
 
-def test_requested_change_is_made_before_the_push(tmp_path: Path, cli_env: dict[str, str]) -> None:
+def test_requested_change_is_made_before_the_push(
+    tmp_path: Path, cli_env: dict[str, str], tuning: Tuning
+) -> None:
     """The reviewer asks for a docstring; the implementer adds it; the pushed file has it."""
-    with ship_world(tmp_path, cli_env, tuning=_tuning(tmp_path)) as world:
+    with ship_world(tmp_path, cli_env, tuning=tuning) as world:
         number = world.label("web", "Add a reports helper", "reviewed reports")
         world.start()
         run = _ended(world, number)
@@ -65,9 +69,11 @@ def test_requested_change_is_made_before_the_push(tmp_path: Path, cli_env: dict[
         assert "- Review: review 2: approved: The module is documented." in progress, progress
 
 
-def test_two_rejections_escalate_without_pushing(tmp_path: Path, cli_env: dict[str, str]) -> None:
+def test_two_rejections_escalate_without_pushing(
+    tmp_path: Path, cli_env: dict[str, str], tuning: Tuning
+) -> None:
     """A reviewer that requests changes twice escalates the run; the remote is unchanged."""
-    with ship_world(tmp_path, cli_env, tuning=_tuning(tmp_path)) as world:
+    with ship_world(tmp_path, cli_env, tuning=tuning) as world:
         before = world.remote_log("web")
         number = world.label("web", "Add a reports helper", "rejected reports")
         world.start()
