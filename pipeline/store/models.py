@@ -128,6 +128,7 @@ class RunRow(Base):
         ),
         Index("ix_runs_claim", "state", "repo_id", "priority", "id"),
         Index("ix_runs_repo_created", "repo_id", "created_at"),
+        Index("ix_runs_parent", "parent_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -198,6 +199,7 @@ class RunEventRow(Base):
 
 class EscalationRow(Base):
     __tablename__ = "escalations"
+    __table_args__ = (Index("ix_escalations_run", "run_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))

@@ -1,8 +1,9 @@
-"""The Kubernetes example: probes that match the health endpoints, a PodDisruptionBudget
-and an Ingress that exposes the webhooks alone."""
+"""The deploy examples: Kubernetes probes that match the health endpoints, a
+PodDisruptionBudget, an Ingress that exposes the webhooks alone, and the image's pinned CLI."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +57,13 @@ def test_the_ingress_exposes_only_the_webhook_listener() -> None:
     container_ports = {p["name"]: p["containerPort"] for p in _container(objects)["ports"]}
     assert container_ports[target] == 8788  # the example's [http] webhook_listen port
     assert container_ports["http"] == 8787
+
+
+def test_the_tests_install_the_claude_cli_version_the_image_pins() -> None:
+    """scripts/install-claude-cli.sh defaults to the Containerfile's CLAUDE_CODE_VERSION."""
+    root = Path(__file__).resolve().parents[2]
+    image = (root / "docs/deploy/Containerfile").read_text(encoding="utf-8")
+    script = (root / "scripts/install-claude-cli.sh").read_text(encoding="utf-8")
+    (pinned,) = re.findall(r"^ARG CLAUDE_CODE_VERSION=(\S+)$", image, re.MULTILINE)
+    (default,) = re.findall(r"^version=\$\{CLAUDE_CLI_VERSION:-(\S+)\}$", script, re.MULTILINE)
+    assert default == pinned
