@@ -311,7 +311,8 @@ class Jailer:
 
     def jail(self, repo: RepoSettings, tree: Path, cache_env: Mapping[str, str]) -> Jail:
         home = self.home(repo)
-        caches = tuple(Path(value) for value in cache_env.values())
+        # One bind for the cache root rather than one per tool: every mount costs the start.
+        caches = tuple(dict.fromkeys(Path(value).parent for value in cache_env.values()))
         layout = tree_layout(tree, writable=(*caches, home), network=self.network_for(repo))
         return Jail(
             self.sandbox,
