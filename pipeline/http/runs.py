@@ -9,9 +9,11 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from pipeline.core.states import REPO_STATES
 from pipeline.http.common import (
     MAX_OFFSET,
     MAX_PAGE,
+    BadInput,
     Query,
     context,
     error,
@@ -20,7 +22,8 @@ from pipeline.http.common import (
     query_choice,
     query_int,
     query_name,
-    query_since,
+    query_text,
+    query_time,
     repo_json,
     run_json,
 )
@@ -30,11 +33,17 @@ from pipeline.store import Run, RunEvent, RunFilter
 
 def run_filter(params: Query, default_limit: int = 50) -> RunFilter:
     """The filters and page of a runs listing, from the query parameters."""
+    since, until = query_time(params, "since"), query_time(params, "until")
+    if since is not None and until is not None and until <= since:
+        raise BadInput("until", f"must be later than since ({params['since'][:40]!r})")
     return RunFilter(
         repo=query_name(params, "repo"),
         state=query_choice(params, "state", RUN_STATES),
         kind=query_name(params, "kind"),
-        since=query_since(params),
+        since=since,
+        until=until,
+        text=query_text(params, "text"),
+        repo_state=query_choice(params, "repo_state", REPO_STATES),
         limit=query_int(params, "limit", default_limit, 1, MAX_PAGE),
         offset=query_int(params, "offset", 0, 0, MAX_OFFSET),
     )
