@@ -16,11 +16,12 @@ VALID_FORMS = (
     "an ISO time like 2026-01-31T08:00:00Z or 2026-01-31 (UTC), "
     "an age like 30m, 24h, 7d or 2w, or today"
 )
-AGE = re.compile(r"([0-9]{1,6})([smhdw])")
+# At most five digits: 99999 weeks back is still a date (no overflow, no 422 for a valid form).
+AGE = re.compile(r"([0-9]{1,5})([smhdw])")
 UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 ISO_TIME = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
-    r"([Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?([Zz]|[+-][0-9]{2}:[0-9]{2})?)?"
+    r"([Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,9})?)?([Zz]|[+-][0-9]{2}:[0-9]{2})?)?"
 )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.core.states import REPO_STATES
-from pipeline.core.when import VALID_FORMS
+from pipeline.core.when import AGE, VALID_FORMS
 from pipeline.http.batch import ACTIONS, MAX_BATCH
 from pipeline.http.common import MAX_ID, MAX_NAME, MAX_NOTE, MAX_OFFSET, MAX_PAGE, PRIORITY_RANGE
 from pipeline.http.metrics import RUN_STATES
@@ -27,7 +27,17 @@ NAME_PATTERN = "^[^\\x00-\\x1f\\x7f]+$"
 NOTE_PATTERN = "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*$"
 
 STATE_ENUMS = {"state": RUN_STATES}
-WHEN: Schema = {"type": "string", "maxLength": 40, "example": "24h"}
+# The forms ``pipeline.core.when`` accepts, each as its own schema so a generated value
+# of any of them is one the server takes.
+WHEN: Schema = {
+    "anyOf": [
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "format": "date"},
+        {"type": "string", "pattern": f"^{AGE.pattern}$"},
+        {"type": "string", "enum": ["today"]},
+    ],
+    "example": "24h",
+}
 WHEN_FORMS = f"{VALID_FORMS} (a bad value is a 422 listing these forms)"
 
 

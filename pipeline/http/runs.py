@@ -13,7 +13,6 @@ from pipeline.core.states import REPO_STATES
 from pipeline.http.common import (
     MAX_OFFSET,
     MAX_PAGE,
-    BadInput,
     Query,
     context,
     error,
@@ -33,15 +32,14 @@ from pipeline.store import Run, RunEvent, RunFilter
 
 def run_filter(params: Query, default_limit: int = 50) -> RunFilter:
     """The filters and page of a runs listing, from the query parameters."""
-    since, until = query_time(params, "since"), query_time(params, "until")
-    if since is not None and until is not None and until <= since:
-        raise BadInput("until", f"must be later than since ({params['since'][:40]!r})")
+    # An empty window (until before since) is an empty list, not an error: the
+    # description cannot say "until after since", and every value it allows is served.
     return RunFilter(
         repo=query_name(params, "repo"),
         state=query_choice(params, "state", RUN_STATES),
         kind=query_name(params, "kind"),
-        since=since,
-        until=until,
+        since=query_time(params, "since"),
+        until=query_time(params, "until"),
         text=query_text(params, "text"),
         repo_state=query_choice(params, "repo_state", REPO_STATES),
         limit=query_int(params, "limit", default_limit, 1, MAX_PAGE),

@@ -71,6 +71,7 @@ def test_time_filters_take_ages_and_iso_times(api: ApiHarness) -> None:
     assert ids(api, until="24h") == [4, 1]
     assert ids(api, since="7d", until="24h") == [1]
     assert ids(api, since="2w", until="1h") == [4, 2, 1]
+    assert ids(api, since="1h", until="2w") == []  # an empty window is an empty list
     cut = (api.store.now() - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert ids(api, since=cut) == [3, 2]
     assert ids(api, until=cut) == [4, 1]
@@ -103,7 +104,6 @@ def test_filters_combine_with_state_repo_and_repo_state(api: ApiHarness) -> None
         ({"since": "yesterday"}, "since", "24h"),
         ({"since": "5x"}, "since", "7d"),
         ({"until": "2026-13-01"}, "until", "2026-01-31T08:00:00Z"),
-        ({"until": "3d", "since": "1d"}, "until", "later than since"),
         ({"text": "a\x01b"}, "text", "control characters"),
         ({"text": "x" * 201}, "text", "at most 200"),
         ({"repo_state": "melted"}, "repo_state", "active, frozen"),

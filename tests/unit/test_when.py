@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -27,6 +27,8 @@ NOW = datetime(2026, 3, 10, 15, 30, 45, 123456)
         ("2026-01-31 08:00", datetime(2026, 1, 31, 8)),
         ("2026-01-31", datetime(2026, 1, 31)),
         ("2026-01-31T08:00:00.5Z", datetime(2026, 1, 31, 8, 0, 0, 500000)),
+        ("2026-01-31T08:00:00.123456789Z", datetime(2026, 1, 31, 8, 0, 0, 123456)),
+        ("99999w", NOW - timedelta(weeks=99999)),  # the longest age still a date
     ],
 )
 def test_valid_forms_become_naive_utc(raw: str, expected: datetime) -> None:
@@ -47,8 +49,8 @@ def test_valid_forms_become_naive_utc(raw: str, expected: datetime) -> None:
         "2026-13-01T00:00:00Z",
         "31/01/2026",
         "0001-01-01T00:00:00+05:00",
-        "9999999w",
         "999999w",
+        "2026-01-31T08:00:00.1234567890Z",
     ],
 )
 def test_anything_else_is_refused_listing_the_valid_forms(raw: str) -> None:
