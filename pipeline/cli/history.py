@@ -1,7 +1,7 @@
 """CLI commands that review history: ``runs list``/``show`` and ``repos list``/``freeze``.
 
 Filters are checked before any query: an unknown state, kind or repo, a bad
-``--since`` or ``--limit`` exits 2 naming the valid values, never an empty
+``--since``, ``--until``, ``--text`` or ``--limit`` exits 2 naming the valid values, never an empty
 list that looks like an answer. ``runs show --follow`` streams the timeline
 until the run ends (exit 0 when it succeeded, 1 otherwise).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
 from pipeline.cli import render
@@ -24,7 +24,10 @@ from pipeline.cli.common import (
     open_store,
     who,
 )
+from pipeline.core.states import REPO_STATES
+from pipeline.core.when import BadTime, parse_when
 from pipeline.store.models import ALL_STATES
+from pipeline.store.records import RunFilter
 
 if TYPE_CHECKING:
     from pipeline.store import Store
@@ -34,22 +37,33 @@ FOLLOW_POLL_S = 0.5
 
 
 def since(value: str | None, flag: str = "--since") -> datetime | None:
-    """``--since`` (or ``flag``) as an ISO time or a relative age like ``30m``, ``2h``, ``7d``."""
+    """``flag``'s value: an ISO time, an age like ``30m`` or ``7d``, or ``today``."""
     if not value:
         return None
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if value[-1] in units and value[:-1].isdigit():
-        delta = timedelta(seconds=int(value[:-1]) * units[value[-1]])
-        return datetime.now(UTC).replace(tzinfo=None) - delta
     try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise CliError(
-            f"{flag}: expected an ISO time or an age like 2h or 7d, got {value!r}"
-        ) from None
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
-    return parsed
+        return parse_when(value)
+    except BadTime as exc:
+        raise CliError(f"{flag}: {exc}") from None
+
+
+def run_filter(args: argparse.Namespace) -> RunFilter:
+    """The filters of ``runs list``, checked before any query."""
+    start, end = since(args.since), since(args.until, "--until")
+    if start is not None and end is not None and end <= start:
+        raise CliError(f"--until {args.until}: must be later than --since {args.since}")
+    text = args.text.strip() if args.text else None
+    if text is not None and any(ord(c) < 32 for c in text):
+        raise CliError("--text: must not contain control characters")
+    return RunFilter(
+        repo=args.repo,
+        state=args.state,
+        kind=args.kind,
+        since=start,
+        until=end,
+        text=text or None,
+        repo_state=args.repo_state,
+        limit=args.limit,
+    )
 
 
 def positive(value: str) -> int:
@@ -60,11 +74,7 @@ def positive(value: str) -> int:
 
 
 def cmd_runs_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pipeline.store import RunFilter
-
-    flt = RunFilter(
-        repo=args.repo, state=args.state, kind=args.kind, since=since(args.since), limit=args.limit
-    )
+    flt = run_filter(args)
     store = open_store(args)
     try:
         if args.repo is not None:
@@ -73,7 +83,7 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 raise CliError(f"--repo {args.repo}: no such repo (known: {', '.join(known)})")
         runs = store.list_runs(flt)
         # Issues held back by their dependencies have no run yet: shown after the runs.
-        unfiltered = args.state is None and args.kind is None and args.since is None
+        unfiltered = flt == RunFilter(repo=flt.repo, limit=flt.limit)
         waiting = store.waiting_issues(args.repo) if unfiltered and not args.json else []
     finally:
         store.close()
@@ -187,7 +197,12 @@ def register_runs(runs: Subparsers) -> None:
     lst.add_argument("--repo", help="only this repo")
     lst.add_argument("--state", choices=ALL_STATES, help="only runs in this state")
     lst.add_argument("--kind", choices=KINDS, help="only this kind")
-    lst.add_argument("--since", help="created since an ISO time or an age (30m, 2h, 7d)")
+    lst.add_argument(
+        "--since", help="created at or after: an ISO time, an age (30m, 2h, 7d), today"
+    )
+    lst.add_argument("--until", help="created before: an ISO time, an age (30m, 2h, 7d), today")
+    lst.add_argument("--text", help="issue title, repo or error contains this (any case)")
+    lst.add_argument("--repo-state", choices=REPO_STATES, help="only repos now in this state")
     lst.add_argument("--limit", type=positive, default=50, help="at most this many (default 50)")
     json_flag(lst)
     one = add_command(runs, "show", cmd_runs_show, "one run with its timeline")

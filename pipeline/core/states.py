@@ -110,3 +110,7 @@ class Decision:
     @property
     def needs_human(self) -> bool:
         return self.kind in (DecisionKind.FROZEN, DecisionKind.ESCALATED)
+
+
+# A repo is active (its queue runs) or frozen (nothing starts until a human unfreezes it).
+REPO_STATES = ("active", "frozen")

@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pipeline.config.settings import Settings
+from pipeline.http import batch as api_batch
 from pipeline.http import dashboard, signin
 from pipeline.http import runs as api_runs
 from pipeline.http import writes as api_writes
@@ -194,6 +195,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
         Route("/api", api_index),
         Route("/api/events", events_endpoint),
         Route("/api/runs", runs_collection, methods=["GET", "POST"]),
+        Route("/api/runs/batch", api_batch.batch_runs, methods=["POST"]),
         Route("/api/runs/{run_id:int}", api_runs.get_run),
         Route("/api/runs/{run_id:int}/log", api_runs.run_log),
         Route("/api/runs/{run_id:int}/cancel", api_writes.cancel_run, methods=["POST"]),

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from pipeline.config.settings import Settings
+from pipeline.core.when import BadTime, parse_when
 from pipeline.http.metrics import Metrics
 from pipeline.http.session import csrf_ok, request_session
 from pipeline.http.shapes import EventJson, RepoJson, RunJson, Timestamp
@@ -39,10 +40,6 @@ MAX_OFFSET = 10_000_000
 MAX_BODY = 64 * 1024
 PRIORITY_RANGE = (-1000, 1000)
 INTEGER = re.compile(r"-?[0-9]{1,12}")
-RFC3339 = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
-    r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
-)
 # Query parameters (``request.query_params`` or a filtered copy of them).
 Query = Mapping[str, str]
 NO_TOKEN_MESSAGE = (
@@ -191,19 +188,23 @@ def query_choice(params: Query, name: str, choices: tuple[str, ...]) -> str | No
     return raw
 
 
-def query_since(params: Query) -> datetime | None:
-    """``since`` as an RFC 3339 date-time (with its offset), converted to naive UTC."""
-    raw = params.get("since")
+def query_time(params: Query, name: str) -> datetime | None:
+    """``since``/``until``: an ISO time, an age before now (``24h``, ``7d``) or ``today``."""
+    raw = params.get(name)
     if raw is None:
         return None
-    problem = f"must be an RFC 3339 date-time like 2026-01-31T08:00:00Z, got {raw[:40]!r}"
-    if not RFC3339.fullmatch(raw):
-        raise BadInput("since", problem)
     try:
-        value = datetime.fromisoformat(raw.upper().replace("Z", "+00:00"))
-        return value.astimezone(UTC).replace(tzinfo=None)
-    except (ValueError, OverflowError):  # no such date, or out of range once in UTC
-        raise BadInput("since", problem) from None
+        return parse_when(raw)
+    except BadTime as exc:
+        raise BadInput(name, str(exc)) from None
+
+
+def query_text(params: Query, name: str) -> str | None:
+    """A free-text search: up to 200 printable characters; blank means no search."""
+    raw = params.get(name)
+    if raw is None:
+        return None
+    return check_text(name, raw, MAX_NAME).strip() or None
 
 
 def path_id(request: Request) -> int | None:

@@ -19,7 +19,10 @@ from jinja2 import Environment, PackageLoader
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from pipeline.core.states import REPO_STATES
+from pipeline.core.when import utc_now
 from pipeline.http import timeline
+from pipeline.http.budgets import budget_lines, midnight_utc
 from pipeline.http.common import BadInput, context, path_id
 from pipeline.http.metrics import RUN_STATES
 from pipeline.http.runs import run_filter
@@ -32,6 +35,15 @@ CSP = (
     "form-action 'self'"
 )
 PAGE_SIZE = 50
+# The query parameters a runs page keeps in its links (pager, live fragment, views).
+FILTER_KEYS = ("repo", "state", "kind", "since", "until", "text", "repo_state")
+# One-click views of the runs page: plain, bookmarkable filter URLs.
+SAVED_VIEWS = (
+    ("Failed today", {"state": "failed", "since": "today"}),
+    ("Escalated", {"state": "escalated"}),
+    ("Frozen repos", {"repo_state": "frozen"}),
+    ("Last 24 h", {"since": "24h"}),
+)
 TAIL_KEYS = ("tail", "output", "stdout", "stderr", "output_tail", "log", "diff", "input")
 KINDS = ("issue", "fix_forward")
 INLINE_MAX = 160
@@ -121,28 +133,40 @@ def page(request: Request, name: str, status: int = 200, **values: Any) -> Respo
     return render(name, status, session=request_session(request), **values)
 
 
+def _params(request: Request) -> dict[str, str]:
+    # A filter form sends empty fields for "all": drop them (the API is strict).
+    return {k: v for k, v in request.query_params.items() if v}
+
+
 def _filters(request: Request) -> RunFilter | Response:
     try:
-        # A filter form sends empty fields for "all": drop them (the API is strict).
-        params = {k: v for k, v in request.query_params.items() if v}
-        flt = run_filter(params, PAGE_SIZE)
+        flt = run_filter(_params(request), PAGE_SIZE)
     except BadInput as exc:
         return render("not_found.html", 422, message=str(exc), nav="runs")
     return flt
 
 
-def _query(flt: RunFilter, offset: int | None = None) -> str:
-    pairs = {"repo": flt.repo, "state": flt.state, "kind": flt.kind}
-    params = {k: v for k, v in pairs.items() if v}
+def _query(params: dict[str, str], offset: int | None = None) -> str:
+    """The filters as written (``since=24h`` stays relative), plus a page offset."""
+    kept = {k: params[k] for k in FILTER_KEYS if k in params}
     if offset:
-        params["offset"] = str(offset)
-    return "?" + urlencode(params) if params else ""
+        kept["offset"] = str(offset)
+    return "?" + urlencode(kept) if kept else ""
+
+
+def _views(params: dict[str, str]) -> list[dict[str, Any]]:
+    shown = {k: params[k] for k in FILTER_KEYS if k in params}
+    return [
+        {"label": label, "url": "/" + _query(query), "current": query == shown}
+        for label, query in SAVED_VIEWS
+    ]
 
 
 def _runs_values(request: Request, flt: RunFilter) -> dict[str, Any]:
     store = context(request).store
     stats = store.stats()
     total = store.count_runs(flt)
+    params = _params(request)
     health = {
         "active": stats.active,
         "capacity": context(request).settings.max_concurrency,
@@ -150,16 +174,18 @@ def _runs_values(request: Request, flt: RunFilter) -> dict[str, Any]:
         "frozen_repos": stats.frozen_repos,
     }
     after = flt.offset + flt.limit
+    narrowed = any(k in params for k in FILTER_KEYS if k != "repo")
     return {
         "flt": flt,
+        "params": params,
         "runs": store.list_runs(flt),
-        "waiting": store.waiting_issues(flt.repo) if not (flt.state or flt.kind) else [],
+        "waiting": store.waiting_issues(flt.repo) if not narrowed else [],
         "total": total,
         "health": health,
-        "filtered": bool(flt.repo or flt.state or flt.kind),
+        "filtered": any(k in params for k in FILTER_KEYS),
         "kinds": sorted(set(KINDS) | set(stats.runs_by_kind)),
-        "prev_url": ("/" + _query(flt, max(0, flt.offset - flt.limit))) if flt.offset else None,
-        "next_url": ("/" + _query(flt, after)) if after < total else None,
+        "prev_url": ("/" + _query(params, max(0, flt.offset - flt.limit))) if flt.offset else None,
+        "next_url": ("/" + _query(params, after)) if after < total else None,
     }
 
 
@@ -174,7 +200,9 @@ def runs_page(request: Request) -> Response:
         nav="runs",
         repo_names=[r.name for r in context(request).store.list_repos()],
         states=RUN_STATES,
-        query=_query(flt, flt.offset),
+        repo_states=REPO_STATES,
+        views=_views(_params(request)),
+        query=_query(_params(request), flt.offset),
         **_runs_values(request, flt),
     )
 
@@ -184,7 +212,7 @@ def runs_fragment(request: Request) -> Response:
     flt = _filters(request)
     if isinstance(flt, Response):
         return flt
-    return render("runs_live.html", **_runs_values(request, flt))
+    return page(request, "runs_live.html", **_runs_values(request, flt))
 
 
 def _run_values(request: Request) -> dict[str, Any] | None:
@@ -221,7 +249,11 @@ def run_fragment(request: Request) -> Response:
 
 
 def repos_page(request: Request) -> Response:
-    """GET /repos: repos with their frozen state and freeze/unfreeze forms."""
-    store = context(request).store
+    """GET /repos: repos with their frozen state, today's spend and freeze/unfreeze forms."""
+    ctx = context(request)
+    store = ctx.store
     queued = store.stats().queued_by_repo
-    return page(request, "repos.html", nav="repos", repos=store.list_repos(), queued=queued)
+    repos = store.list_repos()
+    spent = store.spend_since(midnight_utc(utc_now()))
+    budgets = budget_lines([r.name for r in repos], ctx.settings.repos, spent)
+    return page(request, "repos.html", nav="repos", repos=repos, queued=queued, budgets=budgets)

@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline import __version__
+from pipeline.core.states import REPO_STATES
+from pipeline.core.when import AGE, VALID_FORMS
+from pipeline.http.batch import ACTIONS, MAX_BATCH
 from pipeline.http.common import MAX_ID, MAX_NAME, MAX_NOTE, MAX_OFFSET, MAX_PAGE, PRIORITY_RANGE
 from pipeline.http.metrics import RUN_STATES
 from pipeline.http.shapes import component_schemas
@@ -24,6 +27,18 @@ NAME_PATTERN = "^[^\\x00-\\x1f\\x7f]+$"
 NOTE_PATTERN = "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*$"
 
 STATE_ENUMS = {"state": RUN_STATES}
+# The forms ``pipeline.core.when`` accepts, each as its own schema so a generated value
+# of any of them is one the server takes.
+WHEN: Schema = {
+    "anyOf": [
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "format": "date"},
+        {"type": "string", "pattern": f"^{AGE.pattern}$"},
+        {"type": "string", "enum": ["today"]},
+    ],
+    "example": "24h",
+}
+WHEN_FORMS = f"{VALID_FORMS} (a bad value is a 422 listing these forms)"
 
 
 def _ref(name: str) -> Schema:
@@ -40,6 +55,7 @@ def _schemas() -> dict[str, Schema]:
     return {
         **component_schemas(enums),
         "EnqueueRequest": _enqueue_request(),
+        "BatchRequest": _batch_request(),
         "NoteRequest": {
             "type": "object",
             "additionalProperties": False,
@@ -75,6 +91,19 @@ def _enqueue_request() -> Schema:
         "required": ["repo"],
         "additionalProperties": False,
         "properties": {"repo": repo, "issue": _opt(issue), "priority": priority},
+    }
+
+
+def _batch_request() -> Schema:
+    run_id = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
+    return {
+        "type": "object",
+        "required": ["action", "runs"],
+        "additionalProperties": False,
+        "properties": {
+            "action": {"type": "string", "enum": list(ACTIONS)},
+            "runs": {"type": "array", "items": run_id, "minItems": 1, "maxItems": MAX_BATCH},
+        },
     }
 
 
@@ -132,11 +161,19 @@ def _list_params() -> list[Schema]:
         _param("repo", "query", name, "only this repo's runs"),
         _param("state", "query", {"type": "string", "enum": list(RUN_STATES)}),
         _param("kind", "query", name, "issue or fix_forward"),
+        _param("since", "query", WHEN, "runs created at or after this time; " + WHEN_FORMS),
+        _param("until", "query", WHEN, "runs created before this time; " + WHEN_FORMS),
         _param(
-            "since",
+            "text",
             "query",
-            {"type": "string", "format": "date-time"},
-            "runs created at or after this RFC 3339 time",
+            {"type": "string", "maxLength": MAX_NAME, "pattern": NOTE_PATTERN},
+            "the issue title, repo name or error contains this text (any case)",
+        ),
+        _param(
+            "repo_state",
+            "query",
+            {"type": "string", "enum": list(REPO_STATES)},
+            "only runs of repos now in this state",
         ),
         _param(
             "limit", "query", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}
@@ -257,7 +294,21 @@ def _run_paths() -> dict[str, Schema]:
             )
         },
         **_run_actions(),
+        "/api/runs/batch": {"post": _batch_path()},
     }
+
+
+def _batch_path() -> Schema:
+    body = {"required": True, "content": {"application/json": {"schema": _ref("BatchRequest")}}}
+    return _op(
+        "Retry or cancel several runs",
+        "batchRuns",
+        {"200": _json("Batch", "one result per run, in the order asked"), **_errors(401, 403, 422)},
+        description="Each run is acted on as by its own retry/cancel endpoint; one refused "
+        "(still running, already ended, unknown) does not stop the others.",
+        requestBody=body,
+        **WRITE,
+    )
 
 
 def _run_actions() -> dict[str, Schema]:

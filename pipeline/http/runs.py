@@ -9,6 +9,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from pipeline.core.states import REPO_STATES
 from pipeline.http.common import (
     MAX_OFFSET,
     MAX_PAGE,
@@ -20,7 +21,8 @@ from pipeline.http.common import (
     query_choice,
     query_int,
     query_name,
-    query_since,
+    query_text,
+    query_time,
     repo_json,
     run_json,
 )
@@ -30,11 +32,16 @@ from pipeline.store import Run, RunEvent, RunFilter
 
 def run_filter(params: Query, default_limit: int = 50) -> RunFilter:
     """The filters and page of a runs listing, from the query parameters."""
+    # An empty window (until before since) is an empty list, not an error: the
+    # description cannot say "until after since", and every value it allows is served.
     return RunFilter(
         repo=query_name(params, "repo"),
         state=query_choice(params, "state", RUN_STATES),
         kind=query_name(params, "kind"),
-        since=query_since(params),
+        since=query_time(params, "since"),
+        until=query_time(params, "until"),
+        text=query_text(params, "text"),
+        repo_state=query_choice(params, "repo_state", REPO_STATES),
         limit=query_int(params, "limit", default_limit, 1, MAX_PAGE),
         offset=query_int(params, "offset", 0, 0, MAX_OFFSET),
     )

@@ -96,6 +96,28 @@ class RunListJson(TypedDict):
     offset: int
 
 
+BatchOutcome = Literal[
+    "retried", "already_active", "cancelled", "cancel_requested", "refused", "not_found"
+]
+
+
+class BatchResultJson(TypedDict):
+    """One run's answer in a batch: ``ok`` false when it was refused (and ``message`` says why)."""
+
+    run_id: int
+    ok: bool
+    outcome: BatchOutcome
+    message: str
+    run: NotRequired[RunJson]
+
+
+class BatchJson(TypedDict):
+    action: Literal["retry", "cancel"]
+    results: list[BatchResultJson]
+    done: int
+    refused: int
+
+
 class RepoJson(TypedDict):
     id: int
     name: str
@@ -150,6 +172,8 @@ SHAPES: dict[str, type] = {
     "RunWithEvents": RunWithEventsJson,
     "Enqueued": EnqueuedJson,
     "RunList": RunListJson,
+    "BatchResult": BatchResultJson,
+    "Batch": BatchJson,
     "Repo": RepoJson,
     "RepoList": RepoListJson,
     "Health": HealthJson,

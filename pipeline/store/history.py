@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, func, or_, select
 
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
@@ -46,6 +46,40 @@ def runs_query() -> Select[Any]:
     )
 
 
+def filtered(query: Select[Any], flt: RunFilter) -> Select[Any]:
+    """``query`` (over runs joined with repos, and issues when ``text`` is set) narrowed."""
+    conditions: list[Any] = []
+    if flt.repo:
+        conditions.append(RepoRow.name == flt.repo)
+    if flt.repo_state:
+        conditions.append(RepoRow.state == flt.repo_state)
+    if flt.state:
+        conditions.append(RunRow.state == flt.state)
+    if flt.kind:
+        conditions.append(RunRow.kind == flt.kind)
+    if flt.since:
+        conditions.append(RunRow.created_at >= flt.since)
+    if flt.until:
+        conditions.append(RunRow.created_at < flt.until)
+    if flt.issue_id is not None:
+        conditions.append(RunRow.issue_id == flt.issue_id)
+    if flt.text:
+        conditions.append(_text_matches(flt.text))
+    return query.where(*conditions)
+
+
+def _text_matches(text: str) -> Any:
+    """Case-insensitive substring of the issue title, the repo name or the error.
+
+    ``lower() LIKE`` behaves the same on SQLite and PostgreSQL (SQLite's
+    ``lower`` folds ASCII only); ``%``, ``_`` and ``\\`` in ``text`` are literal.
+    """
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    pattern = f"%{escaped}%"
+    columns = (IssueRow.title, RepoRow.name, RunRow.error)
+    return or_(*(func.lower(column).like(pattern, escape="\\") for column in columns))
+
+
 def _undelivered() -> Any:
     """How many of the run's notifications have not reached their channel."""
     return (
@@ -68,17 +102,7 @@ class HistoryMixin(StoreBase):
 
     def list_runs(self, flt: RunFilter | None = None) -> list[Run]:
         flt = flt or RunFilter()
-        query = runs_query()
-        if flt.repo:
-            query = query.where(RepoRow.name == flt.repo)
-        if flt.state:
-            query = query.where(RunRow.state == flt.state)
-        if flt.kind:
-            query = query.where(RunRow.kind == flt.kind)
-        if flt.since:
-            query = query.where(RunRow.created_at >= flt.since)
-        if flt.issue_id is not None:
-            query = query.where(RunRow.issue_id == flt.issue_id)
+        query = filtered(runs_query(), flt)
         query = query.order_by(RunRow.id.desc()).limit(flt.limit).offset(flt.offset)
         with self._read() as conn:
             return [run_from_row(row) for row in conn.execute(query)]
@@ -86,16 +110,10 @@ class HistoryMixin(StoreBase):
     def count_runs(self, flt: RunFilter | None = None) -> int:
         flt = flt or RunFilter()
         query = select(func.count(RunRow.id)).join(RepoRow, RepoRow.id == RunRow.repo_id)
-        if flt.repo:
-            query = query.where(RepoRow.name == flt.repo)
-        if flt.state:
-            query = query.where(RunRow.state == flt.state)
-        if flt.kind:
-            query = query.where(RunRow.kind == flt.kind)
-        if flt.since:
-            query = query.where(RunRow.created_at >= flt.since)
+        if flt.text:  # the title lives on the issue: join it only when it is searched
+            query = query.outerjoin(IssueRow, IssueRow.id == RunRow.issue_id)
         with self._read() as conn:
-            return int(conn.execute(query).scalar_one())
+            return int(conn.execute(filtered(query, flt)).scalar_one())
 
     def get_run(self, run_id: int) -> Run | None:
         with self._read() as conn:

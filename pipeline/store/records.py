@@ -156,10 +156,17 @@ class Escalation:
 
 @dataclass(frozen=True)
 class RunFilter:
+    """Which runs a listing shows. ``since`` is inclusive, ``until`` exclusive (created_at);
+    ``text`` matches the issue title, the repo name or the error, ignoring case;
+    ``repo_state`` is the repo's current state (``active`` or ``frozen``)."""
+
     repo: str | None = None
     state: str | None = None
     kind: str | None = None
     since: datetime | None = None
+    until: datetime | None = None
+    text: str | None = None
+    repo_state: str | None = None
     issue_id: int | None = None
     limit: int = 50
     offset: int = 0

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, extract, func, select
+from sqlalchemy import and_, case, extract, func, select
 
 from pipeline.store.base import StoreBase
 from pipeline.store.models import EscalationRow, RepoRow, RunRow
@@ -54,6 +55,20 @@ class TotalsMixin(StoreBase):
         with self._read() as conn:
             rows = conn.execute(query).all()
         return [RepoSpend(str(r[0]), float(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+    def spend_since(self, since: datetime) -> dict[str, float]:
+        """Agent cost per repo of runs updated at or after ``since`` (every repo, zero if none).
+
+        The same measure the daily budget holds repos to (``repo_cost_since``).
+        """
+        recent = and_(RunRow.repo_id == RepoRow.id, RunRow.updated_at >= since)
+        query = (
+            select(RepoRow.name, func.coalesce(func.sum(RunRow.cost_usd), 0.0))
+            .outerjoin(RunRow, recent)
+            .group_by(RepoRow.name)
+        )
+        with self._read() as conn:
+            return {str(name): float(cost) for name, cost in conn.execute(query).all()}
 
     def duration_histograms(self, bounds: Sequence[float]) -> dict[str, Histogram]:
         """Execution time (queue wait excluded) of each repo's finished runs."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,8 +52,8 @@ def browser_paths() -> tuple[str, str]:
     return chromium, driver
 
 
-@pytest.fixture
-def driver(tmp_path: Path) -> Iterator[object]:
+@contextmanager
+def chromium_driver(tmp_path: Path) -> Iterator[object]:
     """Headless Chromium with a fresh profile, driven by the system chromedriver."""
     chromium, driver_path = browser_paths()
     from selenium import webdriver
@@ -69,6 +70,13 @@ def driver(tmp_path: Path) -> Iterator[object]:
         yield browser
     finally:
         browser.quit()
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[object]:
+    """Headless Chromium for one test."""
+    with chromium_driver(tmp_path) as browser:
+        yield browser
 
 
 @pytest.fixture

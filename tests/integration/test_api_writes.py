@@ -15,6 +15,7 @@ WRITES = [
     ("/api/runs", {"repo": "alpha"}),
     ("/api/runs/1/cancel", None),
     ("/api/runs/1/retry", None),
+    ("/api/runs/batch", {"action": "cancel", "runs": [1]}),
     ("/api/repos/alpha/freeze", {"note": "x"}),
     ("/api/repos/alpha/unfreeze", {"note": "x"}),
 ]

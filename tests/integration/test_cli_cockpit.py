@@ -55,6 +55,11 @@ BAD_FILTERS = [
     (("--kind", "bogus"), "invalid choice: 'bogus'", "fix_forward"),
     (("--repo", "nope"), "--repo nope: no such repo", "alpha"),
     (("--since", "yesterday"), "--since: expected an ISO time", "7d"),
+    (("--until", "soon"), "--until: expected an ISO time", "today"),
+    (("--until", "2026-02-30"), "--until: expected an ISO time", "24h"),
+    (("--since", "1d", "--until", "3d"), "--until 3d: must be later", "--since 1d"),
+    (("--text", "a\x01b"), "--text: must not contain", "control characters"),
+    (("--repo-state", "melted"), "invalid choice: 'melted'", "frozen"),
     (("--limit", "0"), "--limit", "at least 1"),
     (("--limit", "many"), "--limit", "at least 1"),
 ]
@@ -70,6 +75,35 @@ def test_bad_filters_exit_2_naming_the_valid_values(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert problem in proc.stderr and valid in proc.stderr
     assert "(none)" not in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_time_and_text_filters_find_runs(setup: tuple[Path, Store, dict[str, str]]) -> None:
+    """`runs list --since/--until/--text` narrow the list like the API's filters."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from pipeline.store import EnqueueOptions, SeenIssue
+    from pipeline.store.models import RunRow
+
+    config, store, env = setup
+    for number, title in ((1, "Login page crashes"), (2, "Dark mode")):
+        seen = SeenIssue(tracker="local", number=number, title=title, author="a", url="u")
+        store.enqueue("alpha", EnqueueOptions(issue_id=store.upsert_issue("alpha", seen).id))
+    with store.engine.begin() as conn:
+        old = store.now() - timedelta(days=3)
+        conn.execute(update(RunRow).where(RunRow.id == 1).values(created_at=old))
+
+    def listed(*args: str) -> list[int]:
+        proc = pipeline(config, env, "runs", "list", *args, "--json")
+        assert proc.returncode == 0, proc.stderr
+        return [run["id"] for run in json.loads(proc.stdout)]
+
+    assert listed("--text", "LOGIN") == [1]
+    assert listed("--since", "24h") == [2]
+    assert listed("--until", "2d") == [1]
+    assert listed("--since", "7d", "--text", "mode") == [2]
+    assert listed("--repo-state", "frozen") == []
 
 
 def test_follow_streams_events_and_exits_when_the_run_ends(

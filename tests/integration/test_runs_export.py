@@ -103,8 +103,9 @@ def test_csv_is_one_row_per_run_masked(
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (("--since", "yesterday"), "--since: expected an ISO time or an age like 2h or 7d"),
-        (("--since", "2d", "--until", "soon"), "--until: expected an ISO time or an age"),
+        (("--since", "yesterday"), "--since: expected an ISO time like 2026-01-31T08:00:00Z"),
+        (("--since", "2d", "--until", "soon"), "--until: expected an ISO time like"),
+        (("--since", "2d", "--until", "soon"), "an age like 30m, 24h, 7d or 2w, or today"),
         (("--since", "1d", "--until", "2d"), "--until 2d: must be later than --since 1d"),
     ],
 )

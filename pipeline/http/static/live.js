@@ -14,6 +14,29 @@
     badge.className = on ? "live on" : "live off";
   }
 
+  // Runs ticked for a batch action, by id: kept while live refresh replaces the rows.
+  function picked() {
+    var boxes = document.querySelectorAll("input.pick:checked");
+    return Array.prototype.map.call(boxes, function (box) { return Number(box.value); });
+  }
+
+  function repick(ids) {
+    Array.prototype.forEach.call(document.querySelectorAll("input.pick"), function (box) {
+      box.checked = ids.indexOf(Number(box.value)) >= 0;
+    });
+    countPicked();
+  }
+
+  function countPicked() {
+    var form = document.getElementById("batch");
+    if (!form) return;
+    var count = picked().length;
+    document.getElementById("batch-count").textContent = String(count);
+    Array.prototype.forEach.call(form.querySelectorAll("button"), function (button) {
+      button.disabled = count === 0;
+    });
+  }
+
   function refresh(target, url) {
     if (pending) return;
     pending = true;
@@ -21,7 +44,9 @@
       fetch(url, { headers: { Accept: "text/html" } })
         .then(function (resp) { return resp.ok ? resp.text() : null; })
         .then(function (html) {
+          var keep = picked();
           if (html !== null) target.innerHTML = html;
+          repick(keep);
           body.dataset.refreshed = String(Date.now());
         })
         .catch(function () {})
@@ -79,10 +104,59 @@
     });
   }
 
+  function csrfToken() {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.getAttribute("content") : "";
+  }
+
+  function showBatch(data) {
+    var list = document.getElementById("batch-results");
+    list.textContent = "";
+    (data.results || []).forEach(function (result) {
+      var item = document.createElement("li");
+      item.className = result.ok ? "done" : "refused";
+      item.dataset.runId = String(result.run_id);
+      item.textContent = "run " + result.run_id + ": " + result.outcome.replace("_", " ") +
+        " — " + result.message;
+      list.appendChild(item);
+    });
+    document.getElementById("batch-status").textContent =
+      data.done + " done, " + data.refused + " refused";
+  }
+
+  function setupBatch(live) {
+    var form = document.getElementById("batch");
+    if (!form) return;
+    document.addEventListener("change", function (ev) {
+      if (ev.target.classList && ev.target.classList.contains("pick")) countPicked();
+    });
+    Array.prototype.forEach.call(form.querySelectorAll("button"), function (button) {
+      button.addEventListener("click", function () {
+        var status = document.getElementById("batch-status");
+        status.textContent = "…";
+        fetch(form.dataset.url, {
+          method: "POST",
+          credentials: "same-origin",
+          headers: { "X-CSRF-Token": csrfToken(), "Content-Type": "application/json" },
+          body: JSON.stringify({ action: button.dataset.action, runs: picked() })
+        }).then(function (resp) {
+          return resp.json().then(function (data) {
+            if (!resp.ok) { status.textContent = data.error || ("HTTP " + resp.status); return; }
+            showBatch(data);
+            repick([]);
+            refresh(live, live.dataset.fragment);
+          });
+        }).catch(function (err) { status.textContent = String(err); });
+      });
+    });
+    countPicked();
+  }
+
   setupActions();
   var page = body.dataset.page;
   if (page === "runs") {
     var live = document.getElementById("runs-live");
+    setupBatch(live);
     watch(function (name) {
       refresh(live, live.dataset.fragment);
     });
