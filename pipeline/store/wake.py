@@ -93,7 +93,7 @@ class QueueWake:
         if self._version_conn is None:
             return False
         try:
-            version = self._version_conn.execute("PRAGMA data_version").fetchone()[0]
+            version = int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
             return False
         unchanged = version == self._version
