@@ -128,6 +128,7 @@ class Tracker(Table):
     working_label: v.Label | None = None
     blocked_label: v.Label | None = None
     poll_interval_s: v.Seconds | None = None
+    poll_concurrency: v.Positive | None = None
     untrusted_text: Literal["omit", "quote"] | None = None
     resume_command: str | None = None  # "" turns the comment command off
 

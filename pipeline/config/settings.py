@@ -158,6 +158,7 @@ class TrackerSettings:
     working_label: str = "agent-working"
     blocked_label: str = "agent-blocked"
     poll_interval_s: float | None = None
+    poll_concurrency: int = 8  # list requests of one poll cycle in flight at once
     untrusted_text: str = "omit"  # omit | quote: comments by untrusted authors
     resume_command: str = "/afk resume"  # a trusted author's comment that answers an escalation
 

@@ -18,13 +18,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
 from pipeline.intake.commands import ResumeCommands, answered_run
 from pipeline.intake.dependencies import DependencyCheck, report_problem
 from pipeline.intake.lifecycle import Lifecycle
+from pipeline.intake.lists import Lazy, Listed, fetch_lists
 from pipeline.store import Issue, IssueSnapshot, SeenIssue
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
@@ -130,11 +131,15 @@ class Intake:
             return PollReport(tracker_name, skipped=True, error=health.last_error)
         seen = enqueued = unchanged = 0
         repo_error: str | None = None
-        in_queue = _Lazy(self.store.issues_in_queue)  # read once per cycle, only if needed
-        for repo in self.repos_of(tracker_name):
+        in_queue = Lazy(self.store.issues_in_queue)  # read once per cycle, only if needed
+        repos = self.repos_of(tracker_name)
+        cfg = self.settings.tracker(tracker_name)
+        lists = fetch_lists(self.trackers[tracker_name], repos, cfg.poll_concurrency if cfg else 1)
+        for index, (repo, listed) in enumerate(zip(repos, lists, strict=True)):
             try:
-                counts = self._poll_repo(repo, in_queue)
+                counts = self._poll_repo(repo, in_queue, listed)
             except (RetryableError, QueueFull) as exc:
+                self._keep_for_next_poll(repos[index + 1 :], lists[index + 1 :])
                 return self._poll_failed(tracker_name, health, exc, seen, enqueued)
             except (FatalError, ConfigError) as exc:
                 repo_error = f"{repo.name}: {exc}"
@@ -158,7 +163,7 @@ class Intake:
         )
 
     def _poll_repo(
-        self, repo: RepoSettings, in_queue: _Lazy[set[tuple[str, int]]]
+        self, repo: RepoSettings, in_queue: Lazy[set[tuple[str, int]]], listed: Listed
     ) -> tuple[int, int] | None:
         """``(seen, enqueued)`` for one repo, or ``None`` when its list is unchanged.
 
@@ -168,7 +173,7 @@ class Intake:
         """
         key = (repo.tracker, repo.slug)
         self._checks.pop(repo.name, None)
-        issues = self.trackers[repo.tracker].list_ready(repo.slug)
+        issues = listed.result()
         if issues is None:
             issues = self._unfinished.get(key) or list(self._waiting.get(repo.name, {}).values())
             if not issues:
@@ -190,8 +195,15 @@ class Intake:
         del self._unfinished[key]
         return len(issues), enqueued
 
+    def _keep_for_next_poll(self, repos: list[RepoSettings], lists: list[Listed]) -> None:
+        """Lists fetched (their ETags kept) but not processed this cycle are processed
+        next time, when the forge answers them 304."""
+        for repo, listed in zip(repos, lists, strict=True):
+            if listed.issues is not None:
+                self._unfinished[(repo.tracker, repo.slug)] = listed.issues
+
     def _settled(
-        self, repo: RepoSettings, issue: TrackerIssue, in_queue: _Lazy[set[tuple[str, int]]]
+        self, repo: RepoSettings, issue: TrackerIssue, in_queue: Lazy[set[tuple[str, int]]]
     ) -> bool:
         """True when ``issue`` is as it was last considered and its run is still queued or busy.
 
@@ -370,21 +382,6 @@ def _seen(repo: RepoSettings, issue: TrackerIssue, actor: str, mark: LabelMark |
             issue.title, issue.body, mark.at if mark else None, issue.updated_at
         ),
     )
-
-
-class _Lazy(Generic[T]):
-    """A value computed on first use, at most once."""
-
-    def __init__(self, load: Callable[[], T]) -> None:
-        self._load = load
-        self._value: T | None = None
-        self._loaded = False
-
-    @property
-    def value(self) -> T:
-        if not self._loaded:
-            self._value, self._loaded = self._load(), True
-        return self._value  # type: ignore[return-value]
 
 
 def dumps(payload: Mapping[str, object]) -> bytes:

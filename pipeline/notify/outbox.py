@@ -30,6 +30,9 @@ MAX_BACKOFF_S = 600.0
 GIVE_UP_AFTER_S = 24 * 3600.0
 CLAIM_S = 120.0  # longer than one send may take (apprise's own timeouts are seconds)
 POLL_S = 1.0
+# With nothing pending the deliverer still looks this often: every row it must send
+# is written by this process (which wakes it) or becomes due at a time it reads.
+IDLE_POLL_S = 30.0
 
 Send = Callable[[str, str, str, str], tuple[bool, str]]
 
@@ -42,6 +45,8 @@ class OutboxStore(Protocol):
     ) -> list[int]: ...
 
     def take_due_notifications(self, claim_s: float, limit: int = 20) -> list[Notification]: ...
+
+    def next_notification_due_s(self) -> float | None: ...
 
     def record_attempt(self, attempt: Attempt) -> Notification: ...
 
@@ -184,13 +189,23 @@ class Outbox:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            wait = self.poll_s
             try:
                 while self.deliver_due() and not self._stop.is_set():
                     pass
+                wait = self._idle_wait()
             except Exception as exc:  # the database may be away for a while
                 log.warning("notifications: cannot read the outbox: %s", exc)
-            self._wake.wait(self.poll_s)
+            self._wake.wait(wait)
             self._wake.clear()
+
+    def _idle_wait(self) -> float:
+        """Sleep until the next row is due (``poll_s`` if one is due but was taken
+        elsewhere), at most ``IDLE_POLL_S``."""
+        due = self.store.next_notification_due_s()
+        if due is None:
+            return max(self.poll_s, IDLE_POLL_S)
+        return self.poll_s if due <= 0 else min(due, max(self.poll_s, IDLE_POLL_S))
 
 
 def _about(row: Notification) -> str:

@@ -6,7 +6,12 @@ only decides *when* to claim and what to do with a claimed run:
 - a claim loop takes runs while this process has free slots, woken at once
   when one of its runs ends, when a run is queued or a busy run ends anywhere
   (``pipeline.store.wake``: LISTEN/NOTIFY on PostgreSQL, in-process on
-  SQLite), and otherwise every ``claim_interval_s`` as a fallback;
+  SQLite), at the queue's next due time (a retry's or a delayed run's
+  ``run_after``, a lease's end: it sweeps, then claims), and otherwise every
+  ``claim_interval_s`` as a fallback while a run is queued; with nothing
+  queued and the wake known to work, that fallback stretches to
+  ``IDLE_RECHECK_S`` (on SQLite a commit by any process still ends it within
+  one ``claim_interval_s``);
 - each claimed run executes the run pipeline in its own thread, holding no
   database lock (agents are subprocesses; see docs/adr/0003);
 - one monitor thread renews every lease, watches for cancel and for the
@@ -42,6 +47,9 @@ RunPipeline = Callable[[RunContext], Outcome | str | None]
 # A stopped pipeline that has not returned this long after its kill grace is
 # abandoned: the monitor writes the outcome and frees the slot.
 STUCK_GRACE_S = 5.0
+# With nothing queued, the claim loop looks at the queue at least this often even
+# when no wake, commit or due time asks it to (a lost notification; an unfreeze).
+IDLE_RECHECK_S = 30.0
 
 __all__ = ["RunContext", "RunPipeline", "Scheduler"]
 
@@ -81,6 +89,7 @@ class Scheduler:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._monitor_stop = threading.Event()
+        self._has_work = threading.Event()  # the monitor sleeps on it while nothing runs
         self._threads: list[threading.Thread] = []
         self._periodic = Periodic(name=f"sweep-{self.owner}")
         self._beat_s = min(settings.heartbeat_s, settings.cancel_check_s)
@@ -118,6 +127,7 @@ class Scheduler:
             worker.request_stop("shutdown", now)
         self._join_workers(self.settings.kill_grace_s + 1.0)
         self._monitor_stop.set()
+        self._has_work.set()
         for thread in self._threads:
             thread.join(timeout=5.0)
 
@@ -181,13 +191,39 @@ class Scheduler:
         return report
 
     def _claim_loop(self) -> None:
+        due_at: float | None = None
         while not self._stopping.is_set():
             self._wake.clear()
             try:
+                if due_at is not None and time.monotonic() >= due_at:
+                    self.sweep_once()  # a retry's time or a lease's end has come: now, not later
                 self.run_once()
+                due_in = self.store.next_due_s()
             except Exception:
                 log.exception("claim loop: claiming failed; retrying")
-            self._wake.wait(self.settings.claim_interval_s)
+                due_in = 0.0
+            due_at = None if due_in is None else time.monotonic() + due_in
+            self._wait_for_work(due_in)
+
+    def _wait_for_work(self, due_in: float | None) -> None:
+        """Sleep until woken, until ``due_in`` has passed, or until a fallback tick.
+
+        A queued run (``due_in`` 0) is looked at every ``claim_interval_s``; with
+        nothing queued, ticks end the sleep early only when ``quiet()`` says a
+        change may have gone unannounced.
+        """
+        tick = self.settings.claim_interval_s
+        if due_in is not None and due_in <= 0:
+            self._wake.wait(tick)
+            return
+        limit = IDLE_RECHECK_S if due_in is None else min(due_in, IDLE_RECHECK_S)
+        deadline = time.monotonic() + limit
+        while (left := deadline - time.monotonic()) > 0:
+            if self._wake.wait(min(left, tick)) or not self._quiet():
+                return
+
+    def _quiet(self) -> bool:
+        return self.queue_wake is not None and self.queue_wake.quiet()
 
     def _free_slots(self) -> int:
         with self._lock:
@@ -216,6 +252,7 @@ class Scheduler:
         worker.thread = thread
         with self._lock:
             self._workers[(run.id, run.attempt)] = worker
+        self._has_work.set()
         thread.start()
 
     # -- executing -----------------------------------------------------------------
@@ -270,12 +307,21 @@ class Scheduler:
     # -- monitoring ----------------------------------------------------------------
 
     def _monitor_loop(self) -> None:
-        while not self._monitor_stop.wait(self._tick_s):
+        while not self._monitor_stop.is_set():
+            self._await_work()
+            if self._monitor_stop.wait(self._tick_s):
+                return
             for worker in self._active():
                 try:
                     self._watch(worker)
                 except Exception:
                     log.exception("monitor: run %s", worker.run.id)
+
+    def _await_work(self) -> None:
+        """Block while this process runs nothing: an idle monitor does not tick."""
+        self._has_work.clear()
+        if not self._active():  # checked after the clear: a launch now sets it again
+            self._has_work.wait()
 
     def _watch(self, worker: Worker) -> None:
         now = self.clock()

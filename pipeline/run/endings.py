@@ -220,8 +220,9 @@ class Endings:
         return done
 
     def _watch_freezes(self) -> None:
+        records = {record.name: record for record in self.store.list_repos()}  # one read
         for repo in self.settings.repos:
-            record = self.store.get_repo(repo.name)
+            record = records.get(repo.name)
             if record is None:
                 continue
             before = self._frozen.get(repo.name)

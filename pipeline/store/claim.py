@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, exists, func, or_, select, update
+from sqlalchemy import Connection, case, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.store.base import StoreBase
@@ -95,6 +95,16 @@ def _anything_to_sweep(conn: Connection, now: datetime) -> bool:
         (RunRow.state == "retry_wait") & (RunRow.run_after <= now),
     )
     return bool(conn.execute(select(exists().where(due))).scalar())
+
+
+def _next_due(conn: Connection) -> datetime | None:
+    """The earliest moment the queue needs a look: a queued run's or a retry's
+    ``run_after``, or a busy run's lease end (a dead owner's run is recovered then)."""
+    waiting = RunRow.state.in_(("queued", "retry_wait"))
+    busy = RunRow.state.in_(BUSY_STATES) & RunRow.lease_until.is_not(None)
+    when = case((waiting, RunRow.run_after), else_=RunRow.lease_until)
+    value = conn.execute(select(func.min(when)).where(or_(waiting, busy))).scalar()
+    return value if isinstance(value, datetime) else None
 
 
 def _recovery(row: Any, now: datetime, max_recoveries: int) -> tuple[dict[str, Any], str]:
@@ -215,6 +225,15 @@ class ClaimMixin(StoreBase):
                 .values(deadline_at=now + timedelta(seconds=float(timeout_s)))
             )
         return int(run_id), int(attempt)
+
+    def next_due_s(self) -> float | None:
+        """Seconds until the queue needs a look (0 when a queued run's time has come),
+        or None when nothing is queued, waiting for a retry or busy. A read."""
+        with self._read() as conn:
+            due = _next_due(conn)
+            if due is None:
+                return None
+            return max(0.0, (due - db_now(conn)).total_seconds())
 
     def sweep(self, *, max_recoveries: int) -> SweepReport:
         """Recover expired leases and requeue runs whose retry time has come."""

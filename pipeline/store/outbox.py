@@ -109,8 +109,27 @@ class OutboxMixin(StoreBase):
         ).scalar_one()
         return int(new_id)
 
+    def next_notification_due_s(self) -> float | None:
+        """Seconds until a pending row may be taken (its next attempt, or a lapsed
+        claim of a process that died), 0 if one may now; None when none is pending."""
+        with self._read() as conn:
+            claimed_later = NotificationRow.claimed_until > NotificationRow.next_attempt_at
+            when = case(
+                (claimed_later, NotificationRow.claimed_until),
+                else_=NotificationRow.next_attempt_at,
+            )
+            due = conn.execute(
+                select(func.min(when)).where(NotificationRow.state == "pending")
+            ).scalar()
+            if not isinstance(due, datetime):
+                return None
+            return max(0.0, (due - db_now(conn)).total_seconds())
+
     def take_due_notifications(self, claim_s: float, limit: int = 20) -> list[Notification]:
         """Claim pending rows whose time has come for ``claim_s`` seconds, oldest first."""
+        due = self.next_notification_due_s()
+        if due is None or due > 0:
+            return []  # nothing to take: no write lock
         with self._write() as conn:
             now = db_now(conn)
             ids = conn.execute(

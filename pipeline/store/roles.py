@@ -79,6 +79,8 @@ class QueueStore(WorkerStore, Protocol):
 
     def sweep(self, *, max_recoveries: int) -> SweepReport: ...
 
+    def next_due_s(self) -> float | None: ...
+
 
 class IntakeStore(Protocol):
     """Intake: record what a tracker shows, queue it, drop replayed webhooks."""

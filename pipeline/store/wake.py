@@ -10,12 +10,16 @@
 
 The claim loop's interval tick stays as the fallback: a lost notification, a
 dropped listener connection or a run enqueued by another process on SQLite is
-picked up at the next tick.
+picked up at the next tick. While ``quiet()`` holds (the listener is up; on
+SQLite, no connection anywhere has committed since the last look, which
+``PRAGMA data_version`` on a connection of our own tells without touching a
+table) an idle claimer may skip that tick.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +40,8 @@ _SQLITE_TRIGGERS = (
     "BEGIN SELECT afk_queue_changed(); END",
 )
 RECONNECT_S = 1.0
+# How long the listener blocks waiting for a notification before it checks for stop.
+LISTEN_TIMEOUT_S = 2.0
 
 
 class QueueWake:
@@ -48,6 +54,8 @@ class QueueWake:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listening = threading.Event()
+        self._version_conn: sqlite3.Connection | None = None
+        self._version: int | None = None
 
     def start(self) -> None:
         if self.engine.dialect.name == "postgresql":
@@ -56,6 +64,7 @@ class QueueWake:
         else:
             event.listen(self.engine, "checkout", self._on_checkout)
             event.listen(self.engine, "checkin", self._on_checkin)
+            self._open_version_watch()
             self._listening.set()
 
     def stop(self) -> None:
@@ -65,10 +74,44 @@ class QueueWake:
         elif event.contains(self.engine, "checkout", self._on_checkout):
             event.remove(self.engine, "checkout", self._on_checkout)
             event.remove(self.engine, "checkin", self._on_checkin)
+        if self._version_conn is not None:
+            self._version_conn.close()
+            self._version_conn = None
 
     def wait_listening(self, timeout_s: float) -> bool:
         """True once notifications are being received (tests, benchmarks)."""
         return self._listening.wait(timeout_s)
+
+    def quiet(self) -> bool:
+        """True when no change can have gone unannounced since the last call.
+
+        PostgreSQL: the listener is up. SQLite: nothing was committed by any
+        connection (another process's included). Call from one thread only.
+        """
+        if self.engine.dialect.name == "postgresql":
+            return self._listening.is_set()
+        if self._version_conn is None:
+            return False
+        try:
+            version = int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            return False
+        unchanged = version == self._version
+        self._version = version
+        return unchanged
+
+    def _open_version_watch(self) -> None:
+        """A connection of our own to the SQLite file, for ``PRAGMA data_version``."""
+        database = self.engine.url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return  # no file another process could change: the tick stays
+        try:
+            conn = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
+            self._version = conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            log.warning("queue wake: cannot watch %s for commits (%s)", database, exc)
+            return
+        self._version_conn = conn
 
     # -- SQLite: in-process --------------------------------------------------------
 
@@ -101,7 +144,7 @@ class QueueWake:
                     self._listening.set()
                     self.callback()  # anything queued while we were not listening
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=0.5, stop_after=1):
+                        for _ in conn.notifies(timeout=LISTEN_TIMEOUT_S, stop_after=1):
                             self.callback()
             except psycopg.Error as exc:
                 self._listening.clear()

@@ -42,8 +42,8 @@ class WorldKnobs(TypedDict, total=False):
     ``options``: the clients' HTTP options; ``poll_interval_s``: the global default;
     ``tracker_poll_interval_s``: each tracker's own; ``webhook_secret_env``: the variable
     holding the trackers' webhook secret; ``wall_clock``: intake and clients on real time
-    (benchmarks) instead of the manual clock; ``trusted_actors``, ``untrusted_text``: the
-    trackers' settings of those names.
+    (benchmarks) instead of the manual clock; ``trusted_actors``, ``untrusted_text``,
+    ``poll_concurrency``: the trackers' settings of those names.
     """
 
     options: HttpOptions
@@ -53,6 +53,7 @@ class WorldKnobs(TypedDict, total=False):
     wall_clock: bool
     trusted_actors: tuple[str, ...]
     untrusted_text: str
+    poll_concurrency: int
 
 
 def _tracker(name: str, fake: FakeForge) -> TrackerSettings:
@@ -68,8 +69,9 @@ def _tracker_overrides(knobs: WorldKnobs) -> dict[str, Any]:
         overrides["webhook_secret"] = SecretRef(env=knobs["webhook_secret_env"])
     if "trusted_actors" in knobs:
         overrides["trusted_actors"] = knobs["trusted_actors"]
-    if "untrusted_text" in knobs:
-        overrides["untrusted_text"] = knobs["untrusted_text"]
+    for name in ("untrusted_text", "poll_concurrency"):
+        if name in knobs:
+            overrides[name] = knobs[name]
     return overrides
 
 

@@ -73,7 +73,9 @@ class _Cached:
 class _State:
     not_before: float = 0.0
     last_mutation: float | None = None
-    etags: dict[str, _Cached] = field(default_factory=dict)
+    # Keyed by (path, params): an unchanged list is asked for again without re-parsing its URL.
+    etags: dict[tuple[str, tuple[tuple[str, str], ...]], _Cached] = field(default_factory=dict)
+    urls: dict[tuple[str, tuple[tuple[str, str], ...]], httpx.URL] = field(default_factory=dict)
 
 
 class ForgeHttp:
@@ -99,6 +101,9 @@ class ForgeHttp:
             # redirect to another origin.
             follow_redirects=True,
         )
+        # Token-authenticated APIs need no cookies; keeping none spares parsing every
+        # response's headers into a cookie jar (a good part of a 304's cost).
+        self._client._cookies = _NoCookies()
         self._state = _State()
         self._mutation_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -173,10 +178,14 @@ class ForgeHttp:
     # -- internals ---------------------------------------------------------
 
     def _get_conditional(self, path: str, params: Params, not_found: str) -> tuple[Page, bool]:
-        key = str(self._client.build_request("GET", path, params=params or None).url)
+        key = (path, tuple(sorted(params.items())))
         cached = self._state.etags.get(key)
+        url = self._state.urls.get(key)
+        if url is None:  # parsed once; httpx parses a URL given as text on every request
+            url = self._client.build_request("GET", path, params=params or None).url
+            self._state.urls[key] = url
         headers = {"If-None-Match": cached.etag} if cached else None
-        response = self._send("GET", path, params=params, headers=headers, not_found=not_found)
+        response = self._send("GET", url, headers=headers, not_found=not_found)
         if response.status_code == 304 and cached is not None:
             return cached.page, False
         page = self._page(response, "GET")
@@ -196,7 +205,7 @@ class ForgeHttp:
     def _send(
         self,
         method: str,
-        path: str,
+        path: str | httpx.URL,
         *,
         params: Params | None = None,
         json: object = None,
@@ -291,6 +300,13 @@ class ForgeHttp:
 
     def _bad(self, where: str, problem: str) -> RetryableError:
         return RetryableError("forge_bad_response", f"{self.forge} {where}: {problem}")
+
+
+class _NoCookies(httpx.Cookies):
+    """A cookie jar that keeps nothing a response sets."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
 
 
 def _looks_rate_limited(response: httpx.Response) -> bool:

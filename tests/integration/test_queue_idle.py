@@ -1,0 +1,121 @@
+"""An idle claim loop: it sleeps until work is due, yet misses nothing that becomes due."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from pipeline.config.settings import SchedulerSettings
+from pipeline.core.errors import RetryableError
+from pipeline.queue import scheduler as scheduler_module
+from pipeline.queue.scheduler import RunContext, Scheduler
+from pipeline.store import Run, Store
+
+from .test_queue import SETTINGS, WAIT_S, terminal, wait_for
+
+# No tick, no periodic sweep and no idle re-check within a test: only a wake, a commit
+# seen or a due time can make the claim loop look at the queue.
+NO_TICK = dataclasses.replace(SETTINGS, claim_interval_s=3600.0, sweep_interval_s=3600.0)
+QUIET_WINDOW = 20  # claim intervals an idle scheduler is watched for
+
+
+@pytest.fixture
+def store(store: Store) -> Store:
+    store.ensure_repo("alpha")
+    return store
+
+
+@pytest.fixture(autouse=True)
+def no_idle_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler_module, "IDLE_RECHECK_S", 3600.0)
+
+
+class CountingStore:
+    """The store, counting claim attempts."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.claims = 0
+
+    def claim_next(self, *args: Any, **kwargs: Any) -> Run | None:
+        self.claims += 1
+        run: Run | None = self._store.claim_next(*args, **kwargs)
+        return run
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., Scheduler]]:
+    made: list[Scheduler] = []
+
+    def make(store: Any, pipeline: Callable[[RunContext], None], settings: SchedulerSettings):
+        scheduler = Scheduler(store, pipeline, settings=settings, max_concurrency=2, owner="w")
+        made.append(scheduler)
+        scheduler.start()
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        scheduler.stop(0.0)
+
+
+def test_a_retry_is_claimed_when_its_time_comes_without_a_tick(
+    store: Store, start: Callable[..., Scheduler]
+) -> None:
+    """A run waiting out a retry delay is requeued and claimed at its due time, though no
+    tick, periodic sweep or idle re-check would ever look."""
+    attempts: list[int] = []
+
+    def pipeline(ctx: RunContext) -> None:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise RetryableError("network", "reset", retry_after_s=0.3)
+
+    run_id = store.enqueue("alpha").run.id
+    start(store, pipeline, NO_TICK)
+    ended = wait_for(lambda: terminal(store, run_id))
+    assert (ended.state, attempts) == ("succeeded", [1, 2])
+
+
+def test_an_enqueue_by_another_process_wakes_an_idle_claimer_on_sqlite(
+    store: Store, start: Callable[..., Scheduler]
+) -> None:
+    """SQLite: a run queued through another connection (as by the CLI, another process) is
+    claimed although no in-process wake fires and the idle re-check is far away."""
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL wakes every replica by NOTIFY (tests/integration/test_queue)")
+    settings = dataclasses.replace(NO_TICK, claim_interval_s=0.05)
+    ran = threading.Event()
+    start(store, lambda ctx: ran.set(), settings)
+    other = Store(store.url)
+    try:
+        other.enqueue("alpha")
+    finally:
+        other.close()
+    assert ran.wait(WAIT_S)
+
+
+def test_an_idle_claimer_does_not_look_at_the_queue_when_nothing_changed(
+    store: Store, start: Callable[..., Scheduler]
+) -> None:
+    """Nothing queued and nothing committed: after its first look, the claim loop makes no
+    claim attempt over many claim intervals; a run queued then is claimed at once."""
+    settings = dataclasses.replace(NO_TICK, claim_interval_s=0.05)
+    counting = CountingStore(store)
+    ran = threading.Event()
+    scheduler = start(counting, lambda ctx: ran.set(), settings)
+    assert scheduler.queue_wake is not None and scheduler.queue_wake.wait_listening(WAIT_S)
+    wait_for(lambda: counting.claims >= 1)
+    pause = threading.Event()
+    pause.wait(settings.claim_interval_s * QUIET_WINDOW)  # start-up wakes settle
+    looked = counting.claims
+    pause.wait(settings.claim_interval_s * QUIET_WINDOW)
+    assert counting.claims == looked
+    store.enqueue("alpha")
+    assert ran.wait(WAIT_S)
