@@ -83,13 +83,12 @@ def test_a_retry_is_claimed_when_its_time_comes_without_a_tick(
     assert (ended.state, attempts) == ("succeeded", [1, 2])
 
 
-def test_an_enqueue_by_another_process_wakes_an_idle_claimer_on_sqlite(
+def test_an_enqueue_by_another_process_wakes_an_idle_claimer(
     store: Store, start: Callable[..., Scheduler]
 ) -> None:
-    """SQLite: a run queued through another connection (as by the CLI, another process) is
-    claimed although no in-process wake fires and the idle re-check is far away."""
-    if store.dialect != "sqlite":
-        pytest.skip("PostgreSQL wakes every replica by NOTIFY (tests/integration/test_queue)")
+    """A run queued through another connection (as by the CLI, another process) is claimed
+    although no in-process wake fires and the idle re-check is far away: SQLite sees the
+    commit, PostgreSQL the NOTIFY."""
     settings = dataclasses.replace(NO_TICK, claim_interval_s=0.05)
     ran = threading.Event()
     start(store, lambda ctx: ran.set(), settings)
