@@ -57,3 +57,12 @@ def test_missing_data_is_a_clear_error(tmp_path: Path) -> None:
     else:
         raise AssertionError("no error for a missing data file")
     assert not (tmp_path / "page.md").exists()
+
+
+def test_an_interrupted_run_and_its_notes_are_stated() -> None:
+    """A run stopped by Ctrl-C says so, and each note is printed under the stamp."""
+    page = render(
+        ROWS, command="scripts/test --cov", pytest_status=2, commit="abc1234", notes=["half run"]
+    )
+    assert "pytest exited 2 (interrupted: the tests after the interruption did not run)" in page
+    assert "Note: half run\n" in page
