@@ -78,6 +78,8 @@ def measure(data_file: Path, root: Path = ROOT) -> list[ModuleLines]:
     cov.load()
     rows = []
     for filename in cov.get_data().measured_files():
+        if not filename.endswith(".py"):
+            continue  # a Jinja template measured before it was omitted: not Python source
         path = _relative(Path(filename), root)
         _, statements, _, missing, missing_text = cov.analysis2(filename)
         rows.append(ModuleLines(path, len(statements), len(missing), missing_text))
