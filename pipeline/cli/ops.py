@@ -17,6 +17,7 @@ from pipeline.cli.common import (
     who,
 )
 from pipeline.cli.history import json_flag
+from pipeline.core.states import TERMINAL_STATES
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -143,10 +144,11 @@ def cmd_runs_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(render.to_json(run) + "\n")
     elif run.state == "cancelled":
         out.write(f"run {run.id} cancelled\n")
-    elif run.cancel_requested:
-        out.write(f"run {run.id} is {run.state}: its worker stops it within seconds\n")
-    else:
+    elif run.state in TERMINAL_STATES:
+        # A run that ended after an earlier cancel still carries cancel_requested.
         out.write(f"run {run.id} already ended {run.state}; nothing to cancel\n")
+    else:
+        out.write(f"run {run.id} is {run.state}: its worker stops it within seconds\n")
     return EXIT_OK
 
 

@@ -357,3 +357,24 @@ def test_an_unusable_bwrap_is_refused_with_what_to_install(tmp_path: Path) -> No
     fake.chmod(0o755)
     with pytest.raises(SandboxUnavailable, match=r"Permission denied.*install bubblewrap"):
         probe(find_bwrap(fake))
+
+
+def test_coverage_of_the_daemon_does_not_reach_into_the_sandbox(
+    tmp_path: Path, settings: Settings, sandbox: BwrapSandbox
+) -> None:
+    """A daemon measured by ``scripts/test --cov`` passes no coverage setting to a jail."""
+    data = tmp_path / "coverage-data"
+    data.mkdir()
+    measured = {"COVERAGE_PROCESS_CONFIG": "{}", "COVERAGE_FILE": str(data / ".coverage")}
+    jailer = Jailer(sandbox, host_env={**os.environ, **measured}, homes_root=tmp_path / "homes")
+    spaces = Workspaces(settings.volume, WorkspaceSettings(), jailer=jailer)
+    repo = RepoSettings(
+        name="app",
+        tracker="gh",
+        slug="acme/app",
+        remote_url=make_remote(tmp_path, {"a.txt": "a\n"}, name="app"),
+    )
+    ws = spaces.prepare(repo, run_id=1, issue_ref="#1", base_env={}, events=RecordingSink())
+    out = run_inside(ws, "import os; print(sorted(k for k in os.environ if 'COVERAGE' in k))")
+    assert out.strip().splitlines()[-1] == "[]"
+    assert list(data.iterdir()) == []

@@ -1,0 +1,123 @@
+"""The CLI's plain-text answers and its errors: what an operator reads without --json."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli.main import main
+from pipeline.store import Store
+
+
+def _config(tmp_path: Path, database: str) -> Path:
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        f'database_url = "{database}"\n\n[trackers.local]\nkind = "local"\n\n'
+        f'[repos.alpha]\ntracker = "local"\nslug = "org/alpha"\n'
+        f'remote_url = "{tmp_path / "alpha.git"}"\ntest_command = "true"\n',
+        encoding="utf-8",
+    )
+    return config
+
+
+ADD = ("issue", "add", "--repo", "alpha", "--title")
+
+
+class Pipeline:
+    """``pipeline ARGS --config CONFIG`` in this process: exit status, stdout, stderr."""
+
+    def __init__(self, config: Path) -> None:
+        self.config = config
+
+    def __call__(self, *args: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        status = main([*args, "--config", str(self.config)], out, err)
+        return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Pipeline:
+    """A config with one local-tracker repo ``alpha``; its SQLite history not yet created."""
+    return Pipeline(_config(tmp_path, f"sqlite:///{tmp_path / 'history.db'}"))
+
+
+def test_history_before_the_schema_asks_for_db_upgrade(cli: Pipeline) -> None:
+    """Without a schema, history commands exit 2 naming the fix; `db upgrade` makes it current."""
+    status, _, err = cli("runs", "list")
+    assert status == 2 and "run `pipeline db upgrade` first" in err
+    status, out, _ = cli("db", "upgrade", "--json")
+    assert status == 0 and json.loads(out)["current"] is True
+    status, out, _ = cli("db", "upgrade")
+    assert status == 0 and "is at the latest schema" in out
+    assert cli("runs", "list")[0] == 0
+
+
+def test_an_unreachable_database_exits_1_without_its_password(cli: Pipeline) -> None:
+    """A database that refuses connections is named, its password masked, and the exit is 1."""
+    url = "postgresql://afk:hunter2-secret@127.0.0.1:1/history"
+    status, _, err = cli("runs", "list", "--database-url", url)
+    assert status == 1
+    assert "unavailable" in err and "127.0.0.1:1" in err
+    assert "hunter2-secret" not in err
+
+
+def test_no_command_prints_help_and_a_bare_group_is_a_usage_error() -> None:
+    """`pipeline` alone prints help and exits 0; `pipeline runs` without a command exits 2."""
+    out = io.StringIO()
+    assert main([], out, io.StringIO()) == 0
+    assert "COMMAND" in out.getvalue()
+    out = io.StringIO()
+    assert main(["runs"], out, io.StringIO()) == 2
+    assert "usage: pipeline" in out.getvalue()
+
+
+def test_a_bad_body_file_is_named_with_what_is_wrong(cli: Pipeline, tmp_path: Path) -> None:
+    """A missing or non-UTF-8 --body-file exits 2, naming the file and the problem."""
+    cli("db", "upgrade")
+    missing = tmp_path / "nope.md"
+    status, _, err = cli(*ADD, "t", "--body-file", str(missing))
+    assert status == 2 and str(missing) in err and "No such file" in err
+    latin = tmp_path / "latin.md"
+    latin.write_bytes(b"caf\xe9\n")
+    status, _, err = cli(*ADD, "t", "--body-file", str(latin))
+    assert status == 2 and str(latin) in err and "not UTF-8 text (byte 3)" in err
+
+
+def test_local_issues_in_words(cli: Pipeline, tmp_path: Path) -> None:
+    """Adding, labelling and listing a local issue answer in sentences and a table."""
+    cli("db", "upgrade")
+    body = tmp_path / "body.md"
+    body.write_text("Make it greet.\n", encoding="utf-8")
+    status, out, _ = cli(*ADD, "Greet", "--body-file", str(body))
+    assert (status, out) == (0, "issue 1 added to alpha\n")
+    status, out, _ = cli("issue", "label", "1", "ready-for-agent")
+    assert status == 0 and out == "issue 1 labelled ready-for-agent: [ready-for-agent]\n"
+    status, out, _ = cli("issue", "list")
+    assert status == 0 and "Greet" in out and "ready-for-agent" in out
+
+
+def test_cancel_and_retry_in_words(cli: Pipeline, tmp_path: Path) -> None:
+    """Cancel and retry say what they did: cancelled, queued again, stopping, already ended."""
+    cli("db", "upgrade")
+    store = Store(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        store.ensure_repo("alpha", tracker="local", slug="org/alpha")
+        first = store.enqueue("alpha").run.id
+        assert cli("runs", "cancel", str(first))[1] == f"run {first} cancelled\n"
+        status, out, _ = cli("runs", "retry", str(first))
+        assert status == 0 and out.startswith(f"run {first} queued as run ")
+        second = int(out.split()[-1])
+        claimed = store.claim_next("worker-words", max_concurrency=1, lease_s=60.0)
+        assert claimed is not None and claimed.id == second
+        status, out, _ = cli("runs", "cancel", str(second))
+        assert out == f"run {second} is {claimed.state}: its worker stops it within seconds\n"
+        store.finish(second, "worker-words", claimed.attempt, "failed", error="stopped")
+        ended = store.get_run(second)
+        assert ended is not None
+        status, out, _ = cli("runs", "cancel", str(second))
+        assert out == f"run {second} already ended {ended.state}; nothing to cancel\n"
+    finally:
+        store.close()
