@@ -267,8 +267,11 @@ def test_the_sandbox_dies_with_the_daemon(tmp_path: Path, sandbox: BwrapSandbox)
         textwrap.dedent(f"""
         import subprocess, sys
         from pathlib import Path
-        from pipeline.sandbox import BwrapSandbox, Layout, NetworkPolicy
-        sandbox = BwrapSandbox(bwrap=Path({str(sandbox.bwrap)!r}), version="test")
+        from pipeline.config.settings import SandboxSettings
+        from pipeline.sandbox import BwrapSandbox, Layout, NetworkPolicy, runtime_paths
+        # The interpreter and the package, shown even when a hidden directory (/tmp) holds them.
+        sandbox = BwrapSandbox(bwrap=Path({str(sandbox.bwrap)!r}), version="test",
+                               read_only=runtime_paths(SandboxSettings()))
         layout = Layout(workdir=Path({str(tree)!r}), writable=(Path({str(tree)!r}),),
                         network=NetworkPolicy("open"))
         sleeper = [sys.executable, "-c", "import time; time.sleep(600)", {marker!r}]
