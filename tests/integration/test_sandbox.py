@@ -280,12 +280,14 @@ def test_the_sandbox_dies_with_the_daemon(tmp_path: Path, sandbox: BwrapSandbox)
     """)
     )
     parent = subprocess.Popen([sys.executable, str(starter)])
-    deadline = time.monotonic() + 60
-    while not _processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _processes_with(marker), "the sandboxed command never started"
-    os.kill(parent.pid, signal.SIGKILL)
-    parent.wait()
+    try:
+        deadline = time.monotonic() + 60
+        while not _processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _processes_with(marker), "the sandboxed command never started"
+    finally:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
     while _processes_with(marker) and time.monotonic() < deadline + 30:
         time.sleep(0.1)
     assert _processes_with(marker) == []
