@@ -15,6 +15,8 @@ import pytest
 from pipeline.cli import render
 from pipeline.store import Store
 
+from .test_cli_words import local_alpha_config
+
 OWNER = "worker-cli"
 
 
@@ -22,13 +24,7 @@ OWNER = "worker-cli"
 def setup(tmp_path: Path) -> Iterator[tuple[Path, Store, dict[str, str]]]:
     """A config with one local-tracker repo ``alpha``, its migrated SQLite history, an env."""
     database = f"sqlite:///{tmp_path / 'history.db'}"
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        f'database_url = "{database}"\n\n[trackers.local]\nkind = "local"\n\n'
-        f'[repos.alpha]\ntracker = "local"\nslug = "org/alpha"\n'
-        f'remote_url = "{tmp_path / "alpha.git"}"\ntest_command = "true"\n',
-        encoding="utf-8",
-    )
+    config = local_alpha_config(tmp_path, database)
     store = Store(database)
     store.upgrade()
     store.ensure_repo("alpha", tracker="local", slug="org/alpha")

@@ -12,7 +12,8 @@ from pipeline.cli.main import main
 from pipeline.store import Store
 
 
-def _config(tmp_path: Path, database: str) -> Path:
+def local_alpha_config(tmp_path: Path, database: str) -> Path:
+    """A config with one local-tracker repo ``alpha`` on ``database``."""
     config = tmp_path / "pipeline.toml"
     config.write_text(
         f'database_url = "{database}"\n\n[trackers.local]\nkind = "local"\n\n'
@@ -41,7 +42,7 @@ class Pipeline:
 @pytest.fixture
 def cli(tmp_path: Path) -> Pipeline:
     """A config with one local-tracker repo ``alpha``; its SQLite history not yet created."""
-    return Pipeline(_config(tmp_path, f"sqlite:///{tmp_path / 'history.db'}"))
+    return Pipeline(local_alpha_config(tmp_path, f"sqlite:///{tmp_path / 'history.db'}"))
 
 
 def test_history_before_the_schema_asks_for_db_upgrade(cli: Pipeline) -> None:
