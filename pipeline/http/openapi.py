@@ -25,6 +25,8 @@ Schema = dict[str, Any]
 # No control characters (a note may hold newlines and tabs).
 NAME_PATTERN = "^[^\\x00-\\x1f\\x7f]+$"
 NOTE_PATTERN = "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*$"
+# A search text: no control characters at all, and blank means no search.
+TEXT_PATTERN = "^[^\\x00-\\x1f\\x7f]*$"
 
 STATE_ENUMS = {"state": RUN_STATES}
 # The forms ``pipeline.core.when`` accepts, each as its own schema so a generated value
@@ -166,7 +168,7 @@ def _list_params() -> list[Schema]:
         _param(
             "text",
             "query",
-            {"type": "string", "maxLength": MAX_NAME, "pattern": NOTE_PATTERN},
+            {"type": "string", "maxLength": MAX_NAME, "pattern": TEXT_PATTERN},
             "the issue title, repo name or error contains this text (any case)",
         ),
         _param(

@@ -155,6 +155,7 @@ def test_runs_list_filters_and_pages(api: ApiHarness) -> None:
         ({"since": "0001-01-01T00:00:00+05:00"}, "since"),
         ({"since": "2026-02-30T00:00:00Z"}, "since"),
         ({"repo": "a\x00b"}, "repo"),
+        ({"text": "a\nb"}, "text"),
     ],
 )
 def test_runs_list_rejects_bad_parameters(

@@ -78,3 +78,18 @@ def test_an_undescribable_type_is_refused() -> None:
         type_schema(set[int])
     with pytest.raises(TypeError, match="unions"):
         type_schema(int | str)
+
+
+def test_no_described_query_parameter_admits_a_control_character() -> None:
+    """The server refuses control characters in every query parameter, so the description
+    must too: a value it calls valid is one the server takes (the fuzz test sends them)."""
+    patterns = {
+        (path, param["name"]): param["schema"]["pattern"]
+        for path, item in openapi_description()["paths"].items()
+        for op in item.values()
+        for param in op.get("parameters", [])
+        if param["in"] == "query" and "pattern" in param.get("schema", {})
+    }
+    assert ("/api/runs", "text") in patterns
+    for where, pattern in patterns.items():
+        assert not re.search(pattern, "a\nb"), where
