@@ -146,6 +146,7 @@ class Daemon:
             on_finished=self.endings.announce,
         )
         scheduler.excluded_repos = self.budget.over_budget
+        scheduler.on_settled = self.endings.settle
         return scheduler
 
     def _sandbox(self) -> Sandbox:

@@ -35,6 +35,7 @@ from pipeline.config.settings import SchedulerSettings
 from pipeline.core.proc import StopToken
 from pipeline.core.states import Outcome
 from pipeline.queue.periodic import Periodic
+from pipeline.queue.slots import Slots
 from pipeline.queue.worker import RunContext, Worker, stop_error, summarise_traceback, write_outcome
 from pipeline.store.claim import SweepReport
 from pipeline.store.records import Run
@@ -77,14 +78,15 @@ class Scheduler:
         self.settings = settings
         self.max_concurrency = max_concurrency
         self.owner = owner or default_owner()
+        # Called with a terminal run while it still holds its slot (what must happen
+        # before the next claim, e.g. freezing its repo), then ``on_finished`` once the
+        # slot is free (telling the issue and the humans, which may wait on a forge).
+        self.on_settled: Callable[[Run], None] | None = None
         self.on_finished = on_finished
         # Repos not to claim from now (e.g. over budget); set by the daemon.
         self.excluded_repos: Callable[[], Collection[int]] | None = None
         self.clock: Callable[[], float] = time.monotonic
-        # Keyed by (run id, attempt): a run recovered and claimed again by this same
-        # process must not hide the superseded worker, which still has an agent to stop.
-        self._workers: dict[tuple[int, int], Worker] = {}
-        self._lock = threading.Lock()
+        self._slots = Slots(max_concurrency)
         self._claiming = threading.Lock()  # one claimer per process: slots are counted locally
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -121,32 +123,27 @@ class Scheduler:
         with self._claiming:
             pass  # a claim in flight finishes (and its worker is joined below); none starts after
         self._periodic.shutdown()
-        self._join_workers(grace_s)
+        self._slots.join_workers(grace_s)
         now = self.clock()
-        for worker in self._active():
+        for worker in self._slots.workers():
             worker.request_stop("shutdown", now)
-        self._join_workers(self.settings.kill_grace_s + 1.0)
+        self._slots.join_workers(self.settings.kill_grace_s + 1.0)
+        self._slots.join_finishing(grace_s)
         self._monitor_stop.set()
         self._has_work.set()
         for thread in self._threads:
             thread.join(timeout=5.0)
 
-    def _join_workers(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        for worker in self._active():
-            if worker.thread is not None:
-                worker.thread.join(timeout=max(0.0, deadline - time.monotonic()))
-
     @property
     def running(self) -> list[int]:
         """Ids of the runs this scheduler is executing now."""
-        return sorted(w.run.id for w in self._active())
+        return sorted(w.run.id for w in self._slots.workers())
 
     def wait_idle(self, timeout_s: float) -> bool:
         """True once no run of ours is executing and nothing is claimable (tests)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not self._active() and self.run_once() == 0 and not self._active():
+            if self._slots.idle() and self.run_once() == 0 and self._slots.idle():
                 return True
             time.sleep(0.05)
         return False
@@ -160,7 +157,7 @@ class Scheduler:
 
     def _claim_available(self) -> int:
         started = 0
-        while not self._stopping.is_set() and self._free_slots() > 0:
+        while not self._stopping.is_set() and self._slots.free() > 0:
             run = self._claim()
             if run is None:
                 break
@@ -225,10 +222,6 @@ class Scheduler:
     def _quiet(self) -> bool:
         return self.queue_wake is not None and self.queue_wake.quiet()
 
-    def _free_slots(self) -> int:
-        with self._lock:
-            return self.max_concurrency - len(self._workers)
-
     def _claim(self) -> Run | None:
         excluded = tuple(self.excluded_repos()) if self.excluded_repos is not None else ()
         run: Run | None = self.store.claim_next(
@@ -250,8 +243,7 @@ class Scheduler:
             target=self._execute, args=(worker,), name=f"run-{run.id}", daemon=True
         )
         worker.thread = thread
-        with self._lock:
-            self._workers[(run.id, run.attempt)] = worker
+        self._slots.take(worker)
         self._has_work.set()
         thread.start()
 
@@ -267,17 +259,24 @@ class Scheduler:
         except BaseException as exc:  # SystemExit in a pipeline must not leak the slot
             error = exc
             worker.request_stop("shutdown", self.clock())
+        ended: Run | None = None
         try:
-            self._settle(worker, result, error)
+            ended = self._settle(worker, result, error)
         finally:
-            self._forget(worker)
-        self._claim_after_run()
+            self._forget(worker, finishing=True)
+        try:
+            self._claim_after_run()
+            if ended is not None:
+                self._call("on_finished", self.on_finished, ended)
+        finally:
+            self._slots.finished()
 
     def _settle(
         self, worker: Worker, result: Outcome | str | None, error: BaseException | None
-    ) -> None:
+    ) -> Run | None:
+        """Write the outcome; the run if it is terminal now (and ``on_settled`` saw it)."""
         if not worker.claim_settlement():
-            return
+            return None
         try:
             run = write_outcome(self.store, worker, self.settings, result, error)
         except Exception as exc:
@@ -286,23 +285,24 @@ class Scheduler:
                 worker.run.id,
                 summarise_traceback(exc, 3),
             )
+            return None
+        if run is None or not run.terminal:
+            return None
+        self._call("on_settled", self.on_settled, run)
+        return run
+
+    @staticmethod
+    def _call(name: str, hook: Callable[[Run], None] | None, run: Run) -> None:
+        if hook is None:
             return
-        if run is not None and run.terminal and self.on_finished is not None:
-            try:
-                self.on_finished(run)
-            except Exception:
-                log.exception("run %s: on_finished failed", run.id)
+        try:
+            hook(run)
+        except Exception:
+            log.exception("run %s: %s failed", run.id, name)
 
-    def _forget(self, worker: Worker) -> None:
-        with self._lock:
-            key = (worker.run.id, worker.run.attempt)
-            if self._workers.get(key) is worker:
-                del self._workers[key]
+    def _forget(self, worker: Worker, *, finishing: bool = False) -> None:
+        self._slots.give_up(worker, finishing=finishing)
         self._wake.set()
-
-    def _active(self) -> list[Worker]:
-        with self._lock:
-            return list(self._workers.values())
 
     # -- monitoring ----------------------------------------------------------------
 
@@ -311,7 +311,7 @@ class Scheduler:
             self._await_work()
             if self._monitor_stop.wait(self._tick_s):
                 return
-            for worker in self._active():
+            for worker in self._slots.workers():
                 try:
                     self._watch(worker)
                 except Exception:
@@ -320,7 +320,7 @@ class Scheduler:
     def _await_work(self) -> None:
         """Block while this process runs nothing: an idle monitor does not tick."""
         self._has_work.clear()
-        if not self._active():  # checked after the clear: a launch now sets it again
+        if not self._slots.workers():  # checked after the clear: a launch now sets it again
             self._has_work.wait()
 
     def _watch(self, worker: Worker) -> None:
@@ -341,8 +341,10 @@ class Scheduler:
                 worker.run.id,
                 now - worker.stop_at,
             )
-            self._settle(worker, None, stop_error(worker.stop.reason))
+            ended = self._settle(worker, None, stop_error(worker.stop.reason))
             self._forget(worker)
+            if ended is not None:
+                self._call("on_finished", self.on_finished, ended)
 
     def _beat(self, worker: Worker, now: float) -> None:
         worker.last_beat = now

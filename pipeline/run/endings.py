@@ -14,7 +14,10 @@ ending, ``Endings.announce`` then does the same four things once:
 4. one notification with the same text (claimed in the store first, so a
    second replica or a repeated pass never sends it twice).
 
-The scheduler calls ``announce`` as each of its runs ends; ``sweep`` runs
+The scheduler calls ``settle`` while an ended run still holds its slot (an
+unhealed fix-forward freezes its repo before the slot takes another run),
+then ``announce`` once the slot is free, so a forge that paces its writes
+never delays the next claim; ``sweep`` runs
 periodically and announces endings written elsewhere (the sweeper, a cancel
 of a waiting run from the CLI, a replica that died mid-announcement).
 """
@@ -76,6 +79,11 @@ class Endings:
         self._lock = threading.Lock()
 
     # -- one run ------------------------------------------------------------------
+
+    def settle(self, run: Run) -> None:
+        """What must follow a terminal ``run`` before its slot takes another run: an
+        unhealed fix-forward freezes its repo. ``announce`` then tells the humans."""
+        self.recovery.freeze_unhealed(run)
 
     def announce(self, run: Run) -> None:
         """Apply the ending policy to a terminal ``run``; a no-op once done."""

@@ -78,7 +78,9 @@ def scheduler_factory(store: Store) -> Iterator[Callable[..., Scheduler]]:
     def make(pipeline: Callable[[RunContext], str | None], **kwargs: Any) -> Scheduler:
         options: dict[str, Any] = {"settings": SETTINGS, "max_concurrency": 4, "owner": "w1"}
         options.update(kwargs)
+        on_settled = options.pop("on_settled", None)
         scheduler = Scheduler(options.pop("store", store), pipeline, **options)
+        scheduler.on_settled = on_settled
         made.append(scheduler)
         scheduler.start()
         return scheduler
@@ -105,6 +107,61 @@ def test_runs_succeed_and_on_finished_sees_them(store: Store, scheduler_factory:
     assert run is not None and (run.state, run.head_sha, run.attempt) == ("succeeded", "abc123", 1)
     kinds = [e.kind for e in store.run_events(ids[0])]
     assert kinds == ["queued", "claimed", "state", "log", "state"]
+
+
+def test_an_ending_being_announced_does_not_hold_the_slot(
+    store: Store, scheduler_factory: Any
+) -> None:
+    """With one slot, the next run starts while the last one's ending is still being told
+    (a forge pacing its writes), but not before ``on_settled`` (the freeze) has returned;
+    ``wait_idle`` and ``stop`` wait for the announcement."""
+    settle_gate, announce_gate = threading.Event(), threading.Event()
+    settled: list[int] = []
+    announced: list[int] = []
+    started: list[int] = []
+
+    def on_settled(run: Run) -> None:
+        settle_gate.wait(WAIT_S)
+        settled.append(run.id)
+
+    def on_finished(run: Run) -> None:
+        announce_gate.wait(WAIT_S)
+        announced.append(run.id)
+
+    first, second = (store.enqueue(repo).run.id for repo in ("alpha", "beta"))
+    scheduler = scheduler_factory(
+        lambda ctx: started.append(ctx.run.id),
+        on_settled=on_settled,
+        on_finished=on_finished,
+        max_concurrency=1,
+    )
+    wait_for(lambda: terminal(store, first))
+    time.sleep(0.5)  # several claim ticks: the slot is still held while settling
+    assert started == [first] and settled == []
+    settle_gate.set()
+    wait_for(lambda: terminal(store, second))
+    assert started == [first, second] and announced == []
+    assert not scheduler.wait_idle(0.3)
+    announce_gate.set()
+    assert scheduler.wait_idle(WAIT_S)
+    assert sorted(announced) == [first, second]
+
+
+def test_stop_waits_for_an_ending_being_announced(store: Store, scheduler_factory: Any) -> None:
+    """A stop gives an announcement its grace rather than dropping it mid-way."""
+    gate = threading.Event()
+    announced: list[int] = []
+
+    def on_finished(run: Run) -> None:
+        gate.wait(WAIT_S)
+        announced.append(run.id)
+
+    run_id = store.enqueue("alpha").run.id
+    scheduler = scheduler_factory(lambda ctx: None, on_finished=on_finished)
+    wait_for(lambda: terminal(store, run_id))
+    threading.Timer(0.3, gate.set).start()
+    scheduler.stop(WAIT_S)
+    assert announced == [run_id]
 
 
 @pytest.mark.parametrize(
