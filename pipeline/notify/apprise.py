@@ -17,9 +17,8 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
-
-import apprise
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
 
 from pipeline.config.settings import NotifySettings
 from pipeline.core.events import EventSink
@@ -28,34 +27,37 @@ from pipeline.notify.channels import describe_channel, parse_urls
 from pipeline.notify.outbox import Outbox, OutboxStore
 from pipeline.store.outbox import NotificationDraft
 
+if TYPE_CHECKING:
+    import apprise
+
 Kind = Literal["escalation", "freeze", "success"]
 
 log = logging.getLogger(__name__)
 
-_TYPES: dict[str, str] = {
-    "escalation": apprise.NotifyType.FAILURE,
-    "freeze": apprise.NotifyType.WARNING,
-    "success": apprise.NotifyType.SUCCESS,
-}
+# apprise's ``NotifyType`` values. apprise itself is imported at the first send: a
+# daemon that never sends (or not yet) does not carry it in memory.
+_TYPES: dict[str, str] = {"escalation": "failure", "freeze": "warning", "success": "success"}
 
 _load_lock = threading.Lock()
 _loaded = False
 
 
-def _load_plugins() -> None:
+def _load_plugins() -> ModuleType:
     """Load apprise's plugins once, hiding the DeprecationWarning some of them raise on import.
 
     apprise 1.9+ imports the stdlib ``imghdr`` for its e-mail plugin, which
     warns on Python 3.11/3.12; the warning is apprise's, not ours.
     """
     global _loaded
+    import apprise
+
     with _load_lock:
-        if _loaded:
-            return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            apprise.Apprise.instantiate("json://localhost")
-        _loaded = True
+        if not _loaded:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                apprise.Apprise.instantiate("json://localhost")
+            _loaded = True
+    return apprise
 
 
 class Notifier:
@@ -175,12 +177,13 @@ class Notifier:
 
 def deliver(url: str, title: str, body: str, kind: str) -> tuple[bool, str]:
     """Send one message to one apprise URL: (delivered, what went wrong)."""
-    _load_plugins()
-    sender = apprise.Apprise()
+    library = _load_plugins()
+    sender: apprise.Apprise = library.Apprise()
     if not sender.add(url):
         return False, "not a valid apprise URL"
     try:
-        sent = bool(sender.notify(title=title, body=body, notify_type=_TYPES[kind]))
+        notify_type = library.NotifyType(_TYPES[kind])
+        sent = bool(sender.notify(title=title, body=body, notify_type=notify_type))
     except Exception as exc:
         return False, type(exc).__name__
     return sent, "" if sent else "the channel refused the message or did not answer"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from pipeline.config.settings import NotifySettings, SecretRef
@@ -113,3 +116,11 @@ def test_outbox_backoff_doubles_and_is_capped() -> None:
     assert [backoff_s(2.0, n) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 16.0]
     assert backoff_s(2.0, 40) == MAX_BACKOFF_S
     assert backoff_s(0.0, 3) == 0.0
+
+
+def test_the_daemon_loads_apprise_only_when_it_sends() -> None:
+    """apprise costs memory the idle daemon does not need: importing the daemon leaves it out
+    (the sends themselves are checked in tests/integration/test_notify*.py)."""
+    code = "import sys, pipeline.daemon; print('apprise' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
