@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, text
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,8 @@ _SQLITE_TRIGGERS = (
     "BEGIN SELECT afk_queue_changed(); END",
 )
 RECONNECT_S = 1.0
-# How long the listener blocks waiting for a notification before it checks for stop.
+# How long the listener blocks waiting for a notification before it checks for stop
+# (``stop`` also wakes it at once through a channel of its own).
 LISTEN_TIMEOUT_S = 2.0
 
 
@@ -56,6 +58,7 @@ class QueueWake:
         self._listening = threading.Event()
         self._version_conn: sqlite3.Connection | None = None
         self._version: int | None = None
+        self._stop_channel = f"afk_wake_stop_{uuid.uuid4().hex[:12]}"
 
     def start(self) -> None:
         if self.engine.dialect.name == "postgresql":
@@ -70,6 +73,7 @@ class QueueWake:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
+            self._wake_listener()
             self._thread.join(timeout=5.0)
         elif event.contains(self.engine, "checkout", self._on_checkout):
             event.remove(self.engine, "checkout", self._on_checkout)
@@ -133,6 +137,20 @@ class QueueWake:
 
     # -- PostgreSQL: LISTEN/NOTIFY -------------------------------------------------
 
+    def _wake_listener(self) -> None:
+        """End the listener's wait now rather than at its next timeout (a stop then takes
+        milliseconds, not up to ``LISTEN_TIMEOUT_S``); if this fails, the timeout still ends it."""
+        if not self._listening.is_set():
+            return
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(
+                    text("SELECT pg_notify(:channel, '')"), {"channel": self._stop_channel}
+                )
+                conn.commit()
+        except Exception as exc:
+            log.debug("queue wake: could not wake the listener to stop (%s)", exc)
+
     def _listen(self) -> None:
         import psycopg
 
@@ -141,11 +159,13 @@ class QueueWake:
             try:
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    conn.execute(f"LISTEN {self._stop_channel}")
                     self._listening.set()
                     self.callback()  # anything queued while we were not listening
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=LISTEN_TIMEOUT_S, stop_after=1):
-                            self.callback()
+                        for note in conn.notifies(timeout=LISTEN_TIMEOUT_S, stop_after=1):
+                            if note.channel == CHANNEL:
+                                self.callback()
             except psycopg.Error as exc:
                 self._listening.clear()
                 log.warning("queue wake: listener lost (%s); the claim tick covers it", exc)

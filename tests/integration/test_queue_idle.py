@@ -14,6 +14,8 @@ from pipeline.core.errors import RetryableError
 from pipeline.queue import scheduler as scheduler_module
 from pipeline.queue.scheduler import RunContext, Scheduler
 from pipeline.store import Run, Store
+from pipeline.store import wake as wake_module
+from pipeline.store.wake import QueueWake
 
 from .test_queue import SETTINGS, WAIT_S, terminal, wait_for
 
@@ -118,3 +120,19 @@ def test_an_idle_claimer_does_not_look_at_the_queue_when_nothing_changed(
     assert counting.claims == looked
     store.enqueue("alpha")
     assert ran.wait(WAIT_S)
+
+
+def test_stopping_wakes_the_listener_instead_of_waiting_out_its_timeout(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the listener blocks on its connection; a stop notifies a channel of its
+    own, so the thread ends within stop's join even when the wait would last a minute."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite has no listener thread: its wake is a connection event")
+    monkeypatch.setattr(wake_module, "LISTEN_TIMEOUT_S", 60.0)
+    calls: list[int] = []
+    wake = QueueWake(store.engine, str(store.url), lambda: calls.append(1))
+    wake.start()
+    assert wake.wait_listening(WAIT_S)
+    wake.stop()
+    assert wake._thread is not None and not wake._thread.is_alive()
