@@ -363,6 +363,7 @@ def test_pipeline_ignoring_its_stop_is_abandoned_and_the_run_ends(
     store.cancel_run(run_id, by="alice")
     try:
         run = wait_for(lambda: terminal(store, run_id))
+        wait_for(lambda: finished)  # told right after the outcome is written
         assert run.state == "cancelled" and [r.id for r in finished] == [run_id]
         wait_for(lambda: scheduler.running == [])
     finally:
