@@ -16,6 +16,7 @@ from pipeline.queue.scheduler import RunContext, Scheduler
 from pipeline.store import Run, Store
 from pipeline.store import wake as wake_module
 from pipeline.store.wake import QueueWake
+from pipeline.testing.databases import open_store
 
 from .test_queue import SETTINGS, WAIT_S, terminal, wait_for
 
@@ -123,16 +124,16 @@ def test_an_idle_claimer_does_not_look_at_the_queue_when_nothing_changed(
 
 
 def test_stopping_wakes_the_listener_instead_of_waiting_out_its_timeout(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On PostgreSQL the listener blocks on its connection; a stop notifies a channel of its
-    own, so the thread ends within stop's join even when the wait would last a minute."""
-    if store.engine.dialect.name != "postgresql":
-        pytest.skip("SQLite has no listener thread: its wake is a connection event")
+    own, so the thread ends within stop's join even when the wait would last a minute.
+    (SQLite has no listener thread: its wake is a connection event.)"""
     monkeypatch.setattr(wake_module, "LISTEN_TIMEOUT_S", 60.0)
     calls: list[int] = []
-    wake = QueueWake(store.engine, str(store.url), lambda: calls.append(1))
-    wake.start()
-    assert wake.wait_listening(WAIT_S)
-    wake.stop()
-    assert wake._thread is not None and not wake._thread.is_alive()
+    with open_store(postgres_url) as store:
+        wake = QueueWake(store.engine, str(store.url), lambda: calls.append(1))
+        wake.start()
+        assert wake.wait_listening(WAIT_S)
+        wake.stop()
+        assert wake._thread is not None and not wake._thread.is_alive()
