@@ -123,12 +123,14 @@ class Scheduler:
         with self._claiming:
             pass  # a claim in flight finishes (and its worker is joined below); none starts after
         self._periodic.shutdown()
+        graceful_until = time.monotonic() + grace_s
         self._slots.join_workers(grace_s)
         now = self.clock()
         for worker in self._slots.workers():
             worker.request_stop("shutdown", now)
         self._slots.join_workers(self.settings.kill_grace_s + 1.0)
-        self._slots.join_finishing(grace_s)
+        # Endings still being told share the same grace (a stopped run tells none).
+        self._slots.join_finishing(max(0.0, graceful_until - time.monotonic()))
         self._monitor_stop.set()
         self._has_work.set()
         for thread in self._threads:
