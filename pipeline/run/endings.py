@@ -48,13 +48,15 @@ from pipeline.notify.escalation import (
 )
 from pipeline.run.recovery import Recovery
 from pipeline.run.resume import question_of
-from pipeline.store import Run, RunFilter, Store
+from pipeline.store import Run, Store
 
 log = logging.getLogger(__name__)
 
 # At start-up, endings this recent that were never announced are announced.
 LOOKBACK = timedelta(hours=1)
 SWEEP_LIMIT = 200
+# The side effect that says a run's ending was told: this prefix and the run's id.
+DONE_PREFIX = "ending:run="
 
 
 class Endings:
@@ -96,8 +98,12 @@ class Endings:
         repo = self.settings.repo(run.repo_name)
         if repo is None:
             log.warning(
-                "run %s ended %s; repo %s is no longer configured", run.id, run.state, run.repo_name
+                "run %s ended %s; repo %s is no longer configured, so the ending is not told",
+                run.id,
+                run.state,
+                run.repo_name,
             )
+            self.store.claim_side_effect(_done_key(run), run_id=run.id)  # said once, not per pass
             return
         self.recovery.freeze_unhealed(run)
         text = self.describe(run, repo)
@@ -214,17 +220,12 @@ class Endings:
         """Announce recent endings nobody announced; log freezes and unfreezes. How many."""
         self._watch_freezes()
         done = 0
-        for state in TERMINAL_STATES:
-            for run in self.store.list_runs(RunFilter(state=state, limit=SWEEP_LIMIT)):
-                if run.finished_at is None or run.finished_at < self.since:
-                    continue
-                if self.store.has_side_effect(_done_key(run)):
-                    continue
-                try:
-                    self.announce(run)
-                    done += 1
-                except Exception as exc:  # the tracker may be down: the next pass retries
-                    log.warning("run %s: ending not announced yet (%s)", run.id, exc)
+        for run in self.store.unannounced_endings(self.since, DONE_PREFIX, SWEEP_LIMIT):
+            try:
+                self.announce(run)
+                done += 1
+            except Exception as exc:  # the tracker may be down: the next pass retries
+                log.warning("run %s: ending not announced yet (%s)", run.id, exc)
         return done
 
     def _watch_freezes(self) -> None:
@@ -255,7 +256,7 @@ def _answerable(run: Run) -> bool:
 
 
 def _done_key(run: Run) -> str:
-    return f"ending:run={run.id}"
+    return f"{DONE_PREFIX}{run.id}"
 
 
 def _headline(run: Run, frozen_here: bool) -> str:

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select
+from sqlalchemy import Select, String, cast, exists, func, literal, or_, select
 
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
 from pipeline.store.models import (
     BUSY_STATES,
+    TERMINAL_STATES,
     EscalationRow,
     IssueRow,
     NotificationRow,
     RepoRow,
     RunEventRow,
     RunRow,
+    SideEffectRow,
 )
 from pipeline.store.records import (
     Escalation,
@@ -104,6 +107,24 @@ class HistoryMixin(StoreBase):
         flt = flt or RunFilter()
         query = filtered(runs_query(), flt)
         query = query.order_by(RunRow.id.desc()).limit(flt.limit).offset(flt.offset)
+        with self._read() as conn:
+            return [run_from_row(row) for row in conn.execute(query)]
+
+    def unannounced_endings(self, since: datetime, key_prefix: str, limit: int) -> list[Run]:
+        """Runs that ended at or after ``since`` with no side effect ``key_prefix<run id>``.
+
+        One statement however long the history: the endings pass asks it every
+        few seconds, so an idle daemon pays one indexed read, not one per state
+        and per recent run.
+        """
+        key = literal(key_prefix) + cast(RunRow.id, String)
+        told = exists().where(SideEffectRow.key == key)
+        query = (
+            runs_query()
+            .where(RunRow.finished_at >= since, RunRow.state.in_(TERMINAL_STATES), ~told)
+            .order_by(RunRow.id.desc())
+            .limit(limit)
+        )
         with self._read() as conn:
             return [run_from_row(row) for row in conn.execute(query)]
 

@@ -129,6 +129,7 @@ class RunRow(Base):
         Index("ix_runs_claim", "state", "repo_id", "priority", "id"),
         Index("ix_runs_repo_created", "repo_id", "created_at"),
         Index("ix_runs_parent", "parent_id"),
+        Index("ix_runs_finished", "finished_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from pipeline.run.endings import Endings
 from pipeline.run.recovery import Recovery
 from pipeline.store import EnqueueOptions, Run, SeenIssue, Store
 from pipeline.trackers.local import LocalTracker
+from tests.integration.sql_log import StatementLog
 
 WORKING, BLOCKED = "agent-working", "agent-blocked"
 
@@ -165,3 +168,54 @@ def test_the_sweep_announces_endings_written_elsewhere(world: World) -> None:
     assert world.endings.sweep() == 0
     assert world.labels(local.id) == () and len(world.comments(local.id)) == 1
     assert "cancelled by cli" in world.comments(local.id)[0]
+
+
+def _ended_and_told(world: World, count: int) -> None:
+    for _ in range(count):
+        _, run = world.issue_run(max_attempts=1)
+        world.finish(run, "failed", "push_auth", "refused")
+    assert world.endings.sweep() == count
+
+
+def test_the_sweep_reads_the_history_once_however_many_runs_ended(world: World) -> None:
+    """The periodic pass costs the same statements with 2 or 6 recent endings told."""
+    _ended_and_told(world, 2)
+    with StatementLog(world.store.engine) as few:
+        assert world.endings.sweep() == 0
+    _ended_and_told(world, 4)
+    with StatementLog(world.store.engine) as many:
+        assert world.endings.sweep() == 0
+    assert many.queries == few.queries <= 2, many.statements
+
+
+def test_unannounced_endings_are_the_recent_untold_ones_newest_first(world: World) -> None:
+    """Terminal runs ended since the cut-off and not told yet, newest first, up to the limit."""
+    runs = []
+    for _ in range(3):
+        _, run = world.issue_run(max_attempts=1)
+        runs.append(world.finish(run, "failed", "push_auth", "refused"))
+    _, busy = world.issue_run()
+    since = min(r.finished_at for r in runs if r.finished_at is not None)
+    world.store.claim_side_effect(f"told:{runs[1].id}", run_id=runs[1].id)
+    world.store.claim_side_effect(f"other:{runs[2].id}", run_id=runs[2].id)
+    found = world.store.unannounced_endings(since, "told:", 10)
+    assert [r.id for r in found] == [runs[2].id, runs[0].id]
+    assert [r.id for r in world.store.unannounced_endings(since, "told:", 1)] == [runs[2].id]
+    later = max(r.finished_at for r in runs if r.finished_at is not None) + timedelta(seconds=1)
+    assert world.store.unannounced_endings(later, "told:", 10) == []
+    assert busy.id not in {r.id for r in found}
+
+
+def test_an_ending_of_a_repo_no_longer_configured_is_logged_once(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A repo removed from the config: its ending is said once, not at every pass."""
+    _, run = world.issue_run(max_attempts=1)
+    world.finish(run, "failed", "push_auth", "refused")
+    settings = dataclasses.replace(world.endings.settings, repos=())
+    endings = Endings(settings, world.store, world.endings.lifecycle, world.recovery, world.inbox)
+    with caplog.at_level(logging.WARNING, logger="pipeline.run.endings"):
+        endings.sweep()
+        endings.sweep()
+    said = [r for r in caplog.records if "no longer configured" in r.getMessage()]
+    assert len(said) == 1 and world.inbox.sent == []
