@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from pipeline.config.settings import RepoSettings, Settings
@@ -26,10 +26,11 @@ from pipeline.intake.commands import ResumeCommands, answered_run
 from pipeline.intake.dependencies import DependencyCheck, report_problem
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.intake.lists import Lazy, Listed, fetch_lists
-from pipeline.store import Issue, IssueSnapshot, SeenIssue
+from pipeline.intake.records import IntakeMetrics, PollReport, TrackerHealth, Vouch, seen
+from pipeline.store import Issue
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
-from pipeline.trackers.base import LabelMark, Tracker, TrackerIssue
+from pipeline.trackers.base import Tracker, TrackerIssue
 from pipeline.trackers.webhooks import WebhookPayloadError, parse_event, verify
 
 log = logging.getLogger(__name__)
@@ -37,33 +38,6 @@ log = logging.getLogger(__name__)
 MAX_POLL_BACKOFF_S = 900.0
 OPEN_STATES = ("open", "opened", "")  # GitLab says "opened"
 T = TypeVar("T")
-
-
-@dataclass
-class TrackerHealth:
-    """Back-off state of one tracker's polling."""
-
-    failures: int = 0
-    not_before: float = 0.0
-    last_error: str | None = None
-
-
-@dataclass(frozen=True)
-class PollReport:
-    tracker: str
-    seen: int = 0
-    enqueued: int = 0
-    unchanged: int = 0
-    skipped: bool = False
-    error: str | None = None
-
-
-@dataclass
-class IntakeMetrics:
-    """Counters the HTTP metrics endpoint reads."""
-
-    poll_errors: dict[str, int] = field(default_factory=dict)
-    webhooks_rejected: dict[str, int] = field(default_factory=dict)
 
 
 class Intake:
@@ -239,20 +213,23 @@ class Intake:
     # Deciding ----------------------------------------------------------------
 
     def consider(
-        self, repo: RepoSettings, issue: TrackerIssue, labeller: str | None = None
+        self, repo: RepoSettings, issue: TrackerIssue, vouch: Vouch | None = None
     ) -> EnqueueResult | None:
-        """Enqueue ``issue`` if its ready label came from a trusted actor."""
-        tracker = self.trackers[repo.tracker]
+        """Enqueue ``issue`` if its ready label came from a trusted actor.
+
+        ``vouch`` is what the forge said of the label when it was read beside
+        the issue (the webhook path); else it is read here.
+        """
         ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
         if issue.is_pull_request or ready not in issue.labels or issue.state not in OPEN_STATES:
             return None
-        mark = tracker.label_event(repo.slug, issue.number, ready)
-        actor = labeller or (mark.actor if mark else None)
-        if actor is None or not tracker.is_trusted(repo.slug, actor):
+        vouch = vouch or self._vouch(repo, issue.number, None)
+        actor, mark = vouch.actor, vouch.mark
+        if actor is None or not vouch.trusted:
             log.info("%s#%s: ready label from untrusted %s ignored", repo.name, issue.number, actor)
             self.lifecycle.untrusted(repo, issue.number, actor)
             return None
-        record = self.store.upsert_issue(repo.name, _seen(repo, issue, actor, mark))
+        record = self.store.upsert_issue(repo.name, seen(repo, issue, actor, mark))
         options = EnqueueOptions(
             issue_id=record.id,
             max_attempts=self.settings.scheduler.max_attempts,
@@ -347,10 +324,31 @@ class Intake:
         ).start()
         return 202, {"status": "accepted", "issue": event.issue_number}
 
+    def _vouch(self, repo: RepoSettings, number: int, labeller: str | None) -> Vouch:
+        """Who added the ready label (``labeller`` when the event named them) and their trust.
+
+        With the labeller known, the label event and the permission are read at once.
+        """
+        tracker = self.trackers[repo.tracker]
+        ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
+        if labeller is None:
+            mark = tracker.label_event(repo.slug, number, ready)
+            actor = mark.actor if mark else None
+            return Vouch(mark, actor, actor is not None and tracker.is_trusted(repo.slug, actor))
+        with ThreadPoolExecutor(2, thread_name_prefix="vouch") as pool:
+            trusted = pool.submit(tracker.is_trusted, repo.slug, labeller)
+            mark = tracker.label_event(repo.slug, number, ready)
+            return Vouch(mark, labeller, trusted.result())
+
     def _fetch_and_consider(self, repo: RepoSettings, number: int, sender: str) -> None:
+        """A webhook's issue: the issue, its label event and the labeller's permission
+        are read at once, so the pickup waits for the slowest read, not their sum."""
         try:
-            issue = self.trackers[repo.tracker].get_issue(repo.slug, number)
-            self.consider(repo, issue, labeller=sender or None)
+            with ThreadPoolExecutor(1, thread_name_prefix="webhook-issue") as pool:
+                detail = pool.submit(self.trackers[repo.tracker].get_issue, repo.slug, number)
+                vouch = self._vouch(repo, number, sender or None)
+                issue = detail.result()
+            self.consider(repo, issue, vouch)
         except (RetryableError, FatalError, QueueFull) as exc:
             # Polling is the safety net: the issue is picked up on the next poll.
             log.warning(
@@ -363,25 +361,6 @@ class Intake:
         if self.on_webhook_rejected is not None:
             self.on_webhook_rejected(tracker, reason)
         return status, {"error": reason}
-
-
-def _seen(repo: RepoSettings, issue: TrackerIssue, actor: str, mark: LabelMark | None) -> SeenIssue:
-    """The issue as intake records it when a trusted actor's ready label is accepted."""
-    return SeenIssue(
-        tracker=repo.tracker,
-        number=issue.number,
-        title=issue.title,
-        author=issue.author,
-        url=issue.url,
-        external_id=issue.external_id,
-        labeller=actor,
-        remote_updated_at=issue.updated_at,
-        # What the trusted label vouched for, kept the first time it is seen (see
-        # pipeline.intake.issue_text): later polls and edits never overwrite it.
-        snapshot=IssueSnapshot(
-            issue.title, issue.body, mark.at if mark else None, issue.updated_at
-        ),
-    )
 
 
 def dumps(payload: Mapping[str, object]) -> bytes:

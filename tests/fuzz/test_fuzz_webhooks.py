@@ -106,6 +106,12 @@ class _Tracker:
     def get_issue(self, slug: str, number: int) -> Any:
         raise FatalError("missing_issue", f"{slug}#{number}: gone")
 
+    def label_event(self, slug: str, number: int, label: str) -> Any:
+        raise FatalError("missing_issue", f"{slug}#{number}: gone")
+
+    def is_trusted(self, slug: str, actor: str) -> bool:
+        raise FatalError("missing_repo", f"{slug}: gone")
+
 
 @pytest.fixture(scope="module")
 def intake() -> Iterator[Intake]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -240,3 +241,50 @@ def test_gitea_label_update_by_a_trusted_user_does_not_vouch_for_an_untrusted_la
         [comment] = untrusted_comments(fake, number)
         assert "@mallory" in comment
         assert harness.world.runs() == []
+
+
+class MeetingTracker:
+    """A tracker client whose first issue read, label-event read and (when the
+    delivery names the labeller) permission read each wait until all of them
+    have started: read one after another, they never meet and the barrier breaks."""
+
+    def __init__(self, inner: Any, parties: int) -> None:
+        self.inner = inner
+        self.barrier = threading.Barrier(parties, timeout=60)
+        self.met: list[str] = []
+
+    def _meet(self, name: str) -> None:
+        if name not in self.met:
+            self.met.append(name)
+            self.barrier.wait()
+
+    def get_issue(self, slug: str, number: int) -> Any:
+        self._meet("get_issue")
+        return self.inner.get_issue(slug, number)
+
+    def label_event(self, slug: str, number: int, label: str) -> Any:
+        self._meet("label_event")
+        return self.inner.label_event(slug, number, label)
+
+    def is_trusted(self, slug: str, actor: str) -> bool:
+        if self.barrier.parties == 3:
+            self._meet("is_trusted")
+        return bool(self.inner.is_trusted(slug, actor))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_webhook_reads_the_issue_and_its_label_at_once(harness: Harness) -> None:
+    """The issue, its label event and the named labeller's permission are read
+    concurrently (Gitea names no labeller: its permission is read after the event)."""
+    forge = harness.fake.forge
+    names = harness.world.intake.trackers
+    [name] = list(names)
+    meeting = MeetingTracker(names[name], 2 if forge == "gitea" else 3)
+    harness.world.intake.trackers = {name: meeting}
+    number = harness.fake.add_issue(SLUG, "hooked", labels=[READY])
+    assert harness.send(harness.labelled(number, "alice")).status_code == 202
+    runs = harness.wait_for_run(timeout_s=90)
+    assert [run.issue_number for run in runs] == [number], meeting.met
+    assert not meeting.barrier.broken
