@@ -29,7 +29,7 @@ from pipeline.queue.scheduler import Scheduler
 from pipeline.run.budget import DailyBudget
 from pipeline.run.endings import Endings
 from pipeline.run.flow import FlowDeps, RunFlow
-from pipeline.run.recovery import Recovery
+from pipeline.run.recovery import Recovery, unhealed_freeze
 from pipeline.sandbox import (
     NetworkPolicy,
     Sandbox,
@@ -146,6 +146,7 @@ class Daemon:
             on_finished=self.endings.announce,
         )
         scheduler.excluded_repos = self.budget.over_budget
+        scheduler.freeze_policy = unhealed_freeze
         scheduler.on_settled = self.endings.settle
         return scheduler
 

@@ -39,6 +39,7 @@ from pipeline.queue.slots import Slots
 from pipeline.queue.worker import RunContext, Worker, stop_error, summarise_traceback, write_outcome
 from pipeline.store.claim import SweepReport
 from pipeline.store.records import Run
+from pipeline.store.repos import FreezePolicy
 from pipeline.store.roles import QueueStore
 from pipeline.store.wake import QueueWake
 
@@ -79,10 +80,12 @@ class Scheduler:
         self.max_concurrency = max_concurrency
         self.owner = owner or default_owner()
         # Called with a terminal run while it still holds its slot (what must happen
-        # before the next claim, e.g. freezing its repo), then ``on_finished`` once the
-        # slot is free (telling the issue and the humans, which may wait on a forge).
+        # before this process claims again), then ``on_finished`` once the slot is free
+        # (telling the issue and the humans, which may wait on a forge).
         self.on_settled: Callable[[Run], None] | None = None
         self.on_finished = on_finished
+        # Whether an ending freezes its repo, written with the ending (a worker's or the sweep's).
+        self.freeze_policy: FreezePolicy | None = None
         # Repos not to claim from now (e.g. over budget); set by the daemon.
         self.excluded_repos: Callable[[], Collection[int]] | None = None
         self.clock: Callable[[], float] = time.monotonic
@@ -183,7 +186,9 @@ class Scheduler:
             self._claiming.release()
 
     def sweep_once(self) -> SweepReport:
-        report: SweepReport = self.store.sweep(max_recoveries=self.settings.max_recoveries)
+        report: SweepReport = self.store.sweep(
+            max_recoveries=self.settings.max_recoveries, freeze_policy=self.freeze_policy
+        )
         if report.changed:
             log.info("sweep: %s", report)
             self._wake.set()
@@ -280,7 +285,9 @@ class Scheduler:
         if not worker.claim_settlement():
             return None
         try:
-            run = write_outcome(self.store, worker, self.settings, result, error)
+            run = write_outcome(
+                self.store, worker, self.settings, result, error, self.freeze_policy
+            )
         except Exception as exc:
             log.warning(
                 "run %s: outcome not written (%s); the lease will expire",

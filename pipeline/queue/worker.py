@@ -29,6 +29,7 @@ from pipeline.core.errors import (
 from pipeline.core.proc import StopToken
 from pipeline.core.states import TERMINAL_STATES, TIMEOUT_CLASS, Outcome, RunState
 from pipeline.store.records import Run
+from pipeline.store.repos import FreezePolicy, RepoFreeze
 from pipeline.store.roles import WorkerStore
 
 log = logging.getLogger(__name__)
@@ -172,44 +173,73 @@ def write_outcome(
     settings: SchedulerSettings,
     result: Outcome | str | None,
     exc: BaseException | None,
+    freeze_policy: FreezePolicy | None = None,
 ) -> Run | None:
     """Write what the run's end means; None when nothing may be written (lease lost).
 
     A run stopped by its time limit ends with the error class ``timeout``
     (retried like any transient failure), never as ``cancelled``, and a run
     stopped by the daemon's shutdown is left to lease recovery: whatever the
-    pipeline raised while being stopped, the stop's reason decides.
+    pipeline raised while being stopped, the stop's reason decides. An ending
+    ``freeze_policy`` asks a freeze for is written together with that freeze.
     """
     run, reason = worker.run, worker.stop.reason
     if reason == "lease_lost" or isinstance(exc, LeaseLost):
         return None
+    ending = _Ending(store, worker, freeze_policy)
     outcome = _as_outcome(result) if exc is None else None
     if outcome is not None:
-        return _finish(store, worker, outcome)
+        return ending.finish(outcome)
     if reason == "timeout":
         exc = stop_error("timeout", run.timeout_s)
     elif reason == "cancelled" or (reason is None and isinstance(exc, CancelRequested)):
-        cancelled = Outcome(RunState.CANCELLED, "cancelled", "cancelled while running")
-        return _finish(store, worker, cancelled)
+        return ending.finish(Outcome(RunState.CANCELLED, "cancelled", "cancelled while running"))
     elif reason is not None or isinstance(exc, ShuttingDown):
         # Shutting down, whatever the stopped step raised (a killed git or agent raises
         # CancelRequested): the lease expires and a sweep requeues the run.
         return None
     if exc is None:
         exc = RuntimeError(f"the run pipeline returned {result!r}, not an outcome")
-    return _write_error(store, worker, settings, exc)
+    return _write_error(ending, settings, exc)
 
 
-def _finish(store: WorkerStore, worker: Worker, outcome: Outcome) -> Run:
-    return store.finish(
-        worker.run.id,
-        worker.ctx.owner,
-        worker.ctx.attempt,
-        outcome.state,
-        error_class=outcome.error_class,
-        error=outcome.error,
-        summary=outcome.summary,
-    )
+@dataclass(frozen=True)
+class _Ending:
+    """The fenced writes that end (or retry) one run, each with the freeze it calls for."""
+
+    store: WorkerStore
+    worker: Worker
+    freeze_policy: FreezePolicy | None
+
+    def freeze(self, outcome: Outcome) -> RepoFreeze | None:
+        policy = self.freeze_policy
+        return policy(self.worker.run, outcome) if policy is not None else None
+
+    def finish(self, outcome: Outcome) -> Run:
+        return self.store.finish(
+            self.worker.run.id,
+            self.worker.ctx.owner,
+            self.worker.ctx.attempt,
+            outcome.state,
+            error_class=outcome.error_class,
+            error=outcome.error,
+            summary=outcome.summary,
+            freeze=self.freeze(outcome),
+        )
+
+    def retry(self, delay_s: float, error_class: str, error: str) -> Run:
+        """A counted failure; the freeze is written only if it uses up the attempts."""
+        used_up = self.freeze(Outcome(RunState.FAILED, error_class, error))
+        ctx = self.worker.ctx
+        return self.store.schedule_retry(
+            self.worker.run.id,
+            ctx.owner,
+            ctx.attempt,
+            delay_s=delay_s,
+            error_class=error_class,
+            error=error,
+            freeze=used_up,
+        )
 
 
 def _as_outcome(result: Outcome | str | None) -> Outcome | None:
@@ -223,21 +253,17 @@ def _as_outcome(result: Outcome | str | None) -> Outcome | None:
     return None
 
 
-def _write_error(
-    store: WorkerStore, worker: Worker, settings: SchedulerSettings, exc: BaseException
-) -> Run:
-    run, owner, attempt = worker.run, worker.ctx.owner, worker.ctx.attempt
+def _write_error(ending: _Ending, settings: SchedulerSettings, exc: BaseException) -> Run:
     if isinstance(exc, FatalError):
-        return store.finish(run.id, owner, attempt, "failed", error_class=exc.kind, error=str(exc))
+        return ending.finish(Outcome(RunState.FAILED, exc.kind, str(exc)))
     if isinstance(exc, EscalationError):
-        return store.finish(
-            run.id, owner, attempt, "escalated", error_class=exc.reason, error=str(exc)
-        )
+        return ending.finish(Outcome(RunState.ESCALATED, exc.reason, str(exc)))
+    run, owner, attempt = ending.worker.run, ending.worker.ctx.owner, ending.worker.ctx.attempt
     kind, retry_after = unexpected_kind(exc), None
     if isinstance(exc, RetryableError):
         kind, retry_after = exc.kind, exc.retry_after_s
     else:
-        store.append_event_fenced(
+        ending.store.append_event_fenced(
             run.id,
             owner,
             attempt,
@@ -252,9 +278,7 @@ def _write_error(
         retry_after_s=retry_after,
     )
     message = str(exc) if isinstance(exc, RetryableError) else f"{type(exc).__name__}: {exc}"
-    return store.schedule_retry(
-        run.id, owner, attempt, delay_s=delay, error_class=kind, error=message
-    )
+    return ending.retry(delay, kind, message)
 
 
 def unexpected_kind(exc: BaseException) -> str:

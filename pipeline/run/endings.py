@@ -14,10 +14,12 @@ ending, ``Endings.announce`` then does the same four things once:
 4. one notification with the same text (claimed in the store first, so a
    second replica or a repeated pass never sends it twice).
 
-The scheduler calls ``settle`` while an ended run still holds its slot (an
-unhealed fix-forward freezes its repo before the slot takes another run),
-then ``announce`` once the slot is free, so a forge that paces its writes
-never delays the next claim; ``sweep`` runs
+An unhealed fix-forward's freeze is written with its ending, in the same
+transaction (the scheduler's ``freeze_policy``), so no claim sees its repo
+open; ``settle`` (while the ended run still holds its slot) and ``announce``
+freeze after the fact a repo whose fix-forward was ended another way. The
+scheduler calls ``announce`` once the slot is free, so a forge that paces its
+writes never delays the next claim; ``sweep`` runs
 periodically and announces endings written elsewhere (the sweeper, a cancel
 of a waiting run from the CLI, a replica that died mid-announcement).
 """
@@ -84,7 +86,8 @@ class Endings:
 
     def settle(self, run: Run) -> None:
         """What must follow a terminal ``run`` before its slot takes another run: an
-        unhealed fix-forward freezes its repo. ``announce`` then tells the humans."""
+        unhealed fix-forward's repo is frozen (a no-op when its ending froze it already).
+        ``announce`` then tells the humans."""
         self.recovery.freeze_unhealed(run)
 
     def announce(self, run: Run) -> None:

@@ -31,11 +31,13 @@ from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.run.scope import RunScope
-from pipeline.store import EnqueueOptions, Run, Store
+from pipeline.store import EnqueueOptions, RepoFreeze, Run, Store
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FIX_FORWARD_PRIORITY", "Recovery", "Verdict"]
+__all__ = ["FIX_FORWARD_PRIORITY", "Recovery", "Verdict", "unhealed_freeze"]
+
+FROZEN_BY = "afk-pipeline"
 
 EVIDENCE_CHARS = 6_000
 DIFF_CHARS = 8_000
@@ -223,26 +225,38 @@ class Recovery:
 
         The log line is the endings pass's, which sees every freeze (a human's too).
         """
-        self.store.freeze_repo(repo, reason, by="afk-pipeline", run_id=run_id)
+        self.store.freeze_repo(repo, reason, by=FROZEN_BY, run_id=run_id)
 
     def freeze_unhealed(self, run: Run) -> bool:
-        """A fix-forward that ended without healing (failed, cancelled) freezes its repo.
+        """After the fact: a fix-forward that ended without healing freezes its repo.
 
-        Escalated fix-forwards were frozen by ``escalate``; one that failed with
-        ``deploy_broken`` has queued the next fix-forward of its chain. True if
-        this call froze the repo.
+        The worker's ending writes this freeze with the finish itself (the
+        scheduler's ``freeze_policy``); this catches the endings written
+        elsewhere (the sweeper, a cancel of a waiting run) and is a no-op on a
+        repo frozen already. True if this call froze the repo.
         """
-        if run.kind != "fix_forward" or run.state not in (RunState.FAILED, RunState.CANCELLED):
+        freeze = unhealed_freeze(run, Outcome(RunState(run.state), run.error_class, run.error))
+        if freeze is None or self.settings.repo(run.repo_name) is None:
             return False
-        if run.error_class == DEPLOY_BROKEN_CLASS or self.settings.repo(run.repo_name) is None:
-            return False
-        record = self.store.get_repo(run.repo_name)
-        if record is not None and record.frozen:
-            return False
-        reason = f"fix-forward run {run.id} ended {run.state} ({run.error_class or 'no cause'})"
-        self.freeze(run.repo_name, reason, run.id)
-        self.store.add_escalation(run.repo_name, FROZEN_REASON, f"{reason}: {run.error}", run.id)
-        return True
+        return self.store.freeze_repo(
+            run.repo_name, freeze.reason, by=freeze.by, run_id=run.id, escalation=freeze.escalation
+        )
+
+
+def unhealed_freeze(run: Run, ending: Outcome) -> RepoFreeze | None:
+    """The freeze ``run`` ending as ``ending`` calls for: one for a fix-forward ending
+    failed or cancelled without healing, else None.
+
+    Escalated fix-forwards were frozen by ``Recovery.escalate``; one that failed with
+    ``deploy_broken`` has queued the next fix-forward of its chain. The one rule for
+    both the finish that ends the run and the after-the-fact ``freeze_unhealed``.
+    """
+    if run.kind != "fix_forward" or ending.state not in (RunState.FAILED, RunState.CANCELLED):
+        return None
+    if ending.error_class == DEPLOY_BROKEN_CLASS:
+        return None
+    reason = f"fix-forward run {run.id} ended {ending.state} ({ending.error_class or 'no cause'})"
+    return RepoFreeze(reason, FROZEN_BY, escalation=f"{reason}: {ending.error}")
 
 
 def _headline(verdict: Verdict) -> str:

@@ -37,7 +37,7 @@ from pipeline.store.outbox import (
     OutboxMixin,
 )
 from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
-from pipeline.store.repos import ReposMixin, UnknownRepo
+from pipeline.store.repos import RepoFreeze, ReposMixin, UnknownRepo
 from pipeline.store.retention import PruneReport, RetentionMixin, RetentionPolicy
 from pipeline.store.runs import (
     EnqueueOptions,
@@ -96,6 +96,7 @@ __all__ = [
     "PruneReport",
     "QueueFull",
     "Repo",
+    "RepoFreeze",
     "RepoSpend",
     "RetentionPolicy",
     "Run",

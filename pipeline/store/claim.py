@@ -15,7 +15,9 @@ has come, of a repo that is not frozen and has no busy run, while fewer than
 
 The sweeper runs on every replica with no leader: each change is a
 conditional UPDATE that re-checks the expired lease, so two sweepers (or a
-late heartbeat) can never both win. It too reads before it writes.
+late heartbeat) can never both win. It too reads before it writes. A run it
+ends (cancelled, timed out, recoveries used up) freezes its repo in the same
+transaction when the caller's ``freeze_policy`` says so.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pipeline.store.claim_pg import claim_postgres
 from pipeline.store.engine import db_now
 from pipeline.store.models import BUSY_STATES, TERMINAL_STATES, IssueRow, RepoRow, RunRow
 from pipeline.store.records import Run
+from pipeline.store.repos import FreezePolicy, freeze_as_policy_says
 from pipeline.store.runs import read_run
 
 # A unique violation on PostgreSQL (a stale snapshot lost a race) is retried this often.
@@ -235,7 +238,9 @@ class ClaimMixin(StoreBase):
                 return None
             return max(0.0, (due - db_now(conn)).total_seconds())
 
-    def sweep(self, *, max_recoveries: int) -> SweepReport:
+    def sweep(
+        self, *, max_recoveries: int, freeze_policy: FreezePolicy | None = None
+    ) -> SweepReport:
         """Recover expired leases and requeue runs whose retry time has come."""
         report = SweepReport()
         with self._read() as conn:
@@ -256,14 +261,20 @@ class ClaimMixin(StoreBase):
                 .order_by(RunRow.id)
             ).all()
             for row in expired:
-                self._recover(conn, row, now, max_recoveries, report)
+                self._recover(conn, row, (now, max_recoveries), report, freeze_policy)
             self._requeue(conn, now, report)
         return report
 
     def _recover(
-        self, conn: Connection, row: Any, now: datetime, max_recoveries: int, report: SweepReport
+        self,
+        conn: Connection,
+        row: Any,
+        when: tuple[datetime, int],
+        report: SweepReport,
+        freeze_policy: FreezePolicy | None,
     ) -> None:
-        run_id, owner, attempt = row[0], row[1], row[2]
+        """One expired lease, ``when`` = (now, max_recoveries)."""
+        (run_id, owner, attempt), (now, max_recoveries) = row[:3], when
         values, bucket_name = _recovery(row, now, max_recoveries)
         changed = conn.execute(
             update(RunRow)
@@ -276,17 +287,13 @@ class ClaimMixin(StoreBase):
             )
             .values(**values)
         ).rowcount
-        if changed == 1:
-            getattr(report, bucket_name).append(int(run_id))
-            message = f"lease of {owner} expired: {values['state']}"
-            self._append_event(
-                conn,
-                (run_id, attempt),
-                "state",
-                message,
-                {"state": values["state"], "owner": owner, "sweep": True},
-                now,
-            )
+        if changed != 1:
+            return
+        getattr(report, bucket_name).append(int(run_id))
+        message = f"lease of {owner} expired: {values['state']}"
+        data = {"state": values["state"], "owner": owner, "sweep": True}
+        self._append_event(conn, (run_id, attempt), "state", message, data, now)
+        freeze_as_policy_says(conn, read_run(conn, run_id), freeze_policy, now)
 
     def _requeue(self, conn: Connection, now: datetime, report: SweepReport) -> None:
         rows = conn.execute(

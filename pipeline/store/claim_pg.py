@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Integer, String, bindparam, column, text
+from sqlalchemy import Connection, Integer, String, bindparam, column, text
 from sqlalchemy.sql.elements import TextClause
 
 from pipeline.core.errors import LeaseLost
@@ -159,13 +159,15 @@ _FINISH = _finish_statement()
 
 
 def finish_postgres(
-    engine: Engine,
+    conn: Connection,
     fence: tuple[int, str, int, str],
     summary: str | None,
     values: dict[str, object],
 ) -> Run:
     """End a run we hold, ``fence`` = (run id, owner, attempt, state), in one statement.
 
+    On an autocommit ``conn`` the statement is its own transaction; in a transaction
+    it commits with whatever else the caller writes there (a freeze of the run's repo).
     ``LeaseLost`` when the run is no longer ours, as ``Store.finish`` raises.
     """
     from pipeline.store.history import run_from_row
@@ -178,8 +180,7 @@ def finish_postgres(
     params.update(
         summary=summary, message=mask(message)[:MAX_EVENT_MESSAGE], data_json=dump_data(data)
     )
-    with engine.connect() as conn:
-        row = conn.execution_options(isolation_level="AUTOCOMMIT").execute(_FINISH, params).first()
+    row = conn.execute(_FINISH, params).first()
     if row is None:
         raise LeaseLost(f"run {run_id} attempt {attempt} is no longer held by {owner}")
     return run_from_row(row)

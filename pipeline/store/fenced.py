@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict, Unpack
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from sqlalchemy import Connection, and_, select, update
 
@@ -21,6 +21,7 @@ from pipeline.store.claim_pg import finish_postgres
 from pipeline.store.engine import db_now
 from pipeline.store.models import BUSY_STATES, TERMINAL_STATES, RunRow
 from pipeline.store.records import Run
+from pipeline.store.repos import RepoFreeze, freeze_in
 from pipeline.store.runs import ended_values, read_run
 
 UPDATABLE_FIELDS = frozenset(
@@ -88,11 +89,26 @@ def _retry_values(
 
 
 class FinishDetails(TypedDict, total=False):
-    """Why a run ended: its error class and message, and a summary for the run list."""
+    """Why a run ended: its error class and message, and a summary for the run list.
+
+    ``freeze``, when given, freezes the run's repo in the transaction that ends the run
+    (whether an ending freezes is the caller's policy, ``pipeline.run.recovery``).
+    """
 
     error_class: str | None
     error: str | None
     summary: str | None
+    freeze: RepoFreeze | None
+
+
+class RetryDetails(TypedDict):
+    """A counted failure: the delay before the retry, why, and the freeze written with it
+    should this failure use up the run's attempts and end it ``failed``."""
+
+    delay_s: float
+    error_class: str
+    error: str
+    freeze: NotRequired[RepoFreeze | None]
 
 
 class FencedMixin(StoreBase):
@@ -178,14 +194,18 @@ class FencedMixin(StoreBase):
         state: str,
         **details: Unpack[FinishDetails],
     ) -> Run:
-        """End a run we hold in a terminal state; clears owner and lease."""
+        """End a run we hold in a terminal state; clears owner and lease.
+
+        With ``freeze`` the run's repo is frozen in the same transaction; a lost
+        fence (``LeaseLost``) writes neither.
+        """
         if state not in TERMINAL_STATES:
             raise ValueError(f"finish with {state!r}: a terminal state is one of {TERMINAL_STATES}")
         error_class, error = details.get("error_class"), details.get("error")
-        summary = details.get("summary")
+        summary, freeze = details.get("summary"), details.get("freeze")
         values: dict[str, object] = {"error_class": error_class, "error": error}
         if self.dialect == "postgresql":  # one statement (pipeline.store.claim_pg)
-            return finish_postgres(self.engine, (run_id, owner, attempt, state), summary, values)
+            return self._finish_postgres((run_id, owner, attempt, state), summary, values, freeze)
         if summary is not None:
             values["summary"] = summary
         with self._write() as conn:
@@ -194,20 +214,31 @@ class FencedMixin(StoreBase):
                 conn, run_id, owner, attempt, {**ended_values(state, now), **values}
             )
             message = state if error is None else f"{state}: {error}"
-            self._append_event(
-                conn,
-                (run_id, attempt),
-                "state",
-                message,
-                {"state": state, "error_class": error_class},
-                now,
-            )
-            return read_run(conn, run_id)
+            data = {"state": state, "error_class": error_class}
+            self._append_event(conn, (run_id, attempt), "state", message, data, now)
+            return _frozen_with(conn, read_run(conn, run_id), freeze)
+
+    def _finish_postgres(
+        self,
+        fence: tuple[int, str, int, str],
+        summary: str | None,
+        values: dict[str, object],
+        freeze: RepoFreeze | None,
+    ) -> Run:
+        """The finish statement in autocommit; with a freeze, both in one transaction."""
+        if freeze is None:
+            with self.engine.connect() as conn:
+                autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
+                return finish_postgres(autocommit, fence, summary, values)
+        with self._write() as conn:
+            return _frozen_with(conn, finish_postgres(conn, fence, summary, values), freeze)
 
     def schedule_retry(
-        self, run_id: int, owner: str, attempt: int, *, delay_s: float, error_class: str, error: str
+        self, run_id: int, owner: str, attempt: int, **failure: Unpack[RetryDetails]
     ) -> Run:
-        """Count a failure; back to ``retry_wait`` for ``delay_s``, or ``failed`` when used up."""
+        """Count a failure; back to ``retry_wait`` for ``delay_s``, or ``failed`` when used up
+        (then with its ``freeze``, if any, in the same transaction)."""
+        error_class, error = failure["error_class"], failure["error"]
         with self._write() as conn:
             now = db_now(conn)
             row = conn.execute(
@@ -216,13 +247,20 @@ class FencedMixin(StoreBase):
             if row is None:
                 raise LeaseLost(f"run {run_id} attempt {attempt} is no longer held by {owner}")
             failures = int(row[0]) + 1
-            values, said = _retry_values(failures, int(row[1]), delay_s, now)
+            values, said = _retry_values(failures, int(row[1]), failure["delay_s"], now)
             values.update(failures=failures, error_class=error_class, error=error)
             self._fenced_update(conn, run_id, owner, attempt, values)
             data = {
                 "state": values["state"],
                 "error_class": error_class,
-                "delay_s": round(delay_s, 3),
+                "delay_s": round(failure["delay_s"], 3),
             }
             self._append_event(conn, (run_id, attempt), "state", f"{said}: {error}", data, now)
-            return read_run(conn, run_id)
+            return _frozen_with(conn, read_run(conn, run_id), failure.get("freeze"))
+
+
+def _frozen_with(conn: Connection, run: Run, freeze: RepoFreeze | None) -> Run:
+    """``run``, its repo frozen first in ``conn``'s transaction when it ended with a freeze."""
+    if freeze is not None and run.terminal:
+        freeze_in(conn, (run.repo_id, run.repo_name), run.id, freeze, db_now(conn))
+    return run

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.config.settings import RepoSettings
+from pipeline.core.states import Outcome, RunState
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
 from pipeline.store.models import EscalationRow, RepoRow
+from pipeline.store.records import Run
 
 
 class UnknownRepo(LookupError):
@@ -22,6 +24,80 @@ class UnknownRepo(LookupError):
     def __init__(self, name: str) -> None:
         super().__init__(f"repo {name!r} is not enrolled (see `pipeline repos list`)")
         self.name = name
+
+
+@dataclass(frozen=True)
+class RepoFreeze:
+    """A freeze to write: why, by whom, and the ``frozen`` escalation recorded with it, if any.
+
+    ``freeze_repo`` writes one on its own; ``finish`` and ``schedule_retry`` write one in
+    the transaction that ends the run, so no claim sees the run ended and its repo open.
+    """
+
+    reason: str
+    by: str
+    escalation: str | None = None
+
+
+# Whether a run ending so freezes its repo: the caller's policy
+# (``pipeline.run.recovery.unhealed_freeze``), applied where the run ends.
+FreezePolicy = Callable[[Run, Outcome], RepoFreeze | None]
+
+
+def freeze_as_policy_says(
+    conn: Connection, run: Run, policy: FreezePolicy | None, now: datetime
+) -> None:
+    """``run`` has just ended in ``conn``'s transaction: write the freeze ``policy`` asks for."""
+    if policy is None or not run.terminal:
+        return
+    freeze = policy(run, Outcome(RunState(run.state), run.error_class, run.error))
+    if freeze is not None:
+        freeze_in(conn, (run.repo_id, run.repo_name), run.id, freeze, now)
+
+
+def freeze_in(
+    conn: Connection,
+    repo: tuple[int, str],
+    run_id: int | None,
+    freeze: RepoFreeze,
+    now: datetime,
+) -> bool:
+    """Freeze ``repo`` (id, name) in ``conn``'s transaction; False if it was frozen already."""
+    repo_id, name = repo
+    changed = conn.execute(
+        update(RepoRow)
+        .where(RepoRow.id == repo_id, RepoRow.state != "frozen")
+        .values(
+            state="frozen",
+            frozen_reason=freeze.reason,
+            frozen_by=freeze.by,
+            frozen_run_id=run_id,
+            frozen_at=now,
+            updated_at=now,
+        )
+    ).rowcount
+    if not changed:
+        return False
+    if freeze.escalation is not None:
+        values = {"run_id": run_id, "repo_id": repo_id, "reason": "frozen", "created_at": now}
+        conn.execute(insert(EscalationRow).values(**values, detail=freeze.escalation))
+    data = {"repo": name, "frozen": True, "by": freeze.by}
+    _repo_event(conn, run_id, f"repo {name} frozen by {freeze.by}: {freeze.reason}", data, now)
+    return True
+
+
+def _repo_event(
+    conn: Connection,
+    run_id: int | None,
+    message: str,
+    data: Mapping[str, object],
+    now: datetime,
+) -> None:
+    """A freeze or unfreeze on the timeline of the run it concerns, if any."""
+    if run_id is None:
+        return
+    attempt = StoreBase._run_attempt(conn, run_id)
+    StoreBase._append_event(conn, (run_id, attempt), "repo", message, data, now)
 
 
 def _settings_json(repo: RepoSettings) -> str:
@@ -117,29 +193,8 @@ class ReposMixin(StoreBase):
         """
         with self._write() as conn:
             repo_id = self._known_repo(conn, name)
-            now = db_now(conn)
-            changed = conn.execute(
-                update(RepoRow)
-                .where(RepoRow.id == repo_id, RepoRow.state != "frozen")
-                .values(
-                    state="frozen",
-                    frozen_reason=reason,
-                    frozen_by=by,
-                    frozen_run_id=run_id,
-                    frozen_at=now,
-                    updated_at=now,
-                )
-            ).rowcount
-            if not changed:
-                return False
-            if escalation is not None:
-                values = {"run_id": run_id, "repo_id": repo_id, "reason": "frozen"}
-                conn.execute(
-                    insert(EscalationRow).values(**values, detail=escalation, created_at=now)
-                )
-            data = {"repo": name, "frozen": True, "by": by}
-            self._repo_event(conn, run_id, f"repo {name} frozen by {by}: {reason}", data, now)
-            return True
+            freeze = RepoFreeze(reason, by, escalation)
+            return freeze_in(conn, (repo_id, name), run_id, freeze, db_now(conn))
 
     def unfreeze_repo(self, name: str, note: str, by: str) -> bool:
         """Unfreeze a repo and acknowledge its open escalations. False if it was not frozen."""
@@ -172,7 +227,7 @@ class ReposMixin(StoreBase):
             )
             data = {"repo": name, "frozen": False, "by": by}
             said = f"repo {name} unfrozen by {by}: {note}"
-            self._repo_event(conn, frozen_run[0], said, data, now)
+            _repo_event(conn, frozen_run[0], said, data, now)
             return True
 
     def _known_repo(self, conn: Connection, name: str) -> int:
@@ -180,20 +235,6 @@ class ReposMixin(StoreBase):
         if repo_id is None:
             raise UnknownRepo(name)
         return repo_id
-
-    def _repo_event(
-        self,
-        conn: Connection,
-        run_id: int | None,
-        message: str,
-        data: Mapping[str, object],
-        now: datetime,
-    ) -> None:
-        """A freeze or unfreeze on the timeline of the run it concerns, if any."""
-        if run_id is None:
-            return
-        attempt = self._run_attempt(conn, run_id)
-        self._append_event(conn, (run_id, attempt), "repo", message, data, now)
 
     def add_escalation(self, repo: str, reason: str, detail: str, run_id: int | None = None) -> int:
         with self._write() as conn:

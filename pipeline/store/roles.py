@@ -12,10 +12,11 @@ from datetime import datetime
 from typing import Protocol, Unpack
 
 from pipeline.store.claim import SweepReport
-from pipeline.store.fenced import FinishDetails, Heartbeat
+from pipeline.store.fenced import FinishDetails, Heartbeat, RetryDetails
 from pipeline.store.issues import SeenIssue
 from pipeline.store.outbox import NotificationCounts
 from pipeline.store.records import Issue, Repo, Run, RunEvent, RunFilter, Stats
+from pipeline.store.repos import FreezePolicy
 from pipeline.store.retention import Progress, PruneReport, RetentionPolicy
 from pipeline.store.runs import EnqueueOptions, EnqueueResult
 from pipeline.store.totals import Histogram, RepoSpend
@@ -57,7 +58,7 @@ class WorkerStore(Protocol):
     ) -> Run: ...
 
     def schedule_retry(
-        self, run_id: int, owner: str, attempt: int, *, delay_s: float, error_class: str, error: str
+        self, run_id: int, owner: str, attempt: int, **failure: Unpack[RetryDetails]
     ) -> Run: ...
 
 
@@ -77,7 +78,9 @@ class QueueStore(WorkerStore, Protocol):
 
     def heartbeat(self, run_id: int, owner: str, attempt: int, lease_s: float) -> Heartbeat: ...
 
-    def sweep(self, *, max_recoveries: int) -> SweepReport: ...
+    def sweep(
+        self, *, max_recoveries: int, freeze_policy: FreezePolicy | None = None
+    ) -> SweepReport: ...
 
     def next_due_s(self) -> float | None: ...
 

@@ -89,7 +89,11 @@ def test_a_fix_forward_ending_without_healing_freezes_the_repo(
     assert recovery.freeze_unhealed(crashed) is True
     repo = store.get_repo("web")
     assert repo is not None and repo.frozen and repo.frozen_run_id == crashed.id
-    assert [e.reason for e in store.list_escalations("web")] == ["frozen"]
+    reason = f"fix-forward run {crashed.id} ended failed (agent_crash)"
+    assert (repo.frozen_reason, repo.frozen_by) == (reason, "afk-pipeline")
+    assert [(e.reason, e.detail) for e in store.list_escalations("web")] == [
+        ("frozen", f"{reason}: boom")
+    ]
     assert recovery.freeze_unhealed(crashed) is False  # frozen once
 
 
