@@ -9,8 +9,9 @@ the wake). Each sample waits a random phase of 0-1 s, labels an issue and
 sends GitHub's signed ``issues.labeled`` delivery; the latency is the run's
 ``started_at`` (the claim, on the database clock of this same host) minus the
 moment the delivery was sent, through an HTTP client built once per engine
-(as a forge keeps its own; building one takes tens of milliseconds). Samples rotate over the repos and wait for a
-repo's previous run to end first (not timed), so no sample waits on another.
+(as a forge keeps its own; building one takes tens of milliseconds). Samples
+rotate over the repos and wait for a repo's previous run to end first (not
+timed), so no sample waits on another.
 """
 
 from __future__ import annotations
