@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,11 +18,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 
 from pipeline.core.errors import ConfigError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# A pooled PostgreSQL connection idle this long is pinged before use (_postgres_engine).
+PING_AFTER_IDLE_S = 1.0
+_IDLE_SINCE = "afk_idle_since"
 _WRITE = "afk_write"
 
 
@@ -43,11 +47,46 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, parsed.database)
     if parsed.get_backend_name() == "postgresql":
-        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        return _postgres_engine(url)
     raise ConfigError(
         f"database_url: unsupported database {parsed.get_backend_name()!r}; "
         "use sqlite:///PATH or postgresql://USER@HOST/DB"
     )
+
+
+def _postgres_engine(url: str) -> Engine:
+    """A pooled engine whose connections are checked before use only after sitting idle.
+
+    A connection back in the pool for less than ``PING_AFTER_IDLE_S`` was
+    working a moment ago and is used as is; an older one is pinged first, and
+    replaced if the server has gone away meanwhile (a restart, a killed
+    backend). Pinging every checkout would double the round trips of a
+    one-statement claim or finish.
+    """
+    engine = create_engine(url, pool_size=5, max_overflow=10)
+    event.listen(engine, "checkin", _mark_idle)
+    event.listen(engine, "checkout", _ping_if_idle)
+    return engine
+
+
+def _mark_idle(_dbapi_connection: Any, record: Any) -> None:
+    record.info[_IDLE_SINCE] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    since = record.info.get(_IDLE_SINCE)
+    if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+        return
+    try:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SELECT 1")
+        finally:
+            cursor.close()
+        if not dbapi_connection.autocommit:
+            dbapi_connection.rollback()  # the ping's implicit transaction
+    except Exception as exc:  # the pool replaces this connection and tries another
+        raise DisconnectionError(f"pooled connection lost: {exc}") from exc
 
 
 def _sqlite_engine(url: str, database: str | None) -> Engine:
