@@ -335,7 +335,7 @@ class Intake:
             mark = tracker.label_event(repo.slug, number, ready)
             actor = mark.actor if mark else None
             return Vouch(mark, actor, actor is not None and tracker.is_trusted(repo.slug, actor))
-        with ThreadPoolExecutor(2, thread_name_prefix="vouch") as pool:
+        with ThreadPoolExecutor(1, thread_name_prefix="vouch") as pool:
             trusted = pool.submit(tracker.is_trusted, repo.slug, labeller)
             mark = tracker.label_event(repo.slug, number, ready)
             return Vouch(mark, labeller, trusted.result())

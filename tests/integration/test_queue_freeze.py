@@ -13,25 +13,15 @@ from typing import Any
 
 import pytest
 
-from pipeline.config.settings import SchedulerSettings
 from pipeline.core.errors import FatalError, RetryableError
 from pipeline.core.states import FIX_FORWARD_PRIORITY, Outcome, RunState
 from pipeline.queue.scheduler import RunContext, Scheduler
 from pipeline.run.recovery import unhealed_freeze
 from pipeline.store import EnqueueOptions, Run, Store
+from tests.integration.test_queue import SETTINGS as QUEUE_SETTINGS
+from tests.integration.test_queue import WAIT_S
 
-SETTINGS = SchedulerSettings(
-    lease_s=5.0,
-    heartbeat_s=0.3,
-    sweep_interval_s=0.2,
-    claim_interval_s=0.1,
-    backoff_base_s=0.01,
-    backoff_max_s=0.05,
-    kill_grace_s=0.5,
-    cancel_check_s=0.3,
-    max_recoveries=3,
-)
-WAIT_S = 30.0
+SETTINGS = replace(QUEUE_SETTINGS, lease_s=5.0)
 
 
 def _crash(ctx: RunContext) -> Outcome:
