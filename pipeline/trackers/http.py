@@ -15,29 +15,35 @@ once:
   kind (``missing_repo`` by default).
 
 Conditional GETs keep the last ETag and page per URL, so an unchanged list
-costs a 304 (free of rate limit on GitHub). Mutations are serialised by one lock
-and spaced ``mutation_spacing_s`` apart, as GitHub's best practices ask.
-The token only ever lives in the default headers of the ``httpx.Client``.
+costs a 304 (free of rate limit on GitHub). Asking again for a page held is a
+poll cycle's hot path: it goes straight through the lean transport
+(``transport.py``) with the headers recorded with the page. Mutations are
+serialised by one lock and spaced ``mutation_spacing_s`` apart, as GitHub's best
+practices ask. The token lives in the default headers of the ``httpx.Client``
+and in those recorded headers, never in a URL, a message or a ``repr``.
 """
 
 from __future__ import annotations
 
-import email.utils
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
 from pipeline.config.settings import TrackerSettings
 from pipeline.core.errors import FatalError, RetryableError
+from pipeline.trackers.answers import error_message, looks_rate_limited, parse_retry_after
 from pipeline.trackers.base import as_dict
 from pipeline.trackers.base import field as data_field
+from pipeline.trackers.transport import LeanTransport, lean_transport
 
 Params = Mapping[str, str]
+T = TypeVar("T")
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 NextRequest = Callable[["Page", Params], "tuple[str, Params] | None"]
 
 
@@ -67,6 +73,7 @@ class Page:
 class _Cached:
     etag: str
     page: Page
+    request_headers: tuple[tuple[bytes, bytes], ...]  # of the request that got ``page``
 
 
 @dataclass
@@ -96,7 +103,7 @@ class ForgeHttp:
             base_url=base_url.rstrip("/"),
             headers={"User-Agent": self.options.user_agent, **headers},
             timeout=self.options.timeout_s,
-            transport=transport,
+            transport=transport if transport is not None else lean_transport(),
             # Renamed/transferred repos answer 301; httpx drops credentials on a
             # redirect to another origin.
             follow_redirects=True,
@@ -104,6 +111,8 @@ class ForgeHttp:
         # Token-authenticated APIs need no cookies; keeping none spares parsing every
         # response's headers into a cookie jar (a good part of a 304's cost).
         self._client._cookies = _NoCookies()
+        sender = self._client._transport
+        self._lean = sender if isinstance(sender, LeanTransport) else None
         self._state = _State()
         self._mutation_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -185,14 +194,42 @@ class ForgeHttp:
             url = self._client.build_request("GET", path, params=params or None).url
             self._state.urls[key] = url
         headers = {"If-None-Match": cached.etag} if cached else None
-        response = self._send("GET", url, headers=headers, not_found=not_found)
-        if response.status_code == 304 and cached is not None:
-            return cached.page, False
+        if cached is not None and self._lean is not None:
+            response = self._revalidate(url, cached, not_found)
+        else:
+            response = self._send("GET", url, headers=headers, not_found=not_found)
+        if response is None or (response.status_code == 304 and cached is not None):
+            return cached.page, False  # type: ignore[union-attr]  # None only when cached
         page = self._page(response, "GET")
         etag = response.headers.get("etag")
         if etag:
-            self._state.etags[key] = _Cached(etag, page)
+            raw = self._client.build_request("GET", url).headers.raw
+            self._state.etags[key] = _Cached(etag, page, tuple(raw))
         return page, True
+
+    def _revalidate(self, url: httpx.URL, cached: _Cached, not_found: str) -> httpx.Response | None:
+        """Ask again for a page held with its ETag, straight through the lean transport.
+
+        The hot path of a poll cycle: the request is the one recorded with the page,
+        plus ``If-None-Match``; a 304 (``None`` here) builds no ``httpx`` objects.
+        Anything else becomes a response as ``_send`` gives; a redirect (a moved
+        repo) is asked again through ``httpx``, which follows it.
+        """
+        assert self._lean is not None
+        lean, etag = self._lean, cached.etag
+        where = f"{self.forge} GET {url}"
+        self._refuse_if_limited(where)
+        headers = [*cached.request_headers, (b"If-None-Match", etag.encode())]
+        answer = self._sending(
+            where, lambda: lean.exchange("GET", url, headers, None, self.options.timeout_s)
+        )
+        if answer.status == 304:
+            return None
+        if answer.status in _REDIRECTS:
+            return self._send("GET", url, headers={"If-None-Match": etag}, not_found=not_found)
+        response: httpx.Response = answer.response(self._client.build_request("GET", url))
+        self._classify(response, where, not_found)
+        return response
 
     def _space_mutation(self) -> None:
         last = self._state.last_mutation
@@ -218,16 +255,20 @@ class ForgeHttp:
         )
         where = f"{self.forge} {method} {request.url}"
         self._refuse_if_limited(where)
+        response = self._sending(where, lambda: self._client.send(request))
+        self._classify(response, where, not_found)
+        return response
+
+    def _sending(self, where: str, send: Callable[[], T]) -> T:
+        """``send()``, with a transport failure turned into ``RetryableError("network")``."""
         try:
-            response = self._client.send(request)
+            return send()
         except httpx.TimeoutException:
             raise RetryableError(
                 "network", f"{where}: no answer within {self.options.timeout_s:g}s"
             ) from None
         except httpx.HTTPError as exc:
             raise RetryableError("network", f"{where}: {type(exc).__name__}: {exc}") from None
-        self._classify(response, where, not_found)
-        return response
 
     def _refuse_if_limited(self, where: str) -> None:
         wait = self._state.not_before - self.options.clock()
@@ -242,7 +283,7 @@ class ForgeHttp:
         status = response.status_code
         if status < 400:
             return
-        if status == 429 or (status == 403 and _looks_rate_limited(response)):
+        if status == 429 or (status == 403 and looks_rate_limited(response)):
             wait = self._rate_wait(response.headers)
             with self._state_lock:
                 self._state.not_before = max(self._state.not_before, self.options.clock() + wait)
@@ -253,7 +294,7 @@ class ForgeHttp:
             )
         if status == 404 and not_found is None:
             return
-        raise self._status_error(status, where, not_found, _message(response))
+        raise self._status_error(status, where, not_found, error_message(response))
 
     def _status_error(
         self, status: int, where: str, not_found: str | None, message: str
@@ -275,7 +316,7 @@ class ForgeHttp:
         now = self.options.clock()
         retry_after = headers.get("retry-after")
         if retry_after:
-            seconds = _parse_retry_after(retry_after, now)
+            seconds = parse_retry_after(retry_after, now)
             if seconds is not None:
                 return seconds
         for name in ("x-ratelimit-reset", "ratelimit-reset"):
@@ -307,39 +348,6 @@ class _NoCookies(httpx.Cookies):
 
     def extract_cookies(self, response: httpx.Response) -> None:
         return None
-
-
-def _looks_rate_limited(response: httpx.Response) -> bool:
-    headers = response.headers
-    if "retry-after" in headers:
-        return True
-    if headers.get("x-ratelimit-remaining") == "0" or headers.get("ratelimit-remaining") == "0":
-        return True
-    return "rate limit" in response.text[:2000].lower()
-
-
-def _parse_retry_after(value: str, now: float) -> float | None:
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now)
-
-
-def _message(response: httpx.Response) -> str:
-    """The forge's own short error message, if the body has one."""
-    try:
-        data = response.json()
-    except ValueError:
-        return ""
-    if isinstance(data, dict):
-        for key in ("message", "error", "error_description"):
-            if isinstance(data.get(key), str):
-                return str(data[key])[:300]
-    return ""
 
 
 def link_next(page: Page, params: Params) -> tuple[str, Params] | None:
