@@ -38,10 +38,10 @@ def reset_slot(
     run = GitRunner(tree, in_checkout.stop, in_checkout.limits)
     if registered(tree):
         try:
-            # Clean first: deleting needs no space, so what a run left on a full disk
-            # goes before reset and checkout need room to write.
+            # Clean first: deleting needs no space, so a full disk has room for the
+            # checkout. ``checkout --force`` resets index and tree (unmerged entries and
+            # a stopped merge or cherry-pick too): no ``reset --hard`` is needed.
             clean_slot(run, repo.keep_dirs)
-            run.ok("reset", "--hard", "--quiet")
             run.ok("checkout", "--force", "--quiet", "-B", branch, base_sha)
             clean_slot(run, repo.keep_dirs)
             return tree
