@@ -411,17 +411,19 @@ def test_remote_sha_helper_matches_prepared_base(tmp_path: Path, workspaces: Wor
     assert ws.base_sha == remote_sha(repo.remote_url)
 
 
-def _conflict(path: Path, command: str) -> None:
-    """Leave ``git merge`` or ``git cherry-pick`` stopped on a conflict in README.md."""
+def _conflict(path: Path, *command: str) -> None:
+    """Leave ``command`` (merge, cherry-pick, rebase) stopped on a conflict in README.md."""
     base = git(path, "rev-parse", "HEAD").strip()
     git(path, "checkout", "-q", "-b", "theirs")
     (path / "README.md").write_text("theirs\n")
     git(path, "commit", "-qam", "theirs")
+    (path / "src" / "app.py").write_text("theirs\n")
+    git(path, "commit", "-qam", "theirs again")
     git(path, "checkout", "-q", "--detach", base)
     (path / "README.md").write_text("ours\n")
     git(path, "commit", "-qam", "ours")
     with pytest.raises(RuntimeError):
-        git(path, command, "theirs")
+        git(path, *(arg.replace("BASE", base) for arg in command))
     assert "UU README.md" in git(path, "status", "--porcelain")
 
 
@@ -449,8 +451,10 @@ HOSTILE = {
     "deleted_staged": lambda p: git(p, "rm", "-q", "src/app.py"),
     "new_file_staged": lambda p: ((p / "added.py").write_text("1\n"), git(p, "add", "added.py")),
     "executable_bit": lambda p: (p / "src" / "app.py").chmod(0o755),
-    "merge_conflict": lambda p: _conflict(p, "merge"),
-    "cherry_pick_conflict": lambda p: _conflict(p, "cherry-pick"),
+    "merge_conflict": lambda p: _conflict(p, "merge", "theirs"),
+    "cherry_pick_conflict": lambda p: _conflict(p, "cherry-pick", "theirs~1"),
+    "cherry_pick_range_conflict": lambda p: _conflict(p, "cherry-pick", "BASE..theirs"),
+    "rebase_conflict": lambda p: _conflict(p, "rebase", "theirs"),
     "stale_index_lock": _stale_index_lock,
     "file_dir_swapped": _replace_with_dir,
     "file_made_symlink": _replace_with_symlink,
@@ -480,7 +484,8 @@ def test_a_slot_left_in_a_hostile_state_is_prepared_exactly_at_the_base(
     assert not (second.path / "README.md").is_symlink()
     assert (second.path / "src" / "app.py").read_text() == "print('app')\n"
     admin = Path(git(second.path, "rev-parse", "--absolute-git-dir").strip())
-    leftovers = {"MERGE_HEAD", "MERGE_MSG", "CHERRY_PICK_HEAD", "index.lock", "sequencer"}
+    leftovers = {"MERGE_HEAD", "CHERRY_PICK_HEAD", "REBASE_HEAD", "index.lock"}
+    leftovers |= {"sequencer", "rebase-merge", "rebase-apply"}
     assert sorted(leftovers & {p.name for p in admin.iterdir()}) == []
 
 
