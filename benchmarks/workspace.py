@@ -7,15 +7,23 @@ remote holding a Python project of about 5,000 files with a ``uv.lock``. Every
 round, a new commit lands upstream first; then, in turn (A B C, next round in
 another order):
 
-* ``warm``: ``Workspaces.prepare`` for the next run after the previous run
-  edited, committed and left junk in its slot: the real fetch (it brings the
-  new commit), reset, clean and the setup command ``uv sync --frozen``;
+* ``warm``: ``Workspaces.prepare`` for the next run, and nothing else. Before
+  the clock starts, untimed, the previous run edits, commits and leaves junk in
+  its slot (the agent's work, ``dirty``) and the slot is released. The sample
+  is the real fetch into the mirror (it brings the new commit), the checkout
+  fed from the mirror, the slot's clean and reset to the new commit, and the
+  setup command ``uv sync --frozen`` on the warm ``.venv``;
+* ``release``: ``Workspaces.release`` of that previous run's slot (detach it,
+  delete its branch), timed on its own just before ``warm``'s clock starts and
+  reported as ``release_s``, so that no part of the slot's turnaround is hidden;
 * ``clone_local``: the usual alternative: ``git clone --local`` of a warm
-  base checkout, fetch the new commit, and ``uv sync --frozen`` with a warm
-  uv cache;
+  base checkout, fetch the new commit, check it out, and ``uv sync --frozen``
+  with a warm uv cache;
 * ``cold``: ``git clone`` of the remote and ``uv sync --frozen`` with an
   empty uv cache.
 
+The trees ``clone_local`` and ``cold`` made are deleted after each round,
+untimed, as ``dirty`` and ``release`` are for ``warm``.
 ``ratio_vs_clone_local`` is the median of the per-round ratios warm /
 clone_local. The last line printed is one JSON object.
 """
@@ -160,9 +168,14 @@ class Bench:
         git(self.pusher, "push", "-q", "origin", "HEAD:main")
         return git(self.pusher, "rev-parse", "HEAD").strip()
 
-    def warm(self, n: int) -> Path:
+    def end_run(self) -> float:
+        """The previous run's edits (untimed), then its release; returns release's seconds."""
         dirty(self.slot.path, self.run_id)
+        started = time.perf_counter()
         self.ws.release(self.slot, succeeded=True)
+        return time.perf_counter() - started
+
+    def warm(self, n: int) -> Path:
         self.run_id += 1
         self.slot = self.ws.prepare(
             self.repo,
@@ -199,12 +212,14 @@ def timed(step: Callable[[int], Path], n: int, expected: str) -> float:
 
 
 def measure(bench: Bench, rounds: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {"warm": [], "clone_local": [], "cold": []}
+    samples: dict[str, list[float]] = {"warm": [], "clone_local": [], "cold": [], "release": []}
     steps = {"warm": bench.warm, "clone_local": bench.clone_local, "cold": bench.cold}
     names = list(steps)
     for n in range(rounds):
         expected = bench.new_upstream_commit(n)
         for name in names[n % 3 :] + names[: n % 3]:
+            if name == "warm":
+                samples["release"].append(bench.end_run())
             samples[name].append(timed(steps[name], n, expected))
         print(
             f"round {n + 1}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in samples.items()),

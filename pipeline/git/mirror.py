@@ -38,6 +38,8 @@ CHECKOUT_CONFIG = "checkout.gitconfig"
 ALL_BRANCHES = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
 TO_CHECKOUT = ("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
 RUN_REFS = "refs/afk/runs"
+# mirror path -> object format; a repository's hash never changes after its clone
+_OBJECT_FORMATS: dict[Path, str] = {}
 SEARCH_DEPTH = 200
 AUTH_FAILURE = re.compile(
     r"Authentication failed|Permission denied \(publickey|could not read (Username|Password)|"
@@ -95,6 +97,7 @@ class Mirror:
         if self.path.exists():
             remove_tree(self.path)
         staging.rename(self.path)
+        _OBJECT_FORMATS.pop(self.path, None)  # a new clone may hash differently
 
     def fetch(self, stop: StopToken | None, *refspecs: str, prune: bool = True) -> None:
         """Fetch ``refspecs`` (every branch and tag by default) from the remote."""
@@ -234,7 +237,12 @@ class Mirror:
         runner.ok("update-ref", "-d", f"{RUN_REFS}/{int(run_id)}")
 
     def _object_format(self) -> str:
-        return self.runner().ok("rev-parse", "--show-object-format").strip() or "sha1"
+        """The mirror's hash (``sha1``/``sha256``), read once per mirror: it never changes."""
+        known = _OBJECT_FORMATS.get(self.path)
+        if known is None:
+            known = self.runner().ok("rev-parse", "--show-object-format").strip() or "sha1"
+            _OBJECT_FORMATS[self.path] = known
+        return known
 
     def _checkout_config(self) -> str:
         url = public_url(self.repo.remote_url)

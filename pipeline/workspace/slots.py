@@ -20,6 +20,8 @@ from pipeline.git.run import GitRunner
 from pipeline.workspace.gitcrypt import restore_kept, save_kept
 
 SLOT_PREFIX = "slot-"
+# Per-worktree state of a stopped rebase, am, cherry-pick or revert sequence.
+STOPPED_OPERATIONS = ("rebase-merge", "rebase-apply", "sequencer", "REBASE_HEAD")
 
 
 def reset_slot(
@@ -38,12 +40,7 @@ def reset_slot(
     run = GitRunner(tree, in_checkout.stop, in_checkout.limits)
     if registered(tree):
         try:
-            # Clean first: deleting needs no space, so what a run left on a full disk
-            # goes before reset and checkout need room to write.
-            clean_slot(run, repo.keep_dirs)
-            run.ok("reset", "--hard", "--quiet")
-            run.ok("checkout", "--force", "--quiet", "-B", branch, base_sha)
-            clean_slot(run, repo.keep_dirs)
+            _reset_in_place(run, tree, repo.keep_dirs, target)
             return tree
         except FatalError:
             pass  # a broken slot (e.g. its registration was pruned): rebuild it below
@@ -62,6 +59,29 @@ def reset_slot(
         )
     restore_kept(kept, slot, repo.keep_dirs)
     return tree
+
+
+def _reset_in_place(
+    run: GitRunner, tree: GitRepo, keep_dirs: Sequence[str], target: tuple[str, str]
+) -> None:
+    """Put a registered slot on ``target`` (branch, SHA) with only ``keep_dirs`` left over."""
+    # Clean first: deleting needs no space, so a full disk has room for the
+    # checkout. ``checkout --force`` resets index and tree (unmerged entries and
+    # a stopped merge or cherry-pick too): no ``reset --hard`` is needed.
+    clean_slot(run, keep_dirs)
+    drop_stopped_operations(tree)
+    run.ok("checkout", "--force", "--quiet", "-B", *target)
+    clean_slot(run, keep_dirs)
+
+
+def drop_stopped_operations(tree: GitRepo) -> None:
+    """Forget a rebase, ``am`` or multi-commit cherry-pick/revert a run left stopped.
+
+    ``checkout`` keeps their state in the slot's admin dir; the next run's own
+    rebase (publish) or cherry-pick would otherwise refuse to start, or resume it.
+    """
+    for name in STOPPED_OPERATIONS:
+        remove_tree(tree.git_dir / name)
 
 
 def clean_slot(run: GitRunner, keep_dirs: Sequence[str]) -> list[str]:

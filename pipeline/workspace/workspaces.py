@@ -12,8 +12,9 @@ say why)::
 
 A run gets the repo's reusable worktree slot cleaned (``git clean -ffdx -e
 <keep_dir>``, first, before anything needs disk space), then reset to
-``origin/<default>`` (``git reset --hard`` + ``git checkout -f -B``): the previous
-run's edits are gone, its ``.venv``/``node_modules`` stay. Only the
+``origin/<default>`` (``git checkout -f -B``, which also drops staged and unmerged
+entries and a stopped merge or cherry-pick; a stopped rebase goes beforehand) and
+cleaned again: the previous run's edits are gone, its ``.venv``/``node_modules`` stay. Only the
 mirror talks to the remote, with the repo's credentials; every git command in
 the checkout or a slot is pinned to daemon-known paths (``pipeline.git.run``).
 """

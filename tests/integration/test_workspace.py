@@ -409,3 +409,108 @@ def test_remote_sha_helper_matches_prepared_base(tmp_path: Path, workspaces: Wor
     repo = make_repo(tmp_path)
     ws = prepare(workspaces, repo, 1)
     assert ws.base_sha == remote_sha(repo.remote_url)
+
+
+def _conflict(path: Path, *command: str) -> None:
+    """Leave ``command`` (merge, cherry-pick, rebase) stopped on a conflict in README.md."""
+    base = git(path, "rev-parse", "HEAD").strip()
+    git(path, "checkout", "-q", "-b", "theirs")
+    (path / "README.md").write_text("theirs\n")
+    git(path, "commit", "-qam", "theirs")
+    (path / "src" / "app.py").write_text("theirs\n")
+    git(path, "commit", "-qam", "theirs again")
+    git(path, "checkout", "-q", "--detach", base)
+    (path / "README.md").write_text("ours\n")
+    git(path, "commit", "-qam", "ours")
+    with pytest.raises(RuntimeError):
+        git(path, *(arg.replace("BASE", base) for arg in command))
+    assert "UU README.md" in git(path, "status", "--porcelain")
+
+
+def _replace_with_dir(path: Path) -> None:
+    (path / "README.md").unlink()
+    (path / "README.md").mkdir()
+    (path / "README.md" / "inner.txt").write_text("a directory now\n")
+    subprocess.run(["rm", "-rf", str(path / "src")], check=True)
+    (path / "src").write_text("a file now\n")
+
+
+def _replace_with_symlink(path: Path) -> None:
+    (path / "README.md").unlink()
+    (path / "README.md").symlink_to("/etc/hostname")
+
+
+def _stale_index_lock(path: Path) -> None:
+    (Path(git(path, "rev-parse", "--absolute-git-dir").strip()) / "index.lock").write_text("")
+
+
+HOSTILE = {
+    "modified": lambda p: (p / "README.md").write_text("edited\n"),
+    "staged": lambda p: ((p / "src" / "app.py").write_text("staged\n"), git(p, "add", "-A")),
+    "deleted": lambda p: (p / "README.md").unlink(),
+    "deleted_staged": lambda p: git(p, "rm", "-q", "src/app.py"),
+    "new_file_staged": lambda p: ((p / "added.py").write_text("1\n"), git(p, "add", "added.py")),
+    "executable_bit": lambda p: (p / "src" / "app.py").chmod(0o755),
+    "merge_conflict": lambda p: _conflict(p, "merge", "theirs"),
+    "cherry_pick_conflict": lambda p: _conflict(p, "cherry-pick", "theirs~1"),
+    "cherry_pick_range_conflict": lambda p: _conflict(p, "cherry-pick", "BASE..theirs"),
+    "rebase_conflict": lambda p: _conflict(p, "rebase", "theirs"),
+    "stale_index_lock": _stale_index_lock,
+    "file_dir_swapped": _replace_with_dir,
+    "file_made_symlink": _replace_with_symlink,
+}
+
+
+@pytest.mark.parametrize("state", sorted(HOSTILE))
+def test_a_slot_left_in_a_hostile_state_is_prepared_exactly_at_the_base(
+    tmp_path: Path, workspaces: Workspaces, clock: ManualClock, state: str
+) -> None:
+    """Whatever git state a run's processes left in the slot, the next run starts at the base."""
+    repo = make_repo(tmp_path)
+    first = prepare(workspaces, repo, 1)
+    made = (first.path / ".venv" / "made").read_text()
+    workspaces.release(first, succeeded=True)
+    HOSTILE[state](first.path)  # a process of run 1 outlived it, or git was killed
+    newer = commit_to_remote(repo.remote_url, {"CHANGES": "v2\n"}, "upstream change")
+    clock.now += 31
+    second = prepare(workspaces, repo, 2)
+
+    assert second.path == first.path
+    assert (second.path / ".venv" / "made").read_text() == made
+    assert status(second.path) == ""
+    assert git(second.path, "rev-parse", "HEAD").strip() == newer == second.base_sha
+    assert git(second.path, "branch", "--show-current").strip() == "afk/2-2"
+    assert (second.path / "README.md").read_text() == "hello\n"
+    assert not (second.path / "README.md").is_symlink()
+    assert (second.path / "src" / "app.py").read_text() == "print('app')\n"
+    admin = Path(git(second.path, "rev-parse", "--absolute-git-dir").strip())
+    leftovers = {"MERGE_HEAD", "CHERRY_PICK_HEAD", "REBASE_HEAD", "index.lock"}
+    leftovers |= {"sequencer", "rebase-merge", "rebase-apply"}
+    assert sorted(leftovers & {p.name for p in admin.iterdir()}) == []
+
+
+def test_a_sha256_repository_keeps_a_sha256_checkout_across_prepares(
+    tmp_path: Path, workspaces: Workspaces, clock: ManualClock
+) -> None:
+    """The checkout's config carries the mirror's object format on every prepare."""
+    seed = tmp_path / "seed"
+    git(tmp_path, "init", "-q", "--object-format=sha256", "--initial-branch=main", str(seed))
+    for name, text in BASE_FILES.items():
+        (seed / name).parent.mkdir(parents=True, exist_ok=True)
+        (seed / name).write_text(text)
+    git(seed, "add", "-A")
+    git(seed, "commit", "-qm", "initial commit")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(tmp_path / "sha256.git"))
+    repo = make_repo(tmp_path, remote_url=str(tmp_path / "sha256.git"))
+    first = prepare(workspaces, repo, 1)
+    workspaces.release(first, succeeded=True)
+    newer = commit_to_remote(repo.remote_url, {"CHANGES": "v2\n"}, "upstream change")
+    clock.now += 31
+    second = prepare(workspaces, repo, 2)
+
+    assert len(newer) == 64 and second.base_sha == newer
+    assert git(second.path, "rev-parse", "HEAD").strip() == newer
+    assert git(second.path, "rev-parse", "--show-object-format").strip() == "sha256"
+    config = (workspaces.repo_dir(repo) / "checkout.gitconfig").read_text()
+    assert "objectformat = sha256" in config
+    assert status(second.path) == ""
