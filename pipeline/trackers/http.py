@@ -73,7 +73,7 @@ class Page:
 class _Cached:
     etag: str
     page: Page
-    request_headers: tuple[tuple[bytes, bytes], ...]  # of the request that got ``page``
+    request_headers: tuple[tuple[bytes, bytes], ...] = field(repr=False)  # asked for ``page``
 
 
 @dataclass

@@ -328,7 +328,9 @@ class Workspaces:
             runner = GitRunner(ws.git, None, self.git_limits)
             if not succeeded:  # what it left goes now: space back, even on a full disk
                 clean_slot(runner, ws.keep_dirs)
-            runner.ok("checkout", "--quiet", "--detach")
+            # --force: an index the run left unmerged must not fail the release (and hide
+            # the run's own outcome); the next prepare resets the tree anyway.
+            runner.ok("checkout", "--force", "--quiet", "--detach")
             if succeeded:
                 GitRunner(checkout_repo(repo_dir), None, self.git_limits).ok(
                     "branch", "-D", "--quiet", ws.branch

@@ -514,3 +514,19 @@ def test_a_sha256_repository_keeps_a_sha256_checkout_across_prepares(
     config = (workspaces.repo_dir(repo) / "checkout.gitconfig").read_text()
     assert "objectformat = sha256" in config
     assert status(second.path) == ""
+
+
+@pytest.mark.parametrize("succeeded", [True, False])
+def test_a_run_that_left_a_conflicted_merge_still_gives_its_slot_back(
+    tmp_path: Path, workspaces: Workspaces, clock: ManualClock, succeeded: bool
+) -> None:
+    """Release detaches a slot whose index is unmerged; the next run starts at the base."""
+    repo = make_repo(tmp_path)
+    first = prepare(workspaces, repo, 1)
+    _conflict(first.path, "merge", "theirs")  # the agent stopped mid-merge
+    workspaces.release(first, succeeded=succeeded)
+    assert git(first.path, "branch", "--show-current").strip() == ""  # detached
+    clock.now += 31
+    second = prepare(workspaces, repo, 2)
+    assert status(second.path) == ""
+    assert git(second.path, "rev-parse", "HEAD").strip() == second.base_sha
