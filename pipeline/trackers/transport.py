@@ -87,8 +87,8 @@ class LeanTransport(httpx.BaseTransport):
         """
         origin = _origin(url)
         target = url.raw_path.decode("ascii")
-        for attempt in (1, 2):
-            with self._connection(origin, timeout) as (conn, reused):
+        for attempt in (1, 2):  # the second time on a new connection
+            with self._connection(origin, timeout, fresh=attempt == 2) as (conn, reused):
                 try:
                     return _exchange(conn, (method, target, headers, body))
                 except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
@@ -109,9 +109,9 @@ class LeanTransport(httpx.BaseTransport):
 
     @contextmanager
     def _connection(
-        self, origin: Origin, timeout: float | None
+        self, origin: Origin, timeout: float | None, *, fresh: bool
     ) -> Iterator[tuple[http.client.HTTPConnection, bool]]:
-        conn, reused = self._take(origin), True
+        conn, reused = (None if fresh else self._take(origin)), True
         if conn is None:
             conn, reused = self._open(origin, timeout), False
         conn.timeout = timeout

@@ -164,6 +164,26 @@ def test_a_read_that_meets_a_dead_connection_is_sent_once_more() -> None:
     assert [path for _, path, _ in server.requests] == ["/first", "/second", "/second"]
 
 
+def test_a_read_sent_again_goes_on_a_new_connection_not_another_dead_one() -> None:
+    """Two kept-alive connections die together (a forge restart): one retry still suffices."""
+    with _serving() as server:
+        server.mode = "hold"  # two reads at once: two connections, both kept
+        http = _forge(server.url)
+        readers = [threading.Thread(target=http.get, args=("/a",)) for _ in range(2)]
+        for reader in readers:
+            reader.start()
+        while len(server.requests) < 2:
+            threading.Event().wait(0.01)
+        server.mode = "drop_reused"
+        server.release.set()
+        for reader in readers:
+            reader.join()
+        assert http.get("/b").data["path"] == "/b"
+        http.close()
+    assert [path for _, path, _ in server.requests] == ["/a", "/a", "/b", "/b"]
+    assert server.connections == 3
+
+
 def test_a_write_that_meets_a_dead_connection_is_never_sent_twice() -> None:
     """The same death under a POST (a comment, a label): one request, a retryable error."""
     with _serving() as server:
