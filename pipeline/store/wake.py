@@ -58,6 +58,9 @@ class QueueWake:
         self._listening = threading.Event()
         self._version_conn: sqlite3.Connection | None = None
         self._version: int | None = None
+        # ``quiet`` runs on the claim thread and ``stop`` on another: closing the
+        # connection while a statement runs on it crashes the interpreter.
+        self._version_lock = threading.Lock()
         self._stop_channel = f"afk_wake_stop_{uuid.uuid4().hex[:12]}"
 
     def start(self) -> None:
@@ -78,9 +81,10 @@ class QueueWake:
         elif event.contains(self.engine, "checkout", self._on_checkout):
             event.remove(self.engine, "checkout", self._on_checkout)
             event.remove(self.engine, "checkin", self._on_checkin)
-        if self._version_conn is not None:
-            self._version_conn.close()
-            self._version_conn = None
+        with self._version_lock:
+            if self._version_conn is not None:
+                self._version_conn.close()
+                self._version_conn = None
 
     def wait_listening(self, timeout_s: float) -> bool:
         """True once notifications are being received (tests, benchmarks)."""
@@ -94,12 +98,13 @@ class QueueWake:
         """
         if self.engine.dialect.name == "postgresql":
             return self._listening.is_set()
-        if self._version_conn is None:
-            return False
-        try:
-            version = int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
-        except sqlite3.Error:
-            return False
+        with self._version_lock:
+            if self._version_conn is None:
+                return False
+            try:
+                version = int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error:
+                return False
         unchanged = version == self._version
         self._version = version
         return unchanged

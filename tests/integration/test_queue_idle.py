@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,3 +140,46 @@ def test_stopping_wakes_the_listener_instead_of_waiting_out_its_timeout(
         assert wake.wait_listening(WAIT_S)
         wake.stop()
         assert wake._thread is not None and not wake._thread.is_alive()
+
+
+STOP_WHILE_LOOKING = """
+import sys, threading
+from pipeline.store.wake import QueueWake
+from pipeline.testing.databases import open_store
+
+with open_store(sys.argv[1]) as store:
+    for _ in range(int(sys.argv[2])):
+        wake = QueueWake(store.engine, str(store.url), lambda: None)
+        wake.start()
+        done = threading.Event()
+
+        def look() -> None:
+            while not done.is_set():
+                wake.quiet()
+
+        looker = threading.Thread(target=look)
+        looker.start()
+        wake.stop()
+        done.set()
+        looker.join()
+print("survived")
+"""
+
+
+def test_stopping_while_the_claim_thread_looks_for_commits_is_safe(
+    tmp_path: Path,
+) -> None:
+    """The claim thread asks ``quiet()`` while ``stop()`` runs on another thread. On SQLite
+    ``quiet`` reads from a connection ``stop`` closes; closing it under a running statement
+    crashed the whole process. Run in a child so a crash fails this test, not the suite."""
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    with open_store(url) as store:
+        store.ensure_repo("alpha")
+    child = subprocess.run(
+        [sys.executable, "-c", STOP_WHILE_LOOKING, url, "300"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip() == "survived"
