@@ -6,8 +6,9 @@ verdicts, the review verdict, the cost so far and a link to the run page. It
 follows the run's timeline: ``ProgressComment.observe`` takes every event,
 state change and recorded fact the run writes (``RunContext`` observers).
 
-Edits are paced: at most one write per ``interval_s`` (5 s) per run, the
-latest state coalesced into the next write by a timer; ``close`` always
+The first write happens at the claim, before the run goes on. Edits are
+paced: at most one write per ``interval_s`` (5 s) per run, the latest state
+coalesced into the next write by a timer; ``close`` always
 writes the final state (from a writer thread, so the run's end is not held
 up by the pacing). A crash never leaves two comments: the comment's id
 is recorded on the run after it is posted, and before posting a run looks
@@ -248,9 +249,16 @@ class ProgressComment:
         self._dirty = True
 
     def start(self) -> None:
-        """Write the comment as it is now (the run was just claimed)."""
+        """Write the comment as it is now, before the run goes on.
+
+        The run was just claimed: the issue shows it before any work is done,
+        so even a daemon that dies at its next step leaves the comment its
+        restart edits. A failed write does not hold the run: the timer retries it.
+        """
         with self._lock:
             self._dirty = True
+        with self._writing:
+            self._write()
         self._schedule()
 
     def close(self, state: str, ending: str = "") -> None:

@@ -90,6 +90,25 @@ def test_every_state_is_written_in_order_and_paced() -> None:
     assert all(gap >= 0.2 for gap in gaps), gaps
 
 
+def test_the_first_write_is_done_before_the_run_goes_on() -> None:
+    """``start`` writes on the run's own thread: a daemon that dies at the run's next step
+    (right after its push, say) still leaves the comment its restart edits."""
+    slot = _Recorder()
+    writers: list[threading.Thread] = []
+    record = slot.write
+
+    def on_this_thread(body: str) -> None:
+        writers.append(threading.current_thread())
+        record(body)
+
+    slot.write = on_this_thread  # type: ignore[method-assign]
+    progress = ProgressComment(ProgressView(6, "link"), slot, interval_s=0.05)
+    progress.start()
+    assert writers == [threading.current_thread()]
+    assert "run 6: claimed" in slot.bodies[0]
+    progress.abandon()
+
+
 def test_failed_write_is_retried_and_the_run_goes_on() -> None:
     """A forge error is logged, not raised, and the next write carries the latest view."""
     slot = _Recorder()
