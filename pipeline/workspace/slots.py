@@ -21,7 +21,8 @@ from pipeline.workspace.gitcrypt import restore_kept, save_kept
 
 SLOT_PREFIX = "slot-"
 # Per-worktree state of a stopped rebase, am, cherry-pick or revert sequence.
-STOPPED_OPERATIONS = ("rebase-merge", "rebase-apply", "sequencer", "REBASE_HEAD")
+STOPPED_OPERATIONS = ("rebase-merge", "rebase-apply", "sequencer", "REBASE_HEAD", "refs/bisect")
+BISECT_FILES = ("START", "LOG", "TERMS", "NAMES", "EXPECTED_REV", "ANCESTORS_OK", "RUN", "HEAD")
 
 
 def reset_slot(
@@ -75,12 +76,13 @@ def _reset_in_place(
 
 
 def drop_stopped_operations(tree: GitRepo) -> None:
-    """Forget a rebase, ``am`` or multi-commit cherry-pick/revert a run left stopped.
+    """Forget a rebase, ``am``, multi-commit cherry-pick/revert or bisect a run left stopped.
 
     ``checkout`` keeps their state in the slot's admin dir; the next run's own
-    rebase (publish) or cherry-pick would otherwise refuse to start, or resume it.
+    rebase (publish) or cherry-pick would otherwise refuse to start, or resume it,
+    and its agent would find itself told it is bisecting.
     """
-    for name in STOPPED_OPERATIONS:
+    for name in (*STOPPED_OPERATIONS, *(f"BISECT_{part}" for part in BISECT_FILES)):
         remove_tree(tree.git_dir / name)
 
 

@@ -411,6 +411,16 @@ def test_remote_sha_helper_matches_prepared_base(tmp_path: Path, workspaces: Wor
     assert ws.base_sha == remote_sha(repo.remote_url)
 
 
+def _bisecting(path: Path) -> None:
+    """Leave a bisect under way: a commit marked bad, ``HEAD`` moved to one to test."""
+    base = git(path, "rev-parse", "HEAD").strip()
+    for text in ("one\n", "two\n"):
+        (path / "README.md").write_text(text)
+        git(path, "commit", "-qam", text.strip())
+    git(path, "bisect", "start", "-q", "HEAD", base)
+    assert "bisecting" in git(path, "status")
+
+
 def _conflict(path: Path, *command: str) -> None:
     """Leave ``command`` (merge, cherry-pick, rebase) stopped on a conflict in README.md."""
     base = git(path, "rev-parse", "HEAD").strip()
@@ -456,6 +466,7 @@ HOSTILE = {
     "cherry_pick_range_conflict": lambda p: _conflict(p, "cherry-pick", "BASE..theirs"),
     "rebase_conflict": lambda p: _conflict(p, "rebase", "theirs"),
     "stale_index_lock": _stale_index_lock,
+    "bisecting": _bisecting,
     "file_dir_swapped": _replace_with_dir,
     "file_made_symlink": _replace_with_symlink,
 }
@@ -485,8 +496,10 @@ def test_a_slot_left_in_a_hostile_state_is_prepared_exactly_at_the_base(
     assert (second.path / "src" / "app.py").read_text() == "print('app')\n"
     admin = Path(git(second.path, "rev-parse", "--absolute-git-dir").strip())
     leftovers = {"MERGE_HEAD", "CHERRY_PICK_HEAD", "REBASE_HEAD", "index.lock"}
-    leftovers |= {"sequencer", "rebase-merge", "rebase-apply"}
+    leftovers |= {"sequencer", "rebase-merge", "rebase-apply", "BISECT_START", "BISECT_LOG"}
     assert sorted(leftovers & {p.name for p in admin.iterdir()}) == []
+    assert not (admin / "refs" / "bisect").exists()
+    assert "bisect" not in git(second.path, "status")
 
 
 def test_a_sha256_repository_keeps_a_sha256_checkout_across_prepares(
