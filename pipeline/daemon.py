@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from pipeline.workspace.workspaces import Workspaces
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 30.0
+SIGNAL_CHECK_S = 0.5  # how often the main thread looks for a SIGTERM or SIGINT
 
 
 def build_trackers(settings: Settings, store: Store) -> dict[str, Tracker]:
@@ -272,14 +274,22 @@ class Daemon:
 
     def run_forever(self) -> None:
         """Run until SIGTERM or SIGINT."""
-        done = threading.Event()
+        received: list[str] = []
 
         def on_signal(signum: int, _frame: object) -> None:
-            log.info("received %s", signal.Signals(signum).name)
-            done.set()
+            received.append(signal.Signals(signum).name)
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self.start()
-        done.wait()
+        log.info(
+            "started: SIGTERM or Ctrl-C stops it, running agents given %.0fs", SHUTDOWN_GRACE_S
+        )
+        # A signal the kernel hands to another of our threads does not wake a main
+        # thread blocked on a lock: its handler runs only when this thread next runs
+        # Python code. So the wait is a short tick, never an unbounded wait.
+        while not received and not self._stopped.is_set():
+            time.sleep(SIGNAL_CHECK_S)
+        if received:
+            log.info("received %s", received[0])
         self.stop()

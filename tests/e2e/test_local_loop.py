@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import sys
+import time
 from pathlib import Path
 
 from pipeline.testing.gitrepos import git, make_remote
@@ -31,6 +34,10 @@ with open(wd / "app" / "calc.py", "a") as f:
     f.write("\\n\\ndef mul(a, b):\\n    return a * b\\n")
 print("wrote a test and the change")
 """
+
+
+# Not a speed limit: only how long to wait before calling the daemon hung.
+HANG_GUARD_S = 60
 
 
 def _world(tmp_path: Path) -> tuple[Path, str]:
@@ -99,3 +106,35 @@ def test_issue_add_refuses_a_repo_that_is_not_local(
     assert proc.returncode == 2
     assert "--repo nope: not an enrolled repo (enrolled: calc)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _tgkill(pid: int, tid: int, signum: int) -> None:
+    """Send ``signum`` to thread ``tid`` of process ``pid`` (not to the process as a whole)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, signum) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill {pid} {tid}")
+
+
+def test_a_sigterm_taken_by_any_thread_stops_the_daemon(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The kernel may hand a process's SIGTERM to any of its threads. One taken by a worker
+    thread did not wake the main thread's wait, so the daemon ran on until killed."""
+    config, _ = _world(tmp_path)
+    cli = Cli(config, cli_env)
+    cli("db", "upgrade")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        while "started: SIGTERM" not in log.read_text():  # its main thread now only waits
+            assert daemon.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
+        tasks = Path(f"/proc/{daemon.pid}/task")
+        others = sorted(int(t.name) for t in tasks.iterdir() if int(t.name) != daemon.pid)
+        assert others, "the daemon runs no thread besides its main one"
+        _tgkill(daemon.pid, others[-1], signal.SIGTERM)
+        code = daemon.wait(timeout=HANG_GUARD_S)
+    finally:
+        stop_daemon(daemon)
+    assert code == 0, log.read_text()[-3000:]
+    assert "received SIGTERM" in log.read_text()
