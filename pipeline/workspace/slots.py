@@ -20,9 +20,22 @@ from pipeline.git.run import GitRunner
 from pipeline.workspace.gitcrypt import restore_kept, save_kept
 
 SLOT_PREFIX = "slot-"
-# Per-worktree state of a stopped rebase, am, cherry-pick or revert sequence.
-STOPPED_OPERATIONS = ("rebase-merge", "rebase-apply", "sequencer", "REBASE_HEAD", "refs/bisect")
-BISECT_FILES = ("START", "LOG", "TERMS", "NAMES", "EXPECTED_REV", "ANCESTORS_OK", "RUN", "HEAD")
+# Per-worktree state of a stopped rebase, am, cherry-pick or revert sequence, or a bisect.
+STOPPED_OPERATIONS = (
+    "rebase-merge",
+    "rebase-apply",
+    "sequencer",
+    "REBASE_HEAD",
+    "refs/bisect",
+    "BISECT_START",
+    "BISECT_LOG",
+    "BISECT_TERMS",
+    "BISECT_NAMES",
+    "BISECT_EXPECTED_REV",
+    "BISECT_ANCESTORS_OK",
+    "BISECT_RUN",
+    "BISECT_HEAD",
+)
 
 
 def reset_slot(
@@ -82,7 +95,7 @@ def drop_stopped_operations(tree: GitRepo) -> None:
     rebase (publish) or cherry-pick would otherwise refuse to start, or resume it,
     and its agent would find itself told it is bisecting.
     """
-    for name in (*STOPPED_OPERATIONS, *(f"BISECT_{part}" for part in BISECT_FILES)):
+    for name in STOPPED_OPERATIONS:
         remove_tree(tree.git_dir / name)
 
 
