@@ -59,6 +59,13 @@ TARGETS: list[tuple[str, str, str, float, str]] = [
     ("sandbox", "added_s_worst", "<", 0.2, "sandbox added to an agent start, s"),
 ]
 
+# (benchmark, field, what it tells about a target above): measured, never a target.
+CONTEXT: list[tuple[str, str, str]] = [
+    ("claim", "peer_scale_3_vs_1", "procrastinate's own 3 workers / 1 worker, same machine"),
+    ("claim", "cpu_busy_pct_1_replica", "machine CPU busy while 1 replica claims, %"),
+    ("workspace", "floor_ratio_vs_clone_local", "fetch + checkout + no-op uv sync / clone_local"),
+]
+
 
 def run(name: str, extra: list[str]) -> dict[str, Any] | None:
     command = [sys.executable, "-m", "benchmarks", name, "--json", *extra]
@@ -127,6 +134,12 @@ def render(
             f"| {name} | {what} (`{field}`) | {shown} | {op} {target} | "
             f"{verdict(value, op, target)} |"
         )
+    lines += ["", "## Context for the targets", ""]
+    lines += ["| benchmark | figure | value |", "|---|---|---|"]
+    for name, field, what in CONTEXT:
+        result = results.get(name)
+        value = result.get(field) if result else None
+        lines.append(f"| {name} | {what} (`{field}`) | {'—' if value is None else value} |")
     lines += ["", "## Every figure", ""]
     for name, result in results.items():
         lines += [f"### {name}", ""]

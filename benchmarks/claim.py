@@ -11,7 +11,14 @@ that server each time:
 - ``procrastinate``: as many worker processes with ``concurrency=--threads``,
   each job carrying its repo as procrastinate's ``lock`` (one job per repo at a
   time, like afk-pipeline's serial-per-repo rule), default worker settings;
-- ``afk_1``: afk-pipeline with one replica, for ``scale_3_vs_1``.
+- ``afk_1``: afk-pipeline with one replica, for ``scale_3_vs_1``;
+- ``procrastinate_1``: procrastinate with one worker process, for
+  ``peer_scale_3_vs_1``: the same ratio for the peer on the same machine.
+
+Each round also reads ``/proc/stat`` at "go" and at the last success:
+``cpu_busy_pct_1_replica`` is how busy the machine's CPUs already were (all of
+them, PostgreSQL included) while one afk-pipeline replica claimed. A machine
+that one replica already keeps busy cannot give three replicas more throughput.
 
 Same jobs: ``--jobs`` zero-length jobs over ``--repos`` repos. The clock runs
 from "go" until the database says every job succeeded. Every worker records
@@ -104,6 +111,13 @@ def _spawn(system: str, dsn: str, record: Path, threads: int, cap: int) -> subpr
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine so far, from ``/proc/stat``."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def _until_done(count: Any, dsn: str, jobs: int) -> float:
     started = time.monotonic()
     while count(dsn) < jobs:
@@ -130,12 +144,15 @@ def one_round(system: str, server: str, args: argparse.Namespace, replicas: int)
             proc.stdin.write("go\n")
             proc.stdin.flush()
         count = _peer.succeeded if system == "procrastinate" else afk_succeeded
+        busy, total = cpu_times()
         elapsed = _until_done(count, dsn, args.jobs)
+        busy_after, total_after = cpu_times()
         _stop(procs, system)
         ran = Counter(int(line) for r in records if r.exists() for line in r.read_text().split())
     return {
         "jobs_per_s": round(args.jobs / elapsed, 1),
         "elapsed_s": round(elapsed, 3),
+        "cpu_busy_pct": round(100 * (busy_after - busy) / max(1, total_after - total), 1),
         "double_claims": sum(n - 1 for n in ran.values() if n > 1),
         "ran": sum(ran.values()),
     }
@@ -149,12 +166,13 @@ def _stop(procs: list[subprocess.Popen[str]], system: str) -> None:
 
 
 def measure(server: str, args: argparse.Namespace) -> dict[str, Any]:
-    rounds: dict[str, list[dict[str, Any]]] = {"afk": [], "procrastinate": [], "afk_1": []}
+    names = ("afk", "procrastinate", "afk_1", "procrastinate_1")
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for rep in range(args.repetitions):
-        order = ["afk", "procrastinate"] if rep % 2 == 0 else ["procrastinate", "afk"]
-        for name in [*order, "afk_1"]:
-            system = "procrastinate" if name == "procrastinate" else "afk"
-            replicas = 1 if name == "afk_1" else args.replicas
+        order = list(names) if rep % 2 == 0 else [names[1], names[0], names[3], names[2]]
+        for name in order:
+            system = name.removesuffix("_1")
+            replicas = 1 if name.endswith("_1") else args.replicas
             result = one_round(system, server, args, replicas)
             print(f"  repetition {rep + 1} {name}: {result}", flush=True)
             rounds[name].append(result)
@@ -166,7 +184,15 @@ def summarise(rounds: dict[str, list[dict[str, Any]]], args: argparse.Namespace)
         return [r["jobs_per_s"] for r in rounds[name]]
 
     ratios = [a / p for a, p in zip(rates("afk"), rates("procrastinate"), strict=True)]
-    scale = [a / b for a, b in zip(rates("afk"), rates("afk_1"), strict=True)]
+
+    def double_claims(system: str) -> int:
+        names = (system, f"{system}_1")
+        return sum(r["double_claims"] for name in names for r in rounds[name])
+
+    def scale(name: str) -> float:
+        pairs = zip(rates(name), rates(f"{name}_1"), strict=True)
+        return round(spread([a / b for a, b in pairs])["median"], 3)
+
     return {
         "benchmark": "claim",
         "jobs": args.jobs,
@@ -177,11 +203,14 @@ def summarise(rounds: dict[str, list[dict[str, Any]]], args: argparse.Namespace)
         "afk_jobs_per_s": spread(rates("afk"), 1),
         "procrastinate_jobs_per_s": spread(rates("procrastinate"), 1),
         "afk_1_replica_jobs_per_s": spread(rates("afk_1"), 1),
+        "procrastinate_1_worker_jobs_per_s": spread(rates("procrastinate_1"), 1),
         "ratio_vs_procrastinate": round(spread(ratios)["median"], 3),
         "ratio_vs_procrastinate_spread": spread(ratios, 3),
-        "scale_3_vs_1": round(spread(scale)["median"], 3),
-        "double_claims": sum(r["double_claims"] for rs in rounds.values() for r in rs),
-        "double_claims_procrastinate": sum(r["double_claims"] for r in rounds["procrastinate"]),
+        "scale_3_vs_1": scale("afk"),
+        "peer_scale_3_vs_1": scale("procrastinate"),
+        "cpu_busy_pct_1_replica": spread([r["cpu_busy_pct"] for r in rounds["afk_1"]], 1)["median"],
+        "double_claims": double_claims("afk"),
+        "double_claims_procrastinate": double_claims("procrastinate"),
         "all_ran": all(r["ran"] >= args.jobs for rs in rounds.values() for r in rs),
         "machine": machine(),
     }

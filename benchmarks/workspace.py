@@ -4,8 +4,8 @@
 temporary directory, a wheelhouse of real packages (``pip download`` once;
 nothing is fetched afterwards: uv resolves from it, ``no-index``) and a bare
 remote holding a Python project of about 5,000 files with a ``uv.lock``. Every
-round, a new commit lands upstream first; then, in turn (A B C, next round in
-another order):
+round, a new commit lands upstream first; then, in turn (A B C D, next round
+in another order):
 
 * ``warm``: ``Workspaces.prepare`` for the next run, and nothing else. Before
   the clock starts, untimed, the previous run edits, commits and leaves junk in
@@ -21,6 +21,12 @@ another order):
   with a warm uv cache;
 * ``cold``: ``git clone`` of the remote and ``uv sync --frozen`` with an
   empty uv cache.
+
+* ``floor``: what any warm approach pays at least, in a tree of its own that
+  is already synced: ``git fetch`` of the new commit, its checkout (one file
+  changed) and ``uv sync --frozen`` with nothing to do.
+  ``floor_ratio_vs_clone_local`` is the ratio warm would have if preparing a
+  slot cost nothing else.
 
 The trees ``clone_local`` and ``cold`` made are deleted after each round,
 untimed, as ``dirty`` and ``release`` are for ``warm``.
@@ -157,6 +163,9 @@ class Bench:
         self.base = root / "base"  # the warm base the clone_local path copies
         git(root, "clone", "-q", url, str(self.base))
         sync(self.base, self.env)
+        self.floor_tree = root / "floor"
+        git(root, "clone", "-q", url, str(self.floor_tree))
+        sync(self.floor_tree, self.env)
         self.slot = self.ws.prepare(
             self.repo, run_id=1, issue_ref="1", base_env=self.env, events=RecordingSink()
         )
@@ -194,6 +203,12 @@ class Bench:
         sync(target, self.env)
         return target
 
+    def floor(self, n: int) -> Path:
+        git(self.floor_tree, "fetch", "-q", self.url, "main")
+        git(self.floor_tree, "checkout", "-q", "--detach", "FETCH_HEAD")
+        sync(self.floor_tree, self.env)
+        return self.floor_tree
+
     def cold(self, n: int) -> Path:
         target = self.root / f"cold-{n}"
         git(self.root, "clone", "-q", self.url, str(target))
@@ -212,12 +227,17 @@ def timed(step: Callable[[int], Path], n: int, expected: str) -> float:
 
 
 def measure(bench: Bench, rounds: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {"warm": [], "clone_local": [], "cold": [], "release": []}
-    steps = {"warm": bench.warm, "clone_local": bench.clone_local, "cold": bench.cold}
+    steps = {
+        "warm": bench.warm,
+        "clone_local": bench.clone_local,
+        "cold": bench.cold,
+        "floor": bench.floor,
+    }
+    samples: dict[str, list[float]] = {name: [] for name in [*steps, "release"]}
     names = list(steps)
     for n in range(rounds):
         expected = bench.new_upstream_commit(n)
-        for name in names[n % 3 :] + names[: n % 3]:
+        for name in names[n % 4 :] + names[: n % 4]:
             if name == "warm":
                 samples["release"].append(bench.end_run())
             samples[name].append(timed(steps[name], n, expected))
@@ -243,15 +263,20 @@ def main(argv: list[str]) -> int:
         url = make_remote(root, files, name="project")
         print(f"remote: {len(files)} files, {len(pins)} locked packages", flush=True)
         samples = measure(Bench(root, url), args.rounds)
-    ratios = [w / c for w, c in zip(samples["warm"], samples["clone_local"], strict=True)]
+
+    def ratios(name: str) -> list[float]:
+        pairs = zip(samples[name], samples["clone_local"], strict=True)
+        return [a / b for a, b in pairs]
+
     summary = {
         "benchmark": "workspace",
         "files": len(files),
         "packages": len(pins),
         "rounds": args.rounds,
         **{f"{name}_s": spread(values, 3) for name, values in samples.items()},
-        "ratio_vs_clone_local": round(statistics.median(ratios), 4),
-        "ratio_vs_clone_local_spread": spread(ratios, 4),
+        "ratio_vs_clone_local": round(statistics.median(ratios("warm")), 4),
+        "ratio_vs_clone_local_spread": spread(ratios("warm"), 4),
+        "floor_ratio_vs_clone_local": round(statistics.median(ratios("floor")), 4),
         "ratio_vs_cold": round(
             statistics.median(w / c for w, c in zip(samples["warm"], samples["cold"], strict=True)),
             4,
