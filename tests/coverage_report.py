@@ -127,8 +127,9 @@ def _stamp(command: str, pytest_status: int, commit: str) -> list[str]:
         f"`{commit}` ({os.cpu_count()} CPUs, Python {platform.python_version()}); pytest "
         f"exited {pytest_status} ({outcome}). Do not edit by hand: run the command again.",
         "",
-        "Line coverage of `pipeline/`, measured in the pytest process and in every Python "
-        "process the tests start (`python -m pipeline run`, the CLI), combined. Commands the "
+        "Line coverage of `pipeline/`, measured in the pytest process, its worker processes "
+        "and every Python process the tests start (`python -m pipeline run`, the CLI), "
+        "combined. Commands the "
         "pipeline runs inside its sandbox (agents, test commands) are not measured: their "
         "environment is an explicit list that leaves coverage's variables out. The figures "
         "cover only the tests the command selected.",
