@@ -35,7 +35,10 @@ def door_problems(
         if problem is not None:
             found.append((key, problem))
     if create and not found:
-        settings.volume.mkdir(parents=True, exist_ok=True)
+        try:
+            settings.volume.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # access() can say yes where mkdir fails (root, /proc, NFS)
+            found.append(("volume", f"cannot create {settings.volume}: {exc.strerror}"))
     return [f"{source}:{key}: {problem}" for key, problem in found]
 
 

@@ -10,6 +10,7 @@ it as shell (never text that came from an issue or an agent).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -20,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
+
+log = logging.getLogger(__name__)
 
 
 class StopToken:
@@ -106,6 +109,7 @@ class _LineReader(threading.Thread):
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self.max_line_bytes = max_line_bytes
         self.last_activity = time.monotonic()
+        self.handler_failed = False
 
     def run(self) -> None:
         assert self.proc.stdout is not None
@@ -115,7 +119,18 @@ class _LineReader(threading.Thread):
                 line = raw[: self.max_line_bytes].decode("utf-8", errors="replace").rstrip("\n")
                 self.tail.append(line)
                 if self.on_line is not None:
-                    self.on_line(line)
+                    self._tell(line)
+
+    def _tell(self, line: str) -> None:
+        """Hand ``line`` on; a receiver that fails loses that line, never the reading (a dead
+        reader would close the pipe and kill the child with SIGPIPE). Logged once."""
+        assert self.on_line is not None
+        try:
+            self.on_line(line)
+        except Exception:
+            if not self.handler_failed:
+                log.exception("output of pid %s: a line handler failed", self.proc.pid)
+            self.handler_failed = True
 
 
 class CommandOptions(TypedDict, total=False):

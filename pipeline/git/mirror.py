@@ -144,8 +144,8 @@ class Mirror:
         sha = result.stdout.strip()
         return sha if result.ok and sha else None
 
-    def find_pushed(self, ref: str, run_id: int) -> str | None:
-        return find_pushed(self.path, ref, run_id)
+    def find_pushed(self, ref: str, run_id: int, since: str | None = None) -> str | None:
+        return find_pushed(self.path, ref, run_id, since)
 
     # -- the checkout -------------------------------------------------------------------
 
@@ -264,16 +264,21 @@ def checkout_repo(repo_dir: Path) -> GitRepo:
     return GitRepo.plain(repo_dir / CHECKOUT, config_source=config if config.is_file() else None)
 
 
-def find_pushed(mirror: Path, ref: str, run_id: int) -> str | None:
+def find_pushed(mirror: Path, ref: str, run_id: int, since: str | None = None) -> str | None:
     """The newest of the last ``SEARCH_DEPTH`` commits on ``ref`` carrying run ``run_id``.
 
     Searched in the daemon's mirror: a run's push is recent by construction,
-    and a missing ref means nothing was pushed.
+    and a missing ref means nothing was pushed. With ``since`` (the SHA the run
+    started from), commits reachable from it are left out: they existed before
+    the run, so a trailer naming its id there was written by someone else (a
+    daemon whose history database was since replaced, an agent copying trailers).
     """
     fmt = f"%H%x09%(trailers:key={TRAILER},valueonly,separator=%x2C)"
-    result = GitRunner(GitRepo.mirror(mirror)).run(
-        "log", f"-n{SEARCH_DEPTH}", f"--format={fmt}", ref, "--"
-    )
+    runner = GitRunner(GitRepo.mirror(mirror))
+    args = ["log", f"-n{SEARCH_DEPTH}", f"--format={fmt}", ref]
+    result = runner.run(*args, *([f"^{since}"] if since else []), "--")
+    if not result.ok and since:
+        result = runner.run(*args, "--")  # the start is gone from the mirror: search it all
     return pushed_in(result.stdout, run_id) if result.ok else None
 
 

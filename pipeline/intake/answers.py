@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pipeline.core.errors import PipelineError
-from pipeline.intake.issue_text import DAEMON_MARK, Trusted
+from pipeline.intake.issue_text import Trusted, posted_by_daemon
 from pipeline.intake.sanitize import strip_hidden
 from pipeline.trackers.base import Comment, parse_time
 
@@ -48,7 +48,7 @@ def replies_after(
     strangers = Counter[str]()
     hidden = 0
     for comment in comments_after(comments, escalation_mark, since):
-        if DAEMON_MARK in comment.body:
+        if posted_by_daemon(comment.body):
             continue  # the daemon's own notes are nobody's answer
         if not trusted(comment.author):
             strangers[comment.author or "an unknown user"] += 1

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.states import RESUMABLE_REASONS, RunState
 from pipeline.intake.answers import comments_after
-from pipeline.intake.issue_text import DAEMON_MARK
+from pipeline.intake.issue_text import posted_by_daemon
 from pipeline.intake.lifecycle import Lifecycle, marker
 from pipeline.intake.sanitize import strip_hidden
 from pipeline.store import Run, RunFilter
@@ -107,7 +107,7 @@ class ResumeCommands:
         comments = tracker.list_comments(repo.slug, run.issue_number)
         mark = marker(f"run={run.id}:ended")
         for comment in comments_after(comments, mark, run.finished_at):
-            if DAEMON_MARK in comment.body or not is_command(comment.body, command):
+            if posted_by_daemon(comment.body) or not is_command(comment.body, command):
                 continue
             if tracker.is_trusted(repo.slug, comment.author):
                 return self._queue(repo, run, comment)

@@ -231,8 +231,15 @@ def _names(editors: Iterable[str | None]) -> str:
     return ", ".join(names) or "an unknown user"
 
 
-# Every comment the daemon posts carries a marker ``<!-- afk-pipeline:KEY -->``.
+# Every comment the daemon posts carries a marker ``<!-- afk-pipeline:KEY -->``, or, for the
+# progress comment it edits in place, ``<!-- afk-progress run=N -->``.
 DAEMON_MARK = "<!-- afk-pipeline:"
+PROGRESS_MARK = "<!-- afk-progress run="
+
+
+def posted_by_daemon(body: str) -> bool:
+    """Whether a comment is one of the daemon's own (a lifecycle note or the progress one)."""
+    return DAEMON_MARK in body or PROGRESS_MARK in body
 
 
 class _Stripper:
@@ -256,7 +263,7 @@ def assemble(
     strip = _Stripper()
     kept, quoted, left_out = [], [], Counter[str]()
     for comment in detail.comments:
-        if DAEMON_MARK in comment.body:
+        if posted_by_daemon(comment.body):
             continue  # the daemon's own lifecycle notes: neither the issue's text nor a stranger's
         if trusted(comment.author):
             kept.append(f"{comment.author}: {strip(comment.body)}")

@@ -130,14 +130,14 @@ class RunFlow:
             events=ctx.events,
             stop=ctx.stop,
         )
-        ctx.update(
-            base_sha=ws.base_sha, branch=ws.branch, worktree=str(ws.path), setup_s=ws.setup_s
-        )
+        # The first attempt's base is kept: a push of this run can only come after it.
+        run_base = run.base_sha or ws.base_sha
+        ctx.update(base_sha=run_base, branch=ws.branch, worktree=str(ws.path), setup_s=ws.setup_s)
         with WorktreeLease(self.deps.workspaces, ws) as lease:
             repo = self._with_repo_file(ctx, repo, ws)
             scope = self._scope(ctx, repo, issue, lease)
             try:
-                sha = self._implement_and_publish(ctx, scope, resume)
+                sha = self._implement_and_publish(ctx, scope, resume, run_base)
             except EscalationError as exc:
                 return self.deps.recovery.escalate(scope, ctx.run, exc).outcome
             return self._watch_and_decide(ctx, scope, sha).outcome
@@ -186,10 +186,10 @@ class RunFlow:
         )
 
     def _implement_and_publish(
-        self, ctx: RunContext, scope: RunScope, resume: ResumePlan | None
+        self, ctx: RunContext, scope: RunScope, resume: ResumePlan | None, run_base: str
     ) -> str:
         run, repo = ctx.run, scope.repo
-        found = find_pushed(scope.ws.mirror, f"refs/heads/{repo.default_branch}", run.id)
+        found = find_pushed(scope.ws.mirror, f"refs/heads/{repo.default_branch}", run.id, run_base)
         if found:
             ctx.events(
                 "publish",
@@ -204,9 +204,11 @@ class RunFlow:
         ctx.update(head_sha=outcome.head_sha)  # spend is recorded per invocation by the ledger
         ctx.set_state("publishing")
         checkpoint("publishing", run.id)
-        return self._publish(ctx, scope, outcome)
+        return self._publish(ctx, scope, outcome, run_base)
 
-    def _publish(self, ctx: RunContext, scope: RunScope, outcome: ImplementOutcome) -> str:
+    def _publish(
+        self, ctx: RunContext, scope: RunScope, outcome: ImplementOutcome, run_base: str
+    ) -> str:
         """Publish, a rebase conflict handed to the agent (its session resumed)."""
 
         def test_gate() -> bool:
@@ -220,7 +222,9 @@ class RunFlow:
             open_pr=self._pull_request_opener(ctx.run, scope.repo, scope.issue),
         )
         title = f"{scope.issue.title} ({scope.issue.ref})"
-        options = PublishOptions(title=title, limits=self.deps.workspaces.git_limits)
+        options = PublishOptions(
+            title=title, limits=self.deps.workspaces.git_limits, run_base=run_base
+        )
         return publish(scope, hooks, options).pushed_sha
 
     def _pull_request_opener(

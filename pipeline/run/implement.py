@@ -155,8 +155,23 @@ class _Run:
         classify_result(self.agent.name, result, request.max_budget_usd)
         if result.blocked_reason:
             raise EscalationError("blocked", f"the agent is blocked: {result.blocked_reason}")
+        self.back_on_branch()
         self.commit_pending(untracked_before)
         return result
+
+    def back_on_branch(self) -> None:
+        """The run's branch moved to where the agent left HEAD (a branch of its own, detached).
+
+        The gate tests HEAD and publish pushes the run's branch: they must be one commit.
+        """
+        branch = self.scope.ws.branch
+        runner = self.git.runner
+        current = runner.run("symbolic-ref", "--quiet", "--short", "HEAD").stdout.strip()
+        if current == branch:
+            return
+        self.git.run("checkout", "--quiet", "-B", branch)
+        where = f"branch {current}" if current else "a detached HEAD"
+        self.events("agent", f"the agent left the worktree on {where}; its work goes on {branch}")
 
     def commit_pending(self, untracked_before: set[str]) -> None:
         if self.git.stage_changes(untracked_before, self.repo.keep_dirs):

@@ -33,6 +33,7 @@ from pipeline.core.errors import (
 )
 from pipeline.core.masking import mask
 from pipeline.core.states import Outcome, RunState
+from pipeline.intake.issue_text import PROGRESS_MARK
 from pipeline.trackers.base import Tracker
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ STEP_KINDS = frozenset({"agent", "tool", "test", "publish", "setup", "ci", "depl
 
 
 def progress_marker(run_id: int) -> str:
-    return f"<!-- afk-progress run={run_id} -->"
+    return f"{PROGRESS_MARK}{run_id} -->"
 
 
 def one_line(text: str, limit: int = STEP_CHARS) -> str:

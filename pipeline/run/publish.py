@@ -69,11 +69,13 @@ class PublishHooks:
 @dataclass(frozen=True)
 class PublishOptions:
     """``remote_branch`` is pushed in mode ``branch`` (default: the run's branch);
-    ``title`` titles the pull request (default: the head subject)."""
+    ``title`` titles the pull request (default: the head subject); a trailer on a commit
+    reachable from ``run_base`` predates the run and is never taken for its push."""
 
     remote_branch: str | None = None
     title: str | None = None
     limits: GitLimits = DEFAULT_LIMITS
+    run_base: str | None = None  # the run's first base (default: this attempt's)
 
 
 class _Publisher:
@@ -86,6 +88,7 @@ class _Publisher:
         self.root = ws.git.where
         self.base = self.head = ws.base_sha
         self.target = ws.base_sha  # the mirror's default branch, once fetched
+        self.run_base = options.run_base or ws.base_sha
         self.events, self.stop = scope.events, scope.stop
         self.retest, self.resolve_conflict = hooks.retest, hooks.resolve_conflict
         self.record_pushed, self.open_pr = hooks.record_pushed, hooks.open_pr
@@ -135,7 +138,7 @@ class _Publisher:
         return target
 
     def already_pushed(self, branch: str) -> str | None:
-        found = self.mirror.find_pushed(f"refs/heads/{branch}", self.run_id)
+        found = self.mirror.find_pushed(f"refs/heads/{branch}", self.run_id, self.run_base)
         if found is not None:
             self.record_pushed(found)
             self.event(

@@ -66,7 +66,31 @@ def _postgres_engine(url: str) -> Engine:
     engine = create_engine(url, pool_size=5, max_overflow=10)
     event.listen(engine, "checkin", _mark_idle)
     event.listen(engine, "checkout", _ping_if_idle)
+    event.listen(engine, "before_cursor_execute", _without_nul, retval=True)
     return engine
+
+
+def _without_nul(
+    _conn: Connection,
+    _cursor: Any,
+    statement: str,
+    parameters: Any,
+    _context: Any,
+    _executemany: bool,
+) -> tuple[str, Any]:
+    """Parameters with every NUL replaced by U+FFFD: PostgreSQL text cannot hold NUL, and
+    agents' output and tracker text may carry it (SQLite stores it as it is)."""
+    return statement, _scrub_nul(parameters)
+
+
+def _scrub_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {key: _scrub_nul(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_scrub_nul(item) for item in value)
+    return value
 
 
 def _mark_idle(_dbapi_connection: Any, record: Any) -> None:

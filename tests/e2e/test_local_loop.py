@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.testing.gitrepos import git, make_remote
+from pipeline.testing.gitrepos import commit_to_remote, git, make_remote, remote_sha
 
 from .conftest import Cli, local_config, stop_daemon
 
@@ -38,6 +38,7 @@ print("wrote a test and the change")
 
 # Not a speed limit: only how long to wait before calling the daemon hung.
 HANG_GUARD_S = 60
+ACTIVE = {"queued", "retry_wait", "preparing", "implementing", "testing", "publishing", "watching"}
 
 
 def _world(tmp_path: Path) -> tuple[Path, str]:
@@ -138,3 +139,29 @@ def test_a_sigterm_taken_by_any_thread_stops_the_daemon(
         stop_daemon(daemon)
     assert code == 0, log.read_text()[-3000:]
     assert "received SIGTERM" in log.read_text()
+
+
+def test_a_trailer_from_before_the_run_is_not_its_push(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A remote whose history already names run 1 (pushed by a daemon whose history database
+    was since replaced) does not pass for run 1's push: run 1 implements and pushes its issue."""
+    config, remote = _world(tmp_path)
+    earlier = commit_to_remote(
+        remote, {"NOTES.md": "an earlier run\n"}, "Earlier change\n\nAfk-Run: 1"
+    )
+    cli = Cli(config, cli_env)
+    cli("db", "upgrade")
+    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        runs = cli.wait_for(
+            lambda rs: bool(rs) and rs[0]["state"] not in ACTIVE, HANG_GUARD_S, daemon, log
+        )
+    finally:
+        stop_daemon(daemon)
+    assert runs[0]["state"] == "succeeded", log.read_text()[-3000:]
+    assert runs[0]["pushed_sha"] != earlier
+    assert remote_sha(remote) == runs[0]["pushed_sha"]
+    assert "def mul" in git(Path(remote), "show", "main:app/calc.py")

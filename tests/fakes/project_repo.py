@@ -126,6 +126,8 @@ open(state, "w").write(str(count + 1))
 step = plan[min(count, len(plan) - 1)]
 prompt = open(sys.argv[3]).read()
 open(os.path.join(os.path.dirname(state), f"prompt-{count}.txt"), "w").write(prompt)
+if step.get("switch"):
+    subprocess.run(["git", "checkout", "-q", "-b", step["switch"]], check=True)
 if step.get("dump_env"):
     json.dump(dict(os.environ), open(step["dump_env"], "w"))
 for name, content in step.get("files", {}).items():
@@ -144,9 +146,9 @@ def command_agent(
 ) -> AgentPreset:
     """A ``command`` preset that plays ``steps``, one per invocation (the last repeats).
 
-    A step may write ``files``, ``commit`` them with a message, ``print`` a
-    line, ``dump_env`` to a path, ``sleep`` and ``exit`` with a code. Each
-    prompt it got is kept as ``prompt-<n>.txt`` in ``directory``.
+    A step may ``switch`` to a new branch, write ``files``, ``commit`` them with
+    a message, ``print`` a line, ``dump_env`` to a path, ``sleep`` and ``exit``
+    with a code. Each prompt it got is kept as ``prompt-<n>.txt`` in ``directory``.
     """
     directory.mkdir(parents=True, exist_ok=True)
     script, plan = directory / "agent.py", directory / "plan.json"

@@ -252,3 +252,19 @@ def test_gate_artifacts_are_never_committed(project: Project) -> None:
     changed = git(project.root, "show", "--name-only", "--format=", outcome.head_sha).split()
     assert outcome.fix_iterations == 1
     assert sorted(changed) == ["calc.py", "test_calc.py"]
+
+
+def test_work_left_on_another_branch_is_taken_onto_the_run_branch(project: Project) -> None:
+    """An agent that commits on the run's branch, then switches to a branch of its own for the
+    rest, gets all of it tested and committed on the run's branch, which publish pushes."""
+    steps: list[Mapping[str, object]] = [
+        {"files": {"test_calc.py": FAILING_TEST}, "commit": "Add a failing test for add"},
+        {"switch": "feature/add", "files": {"calc.py": FIXED}},
+    ]
+    sink = RecordingSink()
+    outcome = _implement(project, _scripted(project, steps), sink=sink)
+    assert git(project.root, "symbolic-ref", "--short", "HEAD") == "main"
+    assert git(project.root, "rev-parse", "main") == outcome.head_sha
+    assert git(project.root, "show", "main:calc.py") == FIXED.strip()
+    assert _trailers_ok(project.message(outcome.head_sha))
+    assert any("feature/add" in message for _, message, _ in sink.of_kind("agent"))

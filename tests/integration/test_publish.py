@@ -357,3 +357,20 @@ def test_checkout_hooks_never_run_with_credentials(
     world.publish_as(repo)
     assert world.recorded == [world.remote_main()]
     assert not witness.exists()
+
+
+def test_a_trailer_older_than_the_run_is_not_its_push(world: World) -> None:
+    """A commit naming run 1 that was on main before run 1 started (an earlier history
+    database's run 1) is not taken for run 1's push: its own commit is pushed."""
+    world.remote_commit("earlier.txt", "x\n")
+    git(world.other, "commit", "-q", "--amend", "-m", "earlier run\n\nAfk-Run: 1")
+    git(world.other, "push", "-q", "-f", "origin", "HEAD:main")
+    earlier = git(world.other, "rev-parse", "HEAD")
+    git(world.worktree, "fetch", "-q", str(world.remote), "main")
+    git(world.worktree, "reset", "-q", "--hard", "FETCH_HEAD")
+    world.base_sha = earlier
+    own = world.run_commit()
+    result = world.publish()
+    assert not result.already_on_remote
+    assert world.remote_main() == own == result.pushed_sha
+    assert find_pushed(world.checkout.parent / "mirror.git", "refs/heads/main", 1, earlier) == own

@@ -212,3 +212,16 @@ def test_store_is_a_context_manager(database_url: str) -> None:
         opened.upgrade()
         assert opened.ping()
     assert opened.engine.pool.checkedout() == 0
+
+
+def test_text_with_nul_bytes_is_stored_on_every_engine(store: Store) -> None:
+    """An agent's output line or an issue body with NUL bytes is stored (PostgreSQL text
+    cannot hold NUL: it becomes U+FFFD there) instead of failing the write."""
+    repo = store.ensure_repo("acme/web")
+    run = _run(store, repo, None)
+    store.record_event(run, "agent", "bin\x00ary \x01 out", {"line": "a\x00b"})
+    [event] = store.run_events(run)
+    assert event.message.replace("\ufffd", "\x00") == "bin\x00ary \x01 out"
+    assert event.data == {"line": "a\x00b"}
+    issue = store.add_local_issue("acme/web", "ti\x00tle", "bo\x00dy", "alice", ())
+    assert issue.body.replace("\ufffd", "\x00") == "bo\x00dy"

@@ -164,6 +164,16 @@ def test_run_creates_a_configured_volume(tmp_path: Path) -> None:
     assert (tmp_path / "new" / "volume").is_dir()
 
 
+def test_a_volume_that_cannot_be_made_is_refused_not_a_traceback(tmp_path: Path) -> None:
+    """A volume where no directory can be made (under /proc, which even root cannot write
+    though access() says it may) is one `FILE:volume:` line, not a traceback."""
+    path = tmp_path / "pipeline.toml"
+    path.write_text('volume = "/proc/afk-volume"\n', encoding="utf-8")
+    settings = load_settings(path, environ={})
+    [problem] = door_problems(settings, environ={}, create=True)
+    assert problem.startswith(f"{path}:volume: ") and "/proc/afk-volume" in problem
+
+
 def test_issue_body_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
     """`issue add --body-file` with non-UTF-8 bytes: exit 2 and a one-line reason."""
     config = tmp_path / "pipeline.toml"

@@ -168,6 +168,17 @@ def test_the_daemons_own_notes_are_neither_kept_nor_counted() -> None:
     assert "comment" not in result.message and "afk-bot" not in result.message
 
 
+def test_the_daemons_progress_comment_is_not_issue_text() -> None:
+    """The run's progress comment (edited in place, its own marker) never reaches a prompt,
+    even where the daemon's account is trusted (it has write permission)."""
+    note = "**afk-pipeline run 3: implementing**\n\n- Step: x\n\n<!-- afk-progress run=3 -->"
+    issue = detail(Comment("maint", note, at(12)))
+    title, body = first_seen(issue.title, None), first_seen(issue.body, None)
+    result = assemble(issue, title, body, trusted, quote=False)
+    assert result.comments == () and result.data["comments_left_out"] == 0
+    assert result.data["html_comments_stripped"] == 0
+
+
 def test_quote_mode_keeps_untrusted_comments_apart() -> None:
     """With quoting on, untrusted comments are handed over separately, stripped."""
     issue = detail(Comment("stranger", "maybe <!-- hidden -->use a loop", at(13)))
