@@ -153,9 +153,13 @@ def cmd_runs_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_runs_retry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.store.runs import RunNotRetryable
+
     store = open_store(args)
     try:
         result = store.retry_run(args.id, by=who())
+    except RunNotRetryable as exc:  # queued, running or succeeded: nothing to retry
+        raise CliError(str(exc)) from None
     finally:
         store.close()
     if args.json:

@@ -122,3 +122,23 @@ def test_cancel_and_retry_in_words(cli: Pipeline, tmp_path: Path) -> None:
         assert out == f"run {second} already ended {ended.state}; nothing to cancel\n"
     finally:
         store.close()
+
+
+def test_retry_of_a_run_that_cannot_be_retried_is_refused_in_words(
+    cli: Pipeline, tmp_path: Path
+) -> None:
+    """Retrying a queued run exits 2 saying which runs can be retried, with no traceback."""
+    cli("db", "upgrade")
+    store = Store(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        store.ensure_repo("alpha", tracker="local", slug="org/alpha")
+        queued = store.enqueue("alpha").run.id
+    finally:
+        store.close()
+    status, out, err = cli("runs", "retry", str(queued))
+    assert (status, out) == (2, "")
+    assert err == (
+        f"pipeline: run {queued} is queued; only failed, escalated, cancelled runs can be retried\n"
+    )
+    status, out, err = cli("runs", "retry", str(queued), "--json")
+    assert (status, out) == (2, "") and "can be retried" in err
