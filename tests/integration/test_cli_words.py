@@ -142,3 +142,23 @@ def test_retry_of_a_run_that_cannot_be_retried_is_refused_in_words(
     )
     status, out, err = cli("runs", "retry", str(queued), "--json")
     assert (status, out) == (2, "") and "can be retried" in err
+
+
+@pytest.mark.parametrize("given", ["2147483648", "99999999999999999999", "0"])
+def test_an_id_no_run_can_have_exits_2_naming_the_range(
+    given: str, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An id past the database's integers is a usage error naming the range, not a database one."""
+    config = local_alpha_config(tmp_path, database_url)
+    assert main(["db", "upgrade", "--config", str(config)], io.StringIO(), io.StringIO()) == 0
+    for command in (
+        ("runs", "show", given),
+        ("runs", "cancel", given),
+        ("runs", "retry", given),
+        ("issue", "label", given, "ready-for-agent"),
+    ):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:  # argparse's usage error
+            main([*command, "--config", str(config)], io.StringIO(), io.StringIO())
+        assert exited.value.code == 2, command
+        assert f"must be an id from 1 to 2147483647, got '{given}'" in capsys.readouterr().err
