@@ -7,6 +7,8 @@
   var body = document.body;
   var badge = document.getElementById("live");
   var pending = false;
+  var fetching = false;
+  var again = false;
 
   function setLive(on) {
     if (!badge) return;
@@ -37,10 +39,18 @@
     });
   }
 
+  // One refresh at a time. A change announced before the fetch goes out is in its answer;
+  // one announced while the fetch is in flight may not be, so another refresh follows it
+  // (else the run's last change, its ending, could stay unseen until the next event).
   function refresh(target, url) {
-    if (pending) return;
+    if (pending) {
+      if (fetching) again = true;
+      return;
+    }
     pending = true;
     setTimeout(function () {
+      fetching = true;
+      again = false;
       fetch(url, { headers: { Accept: "text/html" } })
         .then(function (resp) { return resp.ok ? resp.text() : null; })
         .then(function (html) {
@@ -50,7 +60,11 @@
           body.dataset.refreshed = String(Date.now());
         })
         .catch(function () {})
-        .then(function () { pending = false; });
+        .then(function () {
+          pending = false;
+          fetching = false;
+          if (again) refresh(target, url);
+        });
     }, 150);
   }
 
