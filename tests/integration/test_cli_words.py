@@ -162,3 +162,32 @@ def test_an_id_no_run_can_have_exits_2_naming_the_range(
             main([*command, "--config", str(config)], io.StringIO(), io.StringIO())
         assert exited.value.code == 2, command
         assert f"must be an id from 1 to 2147483647, got '{given}'" in capsys.readouterr().err
+
+
+def test_run_text_cannot_steer_the_terminal(cli: Pipeline, tmp_path: Path) -> None:
+    """Escape sequences and bidi overrides in run text are shown escaped; extra lines indented."""
+    from pipeline.store import EnqueueOptions, SeenIssue
+
+    cli("db", "upgrade")
+    store = Store(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        store.ensure_repo("alpha", tracker="local", slug="org/alpha")
+        seen = SeenIssue(tracker="local", number=3, title="Fix \u202egnp.exe", author="m", url="u")
+        issue = store.upsert_issue("alpha", seen)
+        store.enqueue("alpha", EnqueueOptions(issue_id=issue.id))
+        run = store.claim_next("worker-words", max_concurrency=1, lease_s=60.0)
+        assert run is not None
+        forged = "ok\n  10:00:00 UTC  #1 state     succeeded\x1b]0;owned\x07\x1b[2J\rX"
+        store.append_event_fenced(run.id, "worker-words", run.attempt, "agent", forged, {})
+        store.finish(run.id, "worker-words", run.attempt, "failed", error="boom\x1b[8m")
+    finally:
+        store.close()
+    status, out, _ = cli("runs", "show", str(run.id))
+    assert status == 0
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\u202e" not in out
+    assert "Fix \\u202egnp.exe" in out
+    assert "succeeded\\x1b]0;owned\\x07\\x1b[2J\\x0dX" in out
+    agent_line = next(line for line in out.splitlines() if line.endswith(" agent     ok"))
+    indent = len(agent_line) - len("ok")
+    assert "\n" + " " * indent + "  10:00:00 UTC  #1 state" in out  # under the message, not a line
+    assert "boom\\x1b[8m" in out and "[None]" not in out
