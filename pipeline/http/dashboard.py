@@ -247,7 +247,7 @@ def run_fragment(request: Request) -> Response:
     values = _run_values(request)
     if values is None:
         return render("not_found.html", 404, message="no such run", nav="runs")
-    return render("run_detail.html", **values)
+    return page(request, "run_detail.html", **values)  # the session: which actions to offer
 
 
 def repos_page(request: Request) -> Response:

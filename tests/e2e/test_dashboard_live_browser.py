@@ -81,3 +81,31 @@ def test_a_run_ending_during_a_refresh_is_shown(driver: object, api: ApiHarness)
     driver.execute_script("window.__release();")
     badge = (By.CSS_SELECTOR, "h1 .badge")
     wait(driver, ec.text_to_be_present_in_element(badge, "succeeded"))
+
+
+def test_a_run_page_offers_the_actions_of_the_state_it_shows(
+    driver: object, api: ApiHarness
+) -> None:
+    """Signed in, a run that fails while its page is open stops offering cancel and offers retry."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support import expected_conditions as ec
+
+    from tests.e2e.test_dashboard_browser import sign_in
+    from tests.integration.api_harness import TOKEN
+
+    assert isinstance(driver, WebDriver)
+    run = api.store.get_run(1)
+    assert run is not None
+    driver.get(f"{api.url}/login?next=/runs/{run.id}")
+    sign_in(driver, TOKEN)
+    wait(driver, ec.url_to_be(f"{api.url}/runs/{run.id}"))
+    wait(driver, ec.text_to_be_present_in_element((By.ID, "live"), "live"))
+    actions = (By.CSS_SELECTOR, "section.actions")
+    assert "Cancel run" in driver.find_element(*actions).text
+    api.store.finish(run.id, OWNER, run.attempt, "failed", error="tests never went green")
+    wait(driver, ec.text_to_be_present_in_element(actions, "Retry as a new run"))
+    assert "Cancel run" not in driver.find_element(*actions).text
+    driver.find_element(By.CSS_SELECTOR, "section.actions button").click()
+    wait(driver, ec.url_matches(rf"/runs/(?!{run.id}$)[0-9]+$"))
+    assert api.store.count_runs() == 2
