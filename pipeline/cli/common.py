@@ -21,10 +21,20 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
+# Run and issue ids are 32-bit in PostgreSQL; a larger one names nothing and must not reach SQL.
+MAX_ID = 2**31 - 1
 
 
 class CliError(Exception):
     """A problem the user can fix; printed as one line, exit code 2."""
+
+
+def record_id(value: str) -> int:
+    """An argparse type: a run or issue id, a whole number from 1 to ``MAX_ID``."""
+    text = value.strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_ID:
+        raise argparse.ArgumentTypeError(f"must be an id from 1 to {MAX_ID}, got {value!r}")
+    return int(text)
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ from pipeline.cli.common import (
     add_command,
     load,
     open_store,
+    record_id,
     who,
 )
 from pipeline.core.states import REPO_STATES
@@ -206,7 +207,7 @@ def register_runs(runs: Subparsers) -> None:
     lst.add_argument("--limit", type=positive, default=50, help="at most this many (default 50)")
     json_flag(lst)
     one = add_command(runs, "show", cmd_runs_show, "one run with its timeline")
-    one.add_argument("id", type=int)
+    one.add_argument("id", type=record_id)
     one.add_argument(
         "--follow", "-f", action="store_true", help="stream the timeline until the run ends"
     )

@@ -14,6 +14,7 @@ from pipeline.cli.common import (
     add_command,
     load,
     open_store,
+    record_id,
     who,
 )
 from pipeline.cli.history import json_flag
@@ -153,9 +154,13 @@ def cmd_runs_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_runs_retry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.store.runs import RunNotRetryable
+
     store = open_store(args)
     try:
         result = store.retry_run(args.id, by=who())
+    except RunNotRetryable as exc:  # queued, running or succeeded: nothing to retry
+        raise CliError(str(exc)) from None
     finally:
         store.close()
     if args.json:
@@ -179,12 +184,12 @@ def register(top: Subparsers, runs: Subparsers) -> None:
         cmd_runs_cancel,
         "cancel a run: at once when queued, within seconds when running",
     )
-    cancel.add_argument("id", type=int)
+    cancel.add_argument("id", type=record_id)
     json_flag(cancel)
     retry = add_command(
         runs, "retry", cmd_runs_retry, "queue a new run for a failed, escalated or cancelled one"
     )
-    retry.add_argument("id", type=int)
+    retry.add_argument("id", type=record_id)
     json_flag(retry)
 
 
@@ -221,7 +226,7 @@ def _register_issue(top: Subparsers) -> None:
     add.add_argument("--label", action="append", help="a label (repeatable)")
     json_flag(add)
     label = add_command(sub, "label", cmd_issue_label, "add a label to a local issue")
-    label.add_argument("id", type=int)
+    label.add_argument("id", type=record_id)
     label.add_argument("label")
     json_flag(label)
     lst = add_command(sub, "list", cmd_issue_list, "list local issues")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
@@ -24,6 +25,28 @@ STATE_STYLES = {
     "cancelled": "dim",
     "frozen": "yellow",
 }
+
+
+# What a terminal would obey rather than show: C0 controls but tab and newline (escape
+# sequences: colours, cursor moves, a window title, a cleared screen; a carriage return
+# that overwrites the line), DEL, C1 controls, and the bidi embeddings, overrides and
+# isolates that reorder text. Run text is written by agents and issue authors.
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal: each control character as an escape (``\\x1b``)."""
+    return UNSAFE.sub(_escape, text)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def indented(text: str, column: int) -> str:
+    """``shown(text)``, its later lines starting at ``column`` (under its first line)."""
+    return ("\n" + " " * column).join(shown(text).split("\n"))
 
 
 def is_terminal(out: TextIO) -> bool:
@@ -77,7 +100,7 @@ def _cell(value: object) -> str:
         return stamp(value)
     if isinstance(value, float):
         return f"{value:.2f}"
-    text = str(value).replace("\n", " ")
+    text = shown(str(value).replace("\n", " ").replace("\t", " "))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -138,7 +161,7 @@ def repos_table(repos: Sequence[Repo], out: TextIO) -> None:
 
 def run_detail(run: Run, events: Sequence[RunEvent], out: TextIO) -> None:
     """A run's header and timeline, oldest event first."""
-    title = f" {run.issue_title}" if run.issue_title else ""
+    title = f" {shown(run.issue_title)}" if run.issue_title else ""
     out.write(f"run {run.id}  {run.repo_name} {issue_label(run)}{title}\n")
     fields = [
         ("kind", run.kind),
@@ -157,13 +180,13 @@ def run_detail(run: Run, events: Sequence[RunEvent], out: TextIO) -> None:
             f"{run.num_turns} turns, {run.tokens_in} in / {run.tokens_out} out tokens, "
             f"${run.cost_usd:.4f}",
         ),
-        ("error", f"[{run.error_class}] {run.error}" if run.error else None),
+        ("error", f"[{run.error_class or 'error'}] {run.error}" if run.error else None),
         ("issue", run.issue_url or None),
         ("resumes" if run.kind == "issue" else "parent", run.parent_id),
     ]
     for name, value in fields:
         if value not in (None, ""):
-            out.write(f"  {name:<9}{value}\n")
+            out.write(f"  {name:<9}{indented(str(value), 11)}\n")
     out.write("timeline:\n")
     for event in events:
         out.write(event_line(event) + "\n")
@@ -173,7 +196,8 @@ def run_detail(run: Run, events: Sequence[RunEvent], out: TextIO) -> None:
 
 def event_line(event: RunEvent) -> str:
     """One timeline line: local time with its zone, attempt, kind, message."""
-    return f"  {stamp(event.ts, '%H:%M:%S %Z')}  #{event.attempt} {event.kind:<9} {event.message}"
+    head = f"  {stamp(event.ts, '%H:%M:%S %Z')}  #{event.attempt} {event.kind:<9} "
+    return head + indented(event.message, len(head))
 
 
 def to_json(value: Any) -> str:

@@ -142,13 +142,13 @@ def _filters(request: Request) -> RunFilter | Response:
     try:
         flt = run_filter(_params(request), PAGE_SIZE)
     except BadInput as exc:
-        return render("not_found.html", 422, message=str(exc), nav="runs")
+        return render("not_found.html", 422, message=str(exc), nav="runs", title="Bad filter")
     return flt
 
 
 def _query(params: dict[str, str], offset: int | None = None) -> str:
-    """The filters as written (``since=24h`` stays relative), plus a page offset."""
-    kept = {k: params[k] for k in FILTER_KEYS if k in params}
+    """The filters as written (``since=24h`` stays relative), the page size, a page offset."""
+    kept = {k: params[k] for k in (*FILTER_KEYS, "limit") if k in params}
     if offset:
         kept["offset"] = str(offset)
     return "?" + urlencode(kept) if kept else ""
@@ -174,6 +174,8 @@ def _runs_values(request: Request, flt: RunFilter) -> dict[str, Any]:
         "frozen_repos": stats.frozen_repos,
     }
     after = flt.offset + flt.limit
+    # Past the last run (an old link, or runs that left the filter): "newer" is the last page.
+    newer = min(flt.offset - flt.limit, max(0, (total - 1) // flt.limit * flt.limit))
     narrowed = any(k in params for k in FILTER_KEYS if k != "repo")
     return {
         "flt": flt,
@@ -184,7 +186,7 @@ def _runs_values(request: Request, flt: RunFilter) -> dict[str, Any]:
         "health": health,
         "filtered": any(k in params for k in FILTER_KEYS),
         "kinds": sorted(set(KINDS) | set(stats.runs_by_kind)),
-        "prev_url": ("/" + _query(params, max(0, flt.offset - flt.limit))) if flt.offset else None,
+        "prev_url": ("/" + _query(params, max(0, newer))) if flt.offset else None,
         "next_url": ("/" + _query(params, after)) if after < total else None,
     }
 
@@ -245,7 +247,7 @@ def run_fragment(request: Request) -> Response:
     values = _run_values(request)
     if values is None:
         return render("not_found.html", 404, message="no such run", nav="runs")
-    return render("run_detail.html", **values)
+    return page(request, "run_detail.html", **values)  # the session: which actions to offer
 
 
 def repos_page(request: Request) -> Response:

@@ -147,7 +147,14 @@ class HistoryMixin(StoreBase):
             rows = conn.execute(runs_query().where(RunRow.parent_id == run_id).order_by(RunRow.id))
             return [run_from_row(row) for row in rows]
 
-    def run_events(self, run_id: int, after_id: int = 0, limit: int = 10_000) -> list[RunEvent]:
+    def run_events(
+        self, run_id: int, after_id: int = 0, limit: int | None = None
+    ) -> list[RunEvent]:
+        """The run's events after ``after_id``, oldest first: all of them unless ``limit``.
+
+        The API, the run page, ``runs show`` and the endings read a run's whole timeline:
+        a cap here would drop its newest events (its ending) without a word.
+        """
         query = (
             select(RunEventRow.__table__)
             .where(RunEventRow.run_id == run_id, RunEventRow.id > after_id)

@@ -141,3 +141,24 @@ def test_waiting_issues_are_shown_with_why(api: ApiHarness) -> None:
     assert "waits for #8" not in api.client.get("/", params={"repo": "beta"}).text
     api.store.set_waiting(issue.id, None)
     assert "Waiting for dependencies" not in api.client.get("/").text
+
+
+def test_bad_filter_page_says_the_filter_is_wrong_not_missing(api: ApiHarness) -> None:
+    """A bad filter's page is titled as a bad filter, with the filters' page a click away."""
+    text = api.client.get("/", params={"since": "yesterday"}).text
+    assert "<h1>Bad filter</h1>" in text and "Not found" not in text
+    assert "since: expected an ISO time" in text
+
+
+def test_a_page_past_the_last_run_says_so_and_links_back(api: ApiHarness) -> None:
+    """An offset past the runs (they moved on, an old link) names the count, not 'no runs yet'."""
+    for n in range(3, 6):
+        api.store.enqueue("alpha", EnqueueOptions(priority=n))
+    page = api.client.get("/", params={"state": "queued", "limit": 2, "offset": 8}).text
+    assert "No runs yet" not in page
+    assert "No runs on this page" in page
+    assert "9\u20135 of 5" not in page and "none of 5" in page
+    assert 'href="/?state=queued&amp;limit=2&amp;offset=4"' in page  # the last page, not 6
+    second = api.client.get("/", params={"limit": 2, "offset": 2}).text
+    assert "3\u20134 of 5" in second  # and its live refresh keeps the page size:
+    assert 'data-fragment="/fragments/runs?limit=2&amp;offset=2"' in second

@@ -122,3 +122,72 @@ def test_cancel_and_retry_in_words(cli: Pipeline, tmp_path: Path) -> None:
         assert out == f"run {second} already ended {ended.state}; nothing to cancel\n"
     finally:
         store.close()
+
+
+def test_retry_of_a_run_that_cannot_be_retried_is_refused_in_words(
+    cli: Pipeline, tmp_path: Path
+) -> None:
+    """Retrying a queued run exits 2 saying which runs can be retried, with no traceback."""
+    cli("db", "upgrade")
+    store = Store(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        store.ensure_repo("alpha", tracker="local", slug="org/alpha")
+        queued = store.enqueue("alpha").run.id
+    finally:
+        store.close()
+    status, out, err = cli("runs", "retry", str(queued))
+    assert (status, out) == (2, "")
+    assert err == (
+        f"pipeline: run {queued} is queued; only failed, escalated, cancelled runs can be retried\n"
+    )
+    status, out, err = cli("runs", "retry", str(queued), "--json")
+    assert (status, out) == (2, "") and "can be retried" in err
+
+
+@pytest.mark.parametrize("given", ["2147483648", "99999999999999999999", "0"])
+def test_an_id_no_run_can_have_exits_2_naming_the_range(
+    given: str, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An id past the database's integers is a usage error naming the range, not a database one."""
+    config = local_alpha_config(tmp_path, database_url)
+    assert main(["db", "upgrade", "--config", str(config)], io.StringIO(), io.StringIO()) == 0
+    for command in (
+        ("runs", "show", given),
+        ("runs", "cancel", given),
+        ("runs", "retry", given),
+        ("issue", "label", given, "ready-for-agent"),
+    ):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:  # argparse's usage error
+            main([*command, "--config", str(config)], io.StringIO(), io.StringIO())
+        assert exited.value.code == 2, command
+        assert f"must be an id from 1 to 2147483647, got '{given}'" in capsys.readouterr().err
+
+
+def test_run_text_cannot_steer_the_terminal(cli: Pipeline, tmp_path: Path) -> None:
+    """Escape sequences and bidi overrides in run text are shown escaped; extra lines indented."""
+    from pipeline.store import EnqueueOptions, SeenIssue
+
+    cli("db", "upgrade")
+    store = Store(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        store.ensure_repo("alpha", tracker="local", slug="org/alpha")
+        seen = SeenIssue(tracker="local", number=3, title="Fix \u202egnp.exe", author="m", url="u")
+        issue = store.upsert_issue("alpha", seen)
+        store.enqueue("alpha", EnqueueOptions(issue_id=issue.id))
+        run = store.claim_next("worker-words", max_concurrency=1, lease_s=60.0)
+        assert run is not None
+        forged = "ok\n  10:00:00 UTC  #1 state     succeeded\x1b]0;owned\x07\x1b[2J\rX"
+        store.append_event_fenced(run.id, "worker-words", run.attempt, "agent", forged, {})
+        store.finish(run.id, "worker-words", run.attempt, "failed", error="boom\x1b[8m")
+    finally:
+        store.close()
+    status, out, _ = cli("runs", "show", str(run.id))
+    assert status == 0
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\u202e" not in out
+    assert "Fix \\u202egnp.exe" in out
+    assert "succeeded\\x1b]0;owned\\x07\\x1b[2J\\x0dX" in out
+    agent_line = next(line for line in out.splitlines() if line.endswith(" agent     ok"))
+    indent = len(agent_line) - len("ok")
+    assert "\n" + " " * indent + "  10:00:00 UTC  #1 state" in out  # under the message, not a line
+    assert "boom\\x1b[8m" in out and "[None]" not in out

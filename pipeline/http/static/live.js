@@ -7,6 +7,8 @@
   var body = document.body;
   var badge = document.getElementById("live");
   var pending = false;
+  var fetching = false;
+  var again = false;
 
   function setLive(on) {
     if (!badge) return;
@@ -37,10 +39,18 @@
     });
   }
 
+  // One refresh at a time. A change announced before the fetch goes out is in its answer;
+  // one announced while the fetch is in flight may not be, so another refresh follows it
+  // (else the run's last change, its ending, could stay unseen until the next event).
   function refresh(target, url) {
-    if (pending) return;
+    if (pending) {
+      if (fetching) again = true;
+      return;
+    }
     pending = true;
     setTimeout(function () {
+      fetching = true;
+      again = false;
       fetch(url, { headers: { Accept: "text/html" } })
         .then(function (resp) { return resp.ok ? resp.text() : null; })
         .then(function (html) {
@@ -50,7 +60,11 @@
           body.dataset.refreshed = String(Date.now());
         })
         .catch(function () {})
-        .then(function () { pending = false; });
+        .then(function () {
+          pending = false;
+          fetching = false;
+          if (again) refresh(target, url);
+        });
     }, 150);
   }
 
@@ -70,37 +84,35 @@
     window.addEventListener("beforeunload", function () { source.close(); });
   }
 
+  // One listener for every action form, those a live refresh puts in the page included.
   function setupActions() {
-    var forms = document.querySelectorAll("form.action");
-    Array.prototype.forEach.call(forms, function (form) {
-      form.addEventListener("submit", function (ev) {
-        ev.preventDefault();
-        var out = form.querySelector("output");
-        var meta = document.querySelector('meta[name="csrf-token"]');
-        var csrf = meta ? meta.getAttribute("content") : "";
-        var payload = {};
-        if (form.elements.note && form.elements.note.value) payload.note = form.elements.note.value;
-        out.textContent = "…";
-        fetch(form.dataset.url, {
-          method: "POST",
-          credentials: "same-origin",
-          headers: { "X-CSRF-Token": csrf, "Content-Type": "application/json" },
-          body: JSON.stringify(payload)
-        }).then(function (resp) {
-          return resp.json().then(function (data) {
-            if (resp.ok) {
-              out.textContent = "done";
-              if (data.id && form.dataset.url.indexOf("/retry") > 0) {
-                window.location.href = "/runs/" + data.id;
-              } else {
-                window.location.reload();
-              }
+    document.addEventListener("submit", function (ev) {
+      var form = ev.target;
+      if (!form.classList || !form.classList.contains("action")) return;
+      ev.preventDefault();
+      var out = form.querySelector("output");
+      var payload = {};
+      if (form.elements.note && form.elements.note.value) payload.note = form.elements.note.value;
+      out.textContent = "…";
+      fetch(form.dataset.url, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "X-CSRF-Token": csrfToken(), "Content-Type": "application/json" },
+        body: JSON.stringify(payload)
+      }).then(function (resp) {
+        return resp.json().then(function (data) {
+          if (resp.ok) {
+            out.textContent = "done";
+            if (data.id && form.dataset.url.indexOf("/retry") > 0) {
+              window.location.href = "/runs/" + data.id;
             } else {
-              out.textContent = data.error || ("HTTP " + resp.status);
+              window.location.reload();
             }
-          });
-        }).catch(function (err) { out.textContent = String(err); });
-      });
+          } else {
+            out.textContent = data.error || ("HTTP " + resp.status);
+          }
+        });
+      }).catch(function (err) { out.textContent = String(err); });
     });
   }
 
