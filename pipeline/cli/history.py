@@ -25,7 +25,7 @@ from pipeline.cli.common import (
     record_id,
     who,
 )
-from pipeline.core.states import REPO_STATES
+from pipeline.core.states import REPO_STATES, RUN_KINDS
 from pipeline.core.when import BadTime, parse_when
 from pipeline.store.models import ALL_STATES
 from pipeline.store.records import RunFilter
@@ -33,7 +33,6 @@ from pipeline.store.records import RunFilter
 if TYPE_CHECKING:
     from pipeline.store import Store
 
-KINDS = ("issue", "fix_forward", "manual")
 FOLLOW_POLL_S = 0.5
 
 
@@ -197,7 +196,7 @@ def register_runs(runs: Subparsers) -> None:
     lst = add_command(runs, "list", cmd_runs_list, "list runs, newest first")
     lst.add_argument("--repo", help="only this repo")
     lst.add_argument("--state", choices=ALL_STATES, help="only runs in this state")
-    lst.add_argument("--kind", choices=KINDS, help="only this kind")
+    lst.add_argument("--kind", choices=RUN_KINDS, help="only this kind")
     lst.add_argument(
         "--since", help="created at or after: an ISO time, an age (30m, 2h, 7d), today"
     )

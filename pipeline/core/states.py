@@ -114,3 +114,5 @@ class Decision:
 
 # A repo is active (its queue runs) or frozen (nothing starts until a human unfreezes it).
 REPO_STATES = ("active", "frozen")
+# A run works on an issue (or a manual enqueue) or fixes a broken deploy forward.
+RUN_KINDS = ("issue", "fix_forward")

@@ -19,7 +19,7 @@ from jinja2 import Environment, PackageLoader
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from pipeline.core.states import REPO_STATES
+from pipeline.core.states import REPO_STATES, RUN_KINDS
 from pipeline.core.when import utc_now
 from pipeline.http import timeline
 from pipeline.http.budgets import budget_lines, midnight_utc
@@ -45,7 +45,6 @@ SAVED_VIEWS = (
     ("Last 24 h", {"since": "24h"}),
 )
 TAIL_KEYS = ("tail", "output", "stdout", "stderr", "output_tail", "log", "diff", "input")
-KINDS = ("issue", "fix_forward")
 INLINE_MAX = 160
 
 
@@ -185,7 +184,7 @@ def _runs_values(request: Request, flt: RunFilter) -> dict[str, Any]:
         "total": total,
         "health": health,
         "filtered": any(k in params for k in FILTER_KEYS),
-        "kinds": sorted(set(KINDS) | set(stats.runs_by_kind)),
+        "kinds": sorted(set(RUN_KINDS) | set(stats.runs_by_kind)),
         "prev_url": ("/" + _query(params, max(0, newer))) if flt.offset else None,
         "next_url": ("/" + _query(params, after)) if after < total else None,
     }

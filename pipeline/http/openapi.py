@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline import __version__
-from pipeline.core.states import REPO_STATES
+from pipeline.core.states import REPO_STATES, RUN_KINDS
 from pipeline.core.when import AGE, VALID_FORMS
 from pipeline.http.batch import ACTIONS, MAX_BATCH
 from pipeline.http.common import MAX_ID, MAX_NAME, MAX_NOTE, MAX_OFFSET, MAX_PAGE, PRIORITY_RANGE
@@ -162,7 +162,7 @@ def _list_params() -> list[Schema]:
     return [
         _param("repo", "query", name, "only this repo's runs"),
         _param("state", "query", {"type": "string", "enum": list(RUN_STATES)}),
-        _param("kind", "query", name, "issue or fix_forward"),
+        _param("kind", "query", {"type": "string", "enum": list(RUN_KINDS)}),
         _param("since", "query", WHEN, "runs created at or after this time; " + WHEN_FORMS),
         _param("until", "query", WHEN, "runs created before this time; " + WHEN_FORMS),
         _param(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from pipeline.core.states import REPO_STATES
+from pipeline.core.states import REPO_STATES, RUN_KINDS
 from pipeline.http.common import (
     MAX_OFFSET,
     MAX_PAGE,
@@ -37,7 +37,7 @@ def run_filter(params: Query, default_limit: int = 50) -> RunFilter:
     return RunFilter(
         repo=query_name(params, "repo"),
         state=query_choice(params, "state", RUN_STATES),
-        kind=query_name(params, "kind"),
+        kind=query_choice(params, "kind", RUN_KINDS),
         since=query_time(params, "since"),
         until=query_time(params, "until"),
         text=query_text(params, "text"),

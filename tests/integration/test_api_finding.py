@@ -107,12 +107,13 @@ def test_filters_combine_with_state_repo_and_repo_state(api: ApiHarness) -> None
         ({"text": "a\x01b"}, "text", "control characters"),
         ({"text": "x" * 201}, "text", "at most 200"),
         ({"repo_state": "melted"}, "repo_state", "active, frozen"),
+        ({"kind": "bogus"}, "kind", "issue, fix_forward"),
     ],
 )
 def test_bad_filters_name_the_parameter_and_valid_forms(
     sqlite_url: str, tmp_path: Path, params: dict[str, str], field: str, valid: str
 ) -> None:
-    """A bad since/until/text/repo_state is a 422 naming the parameter and what is valid."""
+    """A bad since/until/text/repo_state/kind is a 422 naming the parameter and what is valid."""
     with running_api(sqlite_url, tmp_path) as api:
         answer = api.client.get("/api/runs", params=params)
     assert answer.status_code == 422

@@ -49,6 +49,8 @@ def pipeline(config: Path, env: dict[str, str], *args: str) -> subprocess.Comple
 BAD_FILTERS = [
     (("--state", "bogus"), "invalid choice: 'bogus'", "retry_wait"),
     (("--kind", "bogus"), "invalid choice: 'bogus'", "fix_forward"),
+    # No run has kind "manual": a run enqueued without an issue is an "issue" run.
+    (("--kind", "manual"), "invalid choice: 'manual'", "fix_forward"),
     (("--repo", "nope"), "--repo nope: no such repo", "alpha"),
     (("--since", "yesterday"), "--since: expected an ISO time", "7d"),
     (("--until", "soon"), "--until: expected an ISO time", "today"),
