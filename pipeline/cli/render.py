@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from pipeline.core.printable import indented, shown
 from pipeline.store.records import Repo, Run, RunEvent
 from pipeline.store.waiting import WaitingIssue
 
@@ -25,28 +25,6 @@ STATE_STYLES = {
     "cancelled": "dim",
     "frozen": "yellow",
 }
-
-
-# What a terminal would obey rather than show: C0 controls but tab and newline (escape
-# sequences: colours, cursor moves, a window title, a cleared screen; a carriage return
-# that overwrites the line), DEL, C1 controls, and the bidi embeddings, overrides and
-# isolates that reorder text. Run text is written by agents and issue authors.
-UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def shown(text: str) -> str:
-    """``text`` safe to print on a terminal: each control character as an escape (``\\x1b``)."""
-    return UNSAFE.sub(_escape, text)
-
-
-def _escape(found: re.Match[str]) -> str:
-    code = ord(found.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def indented(text: str, column: int) -> str:
-    """``shown(text)``, its later lines starting at ``column`` (under its first line)."""
-    return ("\n" + " " * column).join(shown(text).split("\n"))
 
 
 def is_terminal(out: TextIO) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from pipeline.core.printable import indented, shown
 from pipeline.core.states import REPO_STATES, RUN_KINDS
 from pipeline.http.common import (
     MAX_OFFSET,
@@ -93,20 +94,19 @@ def run_log(request: Request) -> Response:
 def format_log(run: Run, events: list[RunEvent]) -> str:
     """A run's header and timeline as text a human reads in a terminal."""
     issue = f" issue #{run.issue_number}" if run.issue_number is not None else ""
-    title = f" {run.issue_title}" if run.issue_title else ""
+    title = f" {shown(run.issue_title)}" if run.issue_title else ""
     lines = [
         f"run {run.id} ({run.kind}) {run.repo_name}{issue}{title}",
         f"state {run.state}, attempt {run.attempt}, cost ${run.cost_usd:.4f}, "
         f"tokens {run.tokens_in} in / {run.tokens_out} out",
     ]
     if run.error:
-        lines.append(f"error ({run.error_class or 'error'}): {run.error}")
+        lines.append(f"error ({run.error_class or 'error'}): {indented(run.error, 2)}")
     lines.append("")
     for event in events:
         stamp = event.ts.strftime("%Y-%m-%d %H:%M:%S")
         head = f"{stamp}  #{event.attempt} {event.kind:<8} "
-        for n, text in enumerate(event.message.splitlines() or [""]):
-            lines.append((head if n == 0 else " " * len(head)) + text)
+        lines.append(head + indented(event.message, len(head)))
     return "\n".join(lines) + "\n"
 
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pipeline.http.app import create_app, serve
 from pipeline.run.recovery import FIX_FORWARD_PRIORITY
 from pipeline.store import EnqueueOptions, Store
-from tests.integration.api_harness import ApiHarness, make_settings, running_api
+from tests.integration.api_harness import OWNER, ApiHarness, make_settings, running_api
 
 
 @pytest.fixture
@@ -183,6 +183,28 @@ def test_run_detail_has_events_and_log(api: ApiHarness) -> None:
     assert log.headers["content-type"].startswith("text/plain")
     assert log.text.startswith(f"run {run.id} (issue) alpha\nstate succeeded")
     assert "tests passed" in log.text and log.text.count("\n") == 8
+
+
+def test_the_plain_text_log_cannot_steer_a_terminal(api: ApiHarness) -> None:
+    """/log is read with curl in a terminal: escape sequences in run text come out escaped,
+    a message's later lines indented under it, never taken for timeline lines."""
+    from pipeline.core.states import RunState
+
+    api.store.enqueue("alpha")
+    run = api.claim()
+    api.store.transition(run.id, OWNER, run.attempt, RunState.IMPLEMENTING)
+    forged = "ok\n2026-01-01 10:00:00  #1 state    succeeded\x1b]0;owned\x07\x1b[2J\rX"
+    api.store.append_event_fenced(run.id, OWNER, run.attempt, "agent", forged, {})
+    api.store.finish(run.id, OWNER, run.attempt, "failed", error="boom\x1b[8m\u202e")
+
+    log = api.client.get(f"/api/runs/{run.id}/log").text
+
+    assert not any(c in log for c in "\x1b\x07\r\u202e")
+    assert "succeeded\\x1b]0;owned\\x07\\x1b[2J\\x0dX" in log
+    assert "boom\\x1b[8m\\u202e" in log
+    agent = next(line for line in log.splitlines() if line.endswith(" agent    ok"))
+    indent = " " * (len(agent) - len("ok"))
+    assert f"\n{indent}2026-01-01 10:00:00  #1 state" in log  # under the message, not a line
 
 
 @pytest.mark.parametrize(

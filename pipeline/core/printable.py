@@ -1,0 +1,31 @@
+"""Text safe to print on a terminal: what agents and issue authors wrote, control characters shown.
+
+Run text (titles, timeline events, errors) comes from agents and issue authors; a
+terminal would obey an escape sequence in it rather than show it. The CLI and the
+plain-text log of the API (``curl .../log``) print it through ``shown``.
+"""
+
+from __future__ import annotations
+
+import re
+
+# What a terminal would obey rather than show: C0 controls but tab and newline (escape
+# sequences: colours, cursor moves, a window title, a cleared screen; a carriage return
+# that overwrites the line), DEL, C1 controls, and the bidi embeddings, overrides and
+# isolates that reorder text. Run text is written by agents and issue authors.
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal: each control character as an escape (``\\x1b``)."""
+    return UNSAFE.sub(_escape, text)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def indented(text: str, column: int) -> str:
+    """``shown(text)``, its later lines starting at ``column`` (under its first line)."""
+    return ("\n" + " " * column).join(shown(text).split("\n"))
