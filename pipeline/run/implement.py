@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +78,7 @@ def run_test_gate(
     )
     if result.stopped is not None:
         raise CancelRequested(f"tests stopped: {result.stopped}")
+    _raise_if_not_found(repo, result)
     verdict = "passed" if result.ok else _red_reason(result, repo.test_timeout_s)
     events(
         "test",
@@ -92,6 +94,7 @@ def run_test_gate(
     return result
 
 
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _PYTEST_COUNT = re.compile(r"\b(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)\b")
 _UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in", re.MULTILINE)
 _UNITTEST_END = re.compile(r"^(OK|FAILED)\b(?: \((.*)\))?", re.MULTILINE)
@@ -109,6 +112,32 @@ def summarise_tests(output: str) -> str:
     if not lines:
         return ""
     return ", ".join(f"{n} {word}" for n, word in _PYTEST_COUNT.findall(lines[-1]))
+
+
+def _raise_if_not_found(repo: RepoSettings, result: CommandResult) -> None:
+    """Escalate when the shell found no ``test_command`` at all (exit 127, its first word).
+
+    That is the sandbox's or the config's to fix, not the agent's: asking the agent to
+    make such tests green only spends its budget. A script of the repo (a word with a
+    ``/``) or a command the test suite itself runs stays the agent's to fix.
+    """
+    if result.returncode != 127:
+        return
+    try:
+        words = shlex.split(repo.test_command or "")
+    except ValueError:
+        return
+    first = next((w for w in words if not ENV_ASSIGNMENT.match(w)), "")
+    if not first or "/" in first:
+        return
+    if not re.search(rf"(^|\s){re.escape(first)}: (command )?not found$", result.output_tail, re.M):
+        return
+    raise EscalationError(
+        "test_command_missing",
+        f"repos.{repo.name}.test_command: {first!r} was not found in the sandbox "
+        f"(exit 127), so no test ran; install it, put its directory on PATH, or "
+        f"change the command. Last output:\n{result.output_tail.strip()[-400:]}",
+    )
 
 
 def _red_reason(result: CommandResult, timeout_s: float) -> str:

@@ -223,6 +223,33 @@ def test_run_budget_is_enforced_across_invocations(project: Project) -> None:
     assert agent.requests[1].resume_session == "s-1" and len(seen) == 2
 
 
+def test_a_test_command_the_sandbox_cannot_find_escalates_at_once(project: Project) -> None:
+    """No `test_command` on PATH (exit 127) is for a human: the agent is not asked to fix it."""
+    repo = project.repo(test_command="PYTHONHASHSEED=0 no-such-runner -q", max_fix_iterations=3)
+    with pytest.raises(EscalationError) as caught:
+        _implement(project, _scripted(project, [GOOD]), repo=repo)
+    assert caught.value.reason == "test_command_missing"
+    assert f"repos.{repo.name}.test_command: 'no-such-runner' was not found" in str(caught.value)
+    assert len(prompts(project.outside / "agent")) == 1  # the first invocation, no fix rounds
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "./run-tests.sh",  # the repo's own script: the agent may have broken it
+        "sh -c 'no-such-tool'",  # a command the suite runs: the agent's to fix
+    ],
+)
+def test_a_missing_command_inside_the_suite_stays_red_for_the_agent(
+    project: Project, command: str
+) -> None:
+    """Exit 127 from something the test command runs is red tests, fed back to the agent."""
+    sink = RecordingSink()
+    jail = Jail.unconfined(project.root, base_env(), project.home)
+    result = run_test_gate(project.repo(test_command=command), project.root, jail, sink, None)
+    assert result.returncode == 127 and "failed (exit 127)" in sink.events[0][1]
+
+
 def test_gate_without_test_command_passes(project: Project) -> None:
     """A repo with no test command has a gate that passes and says so."""
     sink = RecordingSink()
