@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pipeline.agents import Agent
 from pipeline.config.repo_file import REPO_FILE
 from pipeline.config.settings import RepoSettings, Settings
-from pipeline.core.errors import EscalationError, FatalError
+from pipeline.core.errors import CancelRequested, EscalationError, FatalError, LeaseLost
 from pipeline.core.events import EventSink
 from pipeline.core.faults import checkpoint
 from pipeline.core.masking import mask
-from pipeline.core.states import Decision, Outcome, Verdict, VerdictState
+from pipeline.core.states import Decision, Outcome, RunState, Verdict, VerdictState
 from pipeline.intake.issue_text import Snapshot, trusted_issue
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.queue.worker import RunContext
@@ -80,7 +80,7 @@ class RunFlow:
             self.deps.lifecycle.claimed(run, repo, ctx.events)
         progress = self._progress(ctx, repo)
         try:
-            outcome = self._run(ctx, repo, issue, resume)
+            outcome = self._ended(ctx, repo, issue, resume)
         except BaseException as exc:
             if progress is not None:
                 last = ctx.run.failures + 1 >= ctx.run.max_attempts
@@ -89,6 +89,34 @@ class RunFlow:
         if progress is not None:
             progress.close(outcome.state, outcome_text(outcome))
         return outcome
+
+    def _ended(
+        self, ctx: RunContext, repo: RepoSettings, issue: IssueInfo, resume: ResumePlan | None
+    ) -> Outcome:
+        """The run's outcome; a cancel asked for while the run was ending, before it pushed,
+        beats any ending but success (the heartbeat that would have stopped it came too late)."""
+        try:
+            outcome = self._run(ctx, repo, issue, resume)
+        except Exception as exc:
+            self._cancel_wins(ctx, exc)
+            raise
+        if outcome.state != RunState.SUCCEEDED:
+            self._cancel_wins(ctx, None)
+        return outcome
+
+    def _cancel_wins(self, ctx: RunContext, cause: Exception | None) -> None:
+        """Raise ``CancelRequested`` if a person asked to cancel the run and it has not pushed."""
+        if isinstance(cause, CancelRequested | LeaseLost):
+            return
+        if ctx.stop.stopped and ctx.stop.reason != "cancelled":
+            return  # a timeout, a shutdown: the stop's own reason decides (write_outcome)
+        try:
+            current = self.deps.store.get_run(ctx.run.id)
+        except Exception:
+            return  # the ending as it is; a cancel the heartbeat never saw stays unseen
+        if current is not None and current.cancel_requested and not current.pushed_sha:
+            ctx.events("cancel", "cancel seen as the run ended; it ends cancelled")
+            raise CancelRequested("the run was cancelled") from cause
 
     def _progress(self, ctx: RunContext, repo: RepoSettings) -> ProgressComment | None:
         """The run's progress comment on its issue, following the run's timeline."""

@@ -17,6 +17,8 @@ prompt, making real edits the pipeline then tests, commits and ships:
 - ``afk-task: red`` -> breaks ``greeting`` so its test fails, every time it is asked
 - ``afk-task: crash`` -> exits 3 without a word (a crashing agent)
 - ``afk-task: sleep`` -> sleeps far longer than any run's time limit
+- ``afk-task: block-when-released`` -> waits for a ``release`` file beside the world
+  description, then stops ``BLOCKED`` (an ending that races a cancel)
 - ``afk-task: reviewed NAME`` -> a feature without a docstring; asked by a
   reviewer's changes, adds the docstring
 - as the reviewer (``afk-review:`` in the prompt) -> tries to write in the
@@ -137,6 +139,12 @@ def do_task(wd: Path, world: dict[str, Any], task: str, argument: str | None) ->
         raise SystemExit(3)
     if task == "sleep":
         time.sleep(600)
+    if task == "block-when-released":
+        release = Path(os.environ["AGENT_WORLD"]).parent / "release"
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return "BLOCKED: which of the two designs?"
     if task == "afk-toml":
         gate_log = Path(os.environ["AGENT_WORLD"]).parent / "gate-log"
         script = f"open({str(gate_log)!r}, 'a').write('attacker\\n')"

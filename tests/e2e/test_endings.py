@@ -201,3 +201,22 @@ def test_cancelled(make_world: MakeWorld) -> None:
     assert WORKING not in told.labels and BLOCKED not in told.labels
     assert "cancelled" in told.comment and f"pipeline runs retry {run.id}" in told.comment
     assert f"run {run.id} cancelled" in told.notice
+
+
+def test_a_cancel_beats_an_ending_it_raced(make_world: MakeWorld) -> None:
+    """Cancelled while the agent was stopping blocked, before any heartbeat saw the cancel:
+    the run ends cancelled, the issue unlabelled and not blocked, no question asked."""
+    world = make_world()
+    number = world.label("web", "Choose a design", "block-when-released")
+    world.start()
+    busy = world.wait(
+        "the run is implementing", lambda rs: any(r.state == "implementing" for r in rs)
+    )
+    world.cli("runs", "cancel", str(busy[0].id))
+    (world.agent_log.parent / "release").write_text("go\n")
+    run = _ending_of(world, number)
+    assert run.state == "cancelled", world.describe(world.runs())
+    told = told_once(world, number, run)
+    assert WORKING not in told.labels and BLOCKED not in told.labels
+    assert "cancelled" in told.comment and "which of the two designs" not in told.comment
+    assert f"run {run.id} cancelled" in told.notice
