@@ -132,3 +132,12 @@ def history_url(request: pytest.FixtureRequest) -> str | None:
         url: str = request.getfixturevalue("postgres_url")
         return url
     return None
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[object]:
+    """Headless Chromium for one test (the dashboard's browser tests)."""
+    from tests.e2e.test_dashboard_browser import chromium_driver
+
+    with chromium_driver(tmp_path) as browser:
+        yield browser

@@ -73,13 +73,6 @@ def chromium_driver(tmp_path: Path) -> Iterator[object]:
 
 
 @pytest.fixture
-def driver(tmp_path: Path) -> Iterator[object]:
-    """Headless Chromium for one test."""
-    with chromium_driver(tmp_path) as browser:
-        yield browser
-
-
-@pytest.fixture
 def api(sqlite_url: str, tmp_path: Path) -> Iterator[ApiHarness]:
     with running_api(sqlite_url, tmp_path) as harness:
         issue = harness.store.upsert_issue(

@@ -15,7 +15,6 @@ from pipeline.store import EnqueueOptions, SeenIssue
 from tests.e2e.test_dashboard_browser import (
     ARTIFACTS,
     PHONE,
-    chromium_driver,
     click_when_ready,
     sign_in,
     wait,
@@ -35,12 +34,6 @@ def issue_run(api: ApiHarness, repo: str, number: int, title: str) -> int:
     seen = SeenIssue(tracker="gh", number=number, title=title, author="a", url="u")
     issue = api.store.upsert_issue(repo, seen)
     return api.store.enqueue(repo, EnqueueOptions(issue_id=issue.id)).run.id
-
-
-@pytest.fixture
-def driver(tmp_path: Path) -> Iterator[object]:
-    with chromium_driver(tmp_path) as browser:
-        yield browser
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.store import EnqueueOptions
-from tests.e2e.test_dashboard_browser import chromium_driver, wait
+from tests.e2e.test_dashboard_browser import wait
 from tests.integration.api_harness import OWNER, ApiHarness, running_api
 
 pytestmark = pytest.mark.browser
@@ -43,12 +43,6 @@ window.fetch = function (url, options) {
   return new Promise(function (resolve) { held.push(function () { resolve(answer); }); });
 };
 """
-
-
-@pytest.fixture
-def driver(tmp_path: Path) -> Iterator[object]:
-    with chromium_driver(tmp_path) as browser:
-        yield browser
 
 
 @pytest.fixture

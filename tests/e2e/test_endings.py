@@ -186,15 +186,21 @@ def test_deploy_broken_and_frozen(make_world: MakeWorld) -> None:
     assert f"run {run.id} frozen" in told.notice
 
 
-def test_cancelled(make_world: MakeWorld) -> None:
-    """A person cancels a busy run: unlabelled (not blocked), the retry named, one notice."""
-    world = make_world()
-    number = world.label("web", "Take forever", "sleep")
+def _cancelled_while_implementing(world: ShipWorld, title: str, task: str) -> int:
+    """Label an issue, start the daemon, cancel its run from the CLI once it implements."""
+    number = world.label("web", title, task)
     world.start()
     busy = world.wait(
         "the run is implementing", lambda rs: any(r.state == "implementing" for r in rs)
     )
     world.cli("runs", "cancel", str(busy[0].id))
+    return number
+
+
+def test_cancelled(make_world: MakeWorld) -> None:
+    """A person cancels a busy run: unlabelled (not blocked), the retry named, one notice."""
+    world = make_world()
+    number = _cancelled_while_implementing(world, "Take forever", "sleep")
     run = _ending_of(world, number)
     assert run.state == "cancelled", world.describe(world.runs())
     told = told_once(world, number, run)
@@ -207,12 +213,7 @@ def test_a_cancel_beats_an_ending_it_raced(make_world: MakeWorld) -> None:
     """Cancelled while the agent was stopping blocked, before any heartbeat saw the cancel:
     the run ends cancelled, the issue unlabelled and not blocked, no question asked."""
     world = make_world()
-    number = world.label("web", "Choose a design", "block-when-released")
-    world.start()
-    busy = world.wait(
-        "the run is implementing", lambda rs: any(r.state == "implementing" for r in rs)
-    )
-    world.cli("runs", "cancel", str(busy[0].id))
+    number = _cancelled_while_implementing(world, "Choose a design", "block-when-released")
     (world.agent_log.parent / "release").write_text("go\n")
     run = _ending_of(world, number)
     assert run.state == "cancelled", world.describe(world.runs())
