@@ -25,7 +25,7 @@ from pipeline.http import timeline
 from pipeline.http.budgets import budget_lines, midnight_utc
 from pipeline.http.common import BadInput, context, path_id
 from pipeline.http.metrics import RUN_STATES
-from pipeline.http.runs import run_filter
+from pipeline.http.runs import NoSuchRepo, check_repo, run_filter
 from pipeline.http.session import request_session
 from pipeline.store import RunFilter
 
@@ -139,9 +139,11 @@ def _params(request: Request) -> dict[str, str]:
 
 def _filters(request: Request) -> RunFilter | Response:
     try:
-        flt = run_filter(_params(request), PAGE_SIZE)
+        flt = check_repo(context(request).store, run_filter(_params(request), PAGE_SIZE))
     except BadInput as exc:
         return render("not_found.html", 422, message=str(exc), nav="runs", title="Bad filter")
+    except NoSuchRepo as exc:
+        return render("not_found.html", 404, message=str(exc), nav="runs", title="No such repo")
     return flt
 
 

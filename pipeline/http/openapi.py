@@ -267,7 +267,7 @@ def _webhook_path() -> Schema:
 def _run_paths() -> dict[str, Schema]:
     text = {"description": "plain text", "content": {"text/plain": {"schema": {"type": "string"}}}}
     body = {"required": True, "content": {"application/json": {"schema": _ref("EnqueueRequest")}}}
-    listing = {"200": _json("RunList", "a page of runs"), **_errors(422)}
+    listing = {"200": _json("RunList", "a page of runs"), **_errors(404, 422)}
     return {
         "/api/runs": {
             "get": _op("List runs, newest first", "listRuns", listing, parameters=_list_params()),

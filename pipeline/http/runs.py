@@ -29,6 +29,7 @@ from pipeline.http.common import (
 )
 from pipeline.http.metrics import RUN_STATES
 from pipeline.store import Run, RunEvent, RunFilter
+from pipeline.store.roles import ApiStore
 
 
 def run_filter(params: Query, default_limit: int = 50) -> RunFilter:
@@ -48,10 +49,28 @@ def run_filter(params: Query, default_limit: int = 50) -> RunFilter:
     )
 
 
+class NoSuchRepo(Exception):
+    """A ``repo`` filter naming no enrolled repo: a 404 in words, never an empty list."""
+
+
+def check_repo(store: ApiStore, flt: RunFilter) -> RunFilter:
+    """``flt`` when its repo is one the store knows (repos are never deleted, so history stays)."""
+    if flt.repo is None:
+        return flt
+    known = [r.name for r in store.list_repos()]
+    if flt.repo not in known:
+        listed = ", ".join(known) if known else "none enrolled yet"
+        raise NoSuchRepo(f"repo: no such repo {shown(flt.repo)!r} (known: {listed})")
+    return flt
+
+
 def list_runs(request: Request) -> Response:
     """GET /api/runs: newest first, with the total for the same filters."""
-    flt = run_filter(request.query_params)
     store = context(request).store
+    try:
+        flt = check_repo(store, run_filter(request.query_params))
+    except NoSuchRepo as exc:
+        return error(404, str(exc), field="repo")
     runs = store.list_runs(flt)
     total = store.count_runs(flt)
     return JSONResponse(

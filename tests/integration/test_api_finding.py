@@ -122,6 +122,21 @@ def test_bad_filters_name_the_parameter_and_valid_forms(
     assert valid in body["error"]
 
 
+def test_an_unknown_repo_is_a_404_naming_the_known_ones(sqlite_url: str, tmp_path: Path) -> None:
+    """A repo filter naming no repo is answered in words, in the API and the dashboard alike."""
+    with running_api(sqlite_url, tmp_path) as api:
+        answer = api.client.get("/api/runs", params={"repo": "nosuch"})
+        page = api.client.get("/", params={"repo": "nosuch"})
+        known = api.client.get("/api/runs", params={"repo": "alpha"})
+    assert answer.status_code == 404
+    assert answer.json() == {
+        "error": "repo: no such repo 'nosuch' (known: alpha, beta)",
+        "field": "repo",
+    }
+    assert page.status_code == 404 and "no such repo" in page.text
+    assert known.status_code == 200
+
+
 def test_batch_retry_reports_each_run(api: ApiHarness) -> None:
     """Retrying failed, running and unknown runs: each answered, only the failed ones queued."""
     answer = api.client.post(
