@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 from pipeline.config.settings import Settings
 from pipeline.core.when import BadTime, parse_when
 from pipeline.http.metrics import Metrics
-from pipeline.http.session import csrf_ok, request_session
+from pipeline.http.session import Session, csrf_ok, request_session
 from pipeline.http.shapes import EventJson, RepoJson, RunJson, Timestamp
 from pipeline.store import Repo, Run, RunEvent
 from pipeline.store.roles import ApiStore
@@ -235,6 +235,23 @@ async def json_object(request: Request, allowed: frozenset[str]) -> dict[str, An
 # Auth ----------------------------------------------------------------------
 
 
+def _session_refusal(request: Request, session: Session) -> JSONResponse | None:
+    """None when a signed-in session may write; else why not, in words (still a 401)."""
+    if not session.can_write:
+        message = (
+            "this session is signed in with the read-only token: sign in at /login "
+            "with the API token to write"
+        )
+    elif not csrf_ok(request, session):
+        message = (
+            "the X-CSRF-Token header is missing or does not match this session: "
+            "reload the page and try again"
+        )
+    else:
+        return None
+    return error(401, message, headers={"WWW-Authenticate": 'Bearer realm="pipeline"'})
+
+
 def check_token(request: Request) -> JSONResponse | None:
     """None when the request may write, else the refusal.
 
@@ -248,8 +265,8 @@ def check_token(request: Request) -> JSONResponse | None:
     header = request.headers.get("authorization", "")
     if not header:
         session = request_session(request)
-        if session is not None and session.can_write and csrf_ok(request, session):
-            return None
+        if session is not None:
+            return _session_refusal(request, session)
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(
         given.strip().encode(), expected.encode()

@@ -148,6 +148,7 @@ def test_a_session_write_without_the_csrf_token_is_refused(api: ApiHarness) -> N
     for headers in ({}, {"X-CSRF-Token": "0" * 32}):
         answer = api.client.post("/api/repos/alpha/freeze", json={}, headers=headers)
         assert answer.status_code == 401
+        assert "X-CSRF-Token header is missing or does not match" in answer.json()["error"]
     repo = api.store.get_repo("alpha")
     assert repo is not None and not repo.frozen
 
@@ -160,6 +161,7 @@ def test_a_read_session_cannot_write(api: ApiHarness) -> None:
     for path in ("/api/repos/alpha/freeze", "/api/runs/1/cancel"):
         answer = api.client.post(path, json={}, headers={"X-CSRF-Token": "x"})
         assert answer.status_code == 401
+        assert "signed in with the read-only token" in answer.json()["error"]
     assert api.store.get_run(1) is not None and api.store.get_run(1).state == "queued"  # type: ignore[union-attr]
 
 
