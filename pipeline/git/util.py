@@ -62,12 +62,15 @@ def safe_component(raw: str, *, fallback: str = "_") -> str:
     return f"{cleaned or fallback}-{digest}"
 
 
+RUN_BRANCH_PREFIX = "afk/"
+
+
 def branch_name(issue_ref: str, run_id: int) -> str:
     """``afk/<issue>-<run>``: a valid branch name whatever the issue reference holds."""
     issue = _UNSAFE.sub("-", issue_ref.lstrip("#"))
     issue = re.sub(r"\.{2,}", ".", issue)
     issue = re.sub(r"-{2,}", "-", issue).strip(".-")[:60].rstrip(".-")
-    return f"afk/{issue or 'issue'}-{int(run_id)}"
+    return f"{RUN_BRANCH_PREFIX}{issue or 'issue'}-{int(run_id)}"
 
 
 def relative_inside(root: Path, relative: str, *, what: str) -> Path:

@@ -24,6 +24,7 @@ from pipeline.config.settings import WorkspaceSettings
 from pipeline.core.errors import ConfigError
 from pipeline.core.files import remove_tree
 from pipeline.git.run import GitRunner
+from pipeline.git.util import RUN_BRANCH_PREFIX
 
 # Directories that are one unit of eviction, as glob patterns relative to <volume>/cache.
 ATOMIC_DIR_PATTERNS: tuple[str, ...] = (
@@ -44,6 +45,7 @@ class HousekeepingReport:
     pruned: int = 0
     gc_runs: int = 0
     orphans_removed: list[Path] = field(default_factory=list)
+    branches_removed: list[str] = field(default_factory=list)
     evicted: list[Path] = field(default_factory=list)
     evicted_bytes: int = 0
     usage_before: int = 0
@@ -243,6 +245,24 @@ def check_volume(volume: Path) -> Path:
     return volume.resolve()
 
 
+def drop_stray_branches(checkout: GitRunner, keep_prefix: str) -> list[str]:
+    """Delete the branches agents made in the shared checkout; returns their names.
+
+    Stray: a branch outside ``keep_prefix`` (the daemon's run branches) that no
+    worktree has checked out. Tags need no sweep: every feed from the mirror
+    prunes the ones upstream does not have.
+    """
+    listing = checkout.ok("for-each-ref", "--format=%(refname) %(worktreepath)", "refs/heads")
+    stray = []
+    for line in listing.splitlines():
+        name, _, worktree = line.partition(" ")
+        if not worktree and not name.startswith(f"refs/heads/{keep_prefix}"):
+            stray.append(name)
+    for name in stray:
+        checkout.ok("update-ref", "-d", name)
+    return stray
+
+
 def tidy_repo(
     repo_dir: Path,
     active: set[Path],
@@ -251,7 +271,7 @@ def tidy_repo(
     keep_prefix: str,
     gits: Sequence[GitRunner],
 ) -> None:
-    """Drop orphaned run trees and crashed clones, prune worktrees, ``gc --auto``.
+    """Drop orphaned run trees, crashed clones and stray branches, prune worktrees, ``gc --auto``.
 
     ``gits`` are the checkout (first, its worktrees are pruned) and the mirror.
     The caller holds the repo's lock. Entries named ``keep_prefix*`` (the
@@ -271,6 +291,9 @@ def tidy_repo(
         report.orphans_removed.append(entry)
     gits[0].ok("worktree", "prune")
     report.pruned += 1
+    idle = not any(repo_dir.resolve() in a.parents for a in active)
+    if idle:  # an agent at work may still need a branch it made
+        report.branches_removed += drop_stray_branches(gits[0], RUN_BRANCH_PREFIX)
     for git in gits:
         git.ok("gc", "--auto", "--quiet")
     report.gc_runs += 1

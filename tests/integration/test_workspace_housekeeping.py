@@ -205,3 +205,37 @@ def test_discarding_evidence_unregisters_its_worktree(tmp_path: Path) -> None:
     checkout = ws.repo_dir(repo) / "checkout"
     assert "frozen" not in git(checkout, "worktree", "list", "--porcelain")
     git(checkout, "branch", "-D", "afk/3-3")  # no longer checked out anywhere
+
+
+def test_branches_and_tags_an_agent_made_do_not_pile_up_in_the_checkout(tmp_path: Path) -> None:
+    """An agent's own branches go at housekeeping and its tags at the next prepare; run
+    branches, upstream tags and what an agent still at work made stay."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    ws = Workspaces(volume, WorkspaceSettings())
+    repo, busy_repo = make_repo(tmp_path, "app"), make_repo(tmp_path, "busy")
+    upstream = tmp_path / "upstream"
+    git(tmp_path, "clone", "-q", repo.remote_url, str(upstream))
+    git(upstream, "tag", "v1.0")
+    git(upstream, "push", "-q", "origin", "v1.0")
+    failed, working = prepare(ws, repo, 1), prepare(ws, busy_repo, 2)
+    for tree in (failed.path, working.path):
+        git(tree, "branch", "agent-scratch")
+        git(tree, "tag", "agent-tag")
+    ws.release(failed, succeeded=False)  # a failed run keeps its branch
+    checkout, busy_checkout = (ws.repo_dir(r) / "checkout" for r in (repo, busy_repo))
+
+    def refs(where: Path) -> set[str]:
+        return set(git(where, "for-each-ref", "--format=%(refname)").split())
+
+    assert {"refs/heads/agent-scratch", "refs/tags/agent-tag"} <= refs(checkout)
+    report = Workspaces(volume, WorkspaceSettings()).housekeeping(active_paths=[working.path])
+    assert report.branches_removed == ["refs/heads/agent-scratch"] and report.errors == []
+    assert "refs/heads/agent-scratch" not in refs(checkout)
+    assert f"refs/heads/{failed.branch}" in refs(checkout)
+    assert "refs/heads/agent-scratch" in refs(busy_checkout)  # its agent is still at work
+    ws.release(prepare(ws, repo, 3), succeeded=True)
+    assert "refs/tags/agent-tag" not in refs(checkout) and "refs/tags/v1.0" in refs(checkout)
+    ws.release(working, succeeded=True)
+    Workspaces(volume, WorkspaceSettings()).housekeeping(active_paths=[])
+    assert "refs/heads/agent-scratch" not in refs(busy_checkout)
