@@ -247,6 +247,7 @@ class Repo(Table):
     prompt_template: v.FilePath | None = None
     max_fix_iterations: v.Count | None = None
     max_fix_forwards: v.Count | None = None
+    max_file_bytes: v.Size | None = None
     max_budget_usd: v.Usd | None = None
     daily_budget_usd: v.Usd | None = None
     run_timeout_s: v.Seconds | None = None

@@ -256,6 +256,7 @@ class RepoSettings:
     prompt_template: Path | None = None
     max_fix_iterations: int = 3
     max_fix_forwards: int = 2
+    max_file_bytes: int = 50 * 1024 * 1024  # no file a run commits may be larger
     max_budget_usd: float | None = None
     daily_budget_usd: float | None = None
     run_timeout_s: float | None = None

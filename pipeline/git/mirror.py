@@ -24,8 +24,9 @@ import shlex
 from pathlib import Path
 
 from pipeline.config.settings import RepoSettings
-from pipeline.core.errors import FatalError, RetryableError
+from pipeline.core.errors import EscalationError, FatalError, RetryableError
 from pipeline.core.files import remove_tree
+from pipeline.core.printable import shown
 from pipeline.core.proc import StopToken
 from pipeline.core.states import TRAILER
 from pipeline.git.repo import GitRepo
@@ -215,6 +216,27 @@ class Mirror:
                 f"run {run_id}: the mirror fetched {self.sha(ref)} from {tree.where}, not {sha}",
             )
         self._check_trailers(runner, base, sha, run_id)
+        self._check_sizes(runner, base, sha, run_id)
+
+    def _check_sizes(self, runner: GitRunner, base: str, sha: str, run_id: int) -> None:
+        """Refuse when a file the run's commits add is over ``max_file_bytes``."""
+        limit = self.repo.max_file_bytes
+        added = runner.ok("rev-list", "--objects", f"{base}..{sha}", "--")
+        sizes = runner.ok(
+            "cat-file",
+            "--batch-check=%(objecttype) %(objectsize) %(rest)",
+            input_data=added.encode(),
+        )
+        for line in sizes.splitlines():
+            kind, size, path = [*line.split(" ", 2), "", ""][:3]
+            if kind == "blob" and int(size) > limit:
+                raise EscalationError(
+                    "file_too_large",
+                    f"run {run_id} committed {shown(path)[:200]} ({_mb(int(size))}), over "
+                    f"repos.{self.repo.name}.max_file_bytes ({_mb(limit)}): nothing was "
+                    "pushed. Remove the file from the run's commits, or raise the limit "
+                    "if the repo keeps files that large, then retry the run.",
+                )
 
     @staticmethod
     def _check_trailers(runner: GitRunner, base: str, sha: str, run_id: int) -> None:
@@ -298,6 +320,10 @@ def _trailer_lines(text: str) -> list[tuple[str, set[str]]]:
         if sha.strip():
             pairs.append((sha.strip(), {value.strip() for value in values.split(",")}))
     return pairs
+
+
+def _mb(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MiB"
 
 
 def _write_config(path: Path, text: str) -> None:

@@ -15,6 +15,7 @@ prompt, making real edits the pipeline then tests, commits and ships:
 - ``afk-task: race-conflict`` -> edits ``GREETING``, while a commit changing the
   same line is pushed to the remote
 - ``afk-task: red`` -> breaks ``greeting`` so its test fails, every time it is asked
+- ``afk-task: big-file NAME`` -> a feature, plus a 51 MiB ``assets/NAME.bin``
 - ``afk-task: crash`` -> exits 3 without a word (a crashing agent)
 - ``afk-task: sleep`` -> sleeps far longer than any run's time limit
 - ``afk-task: block-when-released`` -> waits for a ``release`` file beside the world
@@ -112,12 +113,20 @@ def reviewed(wd: Path, name: str, prompt: str) -> str:
     return f"documented {name}"
 
 
+def big_file(wd: Path, name: str) -> str:
+    """A feature that also commits 51 MiB of data (over the default file size limit)."""
+    (wd / "assets").mkdir(exist_ok=True)
+    with open(wd / "assets" / f"{name}.bin", "wb") as blob:
+        blob.truncate(51 * 1024 * 1024)
+    return feature(wd, name)
+
+
 def do_task(wd: Path, world: dict[str, Any], task: str, argument: str | None) -> str:
     lib = wd / "lib.py"
     if task in ("reviewed", "rejected"):
         return reviewed(wd, argument or "extra", world["prompt"])
-    if task == "feature":
-        return feature(wd, argument or "extra")
+    if task in ("feature", "big-file"):
+        return (big_file if task == "big-file" else feature)(wd, argument or "extra")
     if task == "race-clean":
         done = feature(wd, argument or "extra")
         notes = {"NOTES.md": "Release notes, written by a human.\n"}

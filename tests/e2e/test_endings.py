@@ -173,6 +173,23 @@ def test_tests_never_green(make_world: MakeWorld) -> None:
     assert f"pipeline runs retry {run.id}" in told.comment
 
 
+def test_a_file_over_the_size_limit_is_not_pushed(make_world: MakeWorld) -> None:
+    """An agent that commits a 51 MiB file: escalated file_too_large naming it, nothing pushed."""
+    world = make_world()
+    before = world.remote_log("web")
+    number = world.label("web", "Ship the dataset", "big-file dataset")
+    world.start()
+    run = _ending_of(world, number)
+    assert (run.state, run.error_class) == ("escalated", "file_too_large")
+    assert world.remote_log("web") == before and world.commits_of_run("web", run.id) == []
+    told = told_once(world, number, run)
+    assert BLOCKED in told.labels and WORKING not in told.labels
+    assert "assets/dataset.bin (51.0 MiB), over repos.web.max_file_bytes (50.0 MiB)" in (
+        told.comment
+    )
+    assert f"pipeline runs retry {run.id}" in told.comment
+
+
 def test_deploy_broken_and_frozen(make_world: MakeWorld) -> None:
     """A broken deploy its fix-forward cannot heal freezes the repo; the unfreeze is named."""
     world = make_world(fix_mode="fail", max_fix_forwards=1)

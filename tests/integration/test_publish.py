@@ -301,6 +301,32 @@ def test_missing_trailer_refuses_to_push(world: World) -> None:
     assert world.remote_main() == world.base_sha
 
 
+def test_a_file_over_the_size_limit_is_never_pushed(world: World) -> None:
+    """A run that commits a file over max_file_bytes escalates naming it; nothing is pushed,
+    also when a later commit of the run deletes the file (the history would carry it)."""
+    world.run_commit("small.txt", "x" * 100)
+    world.run_commit("artifact.bin", "\0" * 4096)
+    repo = replace(world.repo(), max_file_bytes=2048)
+    with pytest.raises(EscalationError) as caught:
+        world.publish_as(repo)
+    assert caught.value.reason == "file_too_large"
+    assert "artifact.bin (0.0 MiB), over repos.demo.max_file_bytes" in str(caught.value)
+    assert world.remote_main() == world.base_sha and world.recorded == []
+    git(world.worktree, "rm", "-q", "artifact.bin")
+    git(world.worktree, "commit", "-qm", "drop it\n\nAfk-Run: 1")
+    with pytest.raises(EscalationError, match=r"artifact\.bin"):
+        world.publish_as(repo)
+    assert world.remote_main() == world.base_sha
+
+
+def test_large_files_already_upstream_do_not_count(world: World) -> None:
+    """Only what the run adds is measured: a colleague's large file is not the run's."""
+    world.remote_commit("their-big.bin", "\0" * 4096)
+    world.run_commit("small.txt", "x" * 100)
+    result = world.publish_as(replace(world.repo(), max_file_bytes=2048))
+    assert result.rebased and world.remote_main() == result.pushed_sha
+
+
 def test_token_never_lands_in_config_or_events(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
