@@ -27,6 +27,23 @@ logging.getLogger("apscheduler.executors.default").setLevel(logging.WARNING)
 MIN_MISFIRE_GRACE_S = 1
 
 
+class _SkippedTickFilter(logging.Filter):
+    """A tick skipped while the last one still runs is the coalescing asked for below (a poll
+    paced by a forge's rate limit outlasts its interval), not a problem: told at INFO, in words.
+    APScheduler warned about it at every tick."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "maximum number of running instances" in str(record.msg):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = 'periodic job "%s": the last tick is still running; this one is skipped'
+            job = next(iter(record.args or ("?",)))
+            record.args = (getattr(job, "name", job),)
+        return True
+
+
+logging.getLogger("apscheduler.scheduler").addFilter(_SkippedTickFilter())
+
+
 @dataclass(frozen=True)
 class PeriodicJob:
     name: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -47,6 +48,27 @@ def test_failing_job_keeps_ticking_and_never_overlaps() -> None:
         time.sleep(0.05)
     periodic.shutdown()
     assert ticks >= 3 and overlaps == 0
+
+
+def test_a_skipped_tick_is_told_at_info_not_warned(caplog: pytest.LogCaptureFixture) -> None:
+    """A tick skipped because the last one still runs (a paced poll) is no warning."""
+    release = threading.Event()
+    periodic = Periodic()
+    periodic.add("poll", lambda: release.wait(20), 0.05, run_now=True)
+    caplog.set_level(logging.INFO)
+    periodic.start()
+    deadline = time.monotonic() + 20
+    while not any("skipped" in r.getMessage() for r in caplog.records):
+        assert time.monotonic() < deadline, "no tick was skipped"
+        time.sleep(0.05)
+    release.set()
+    periodic.shutdown()
+    skipped = [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert {r.levelno for r in skipped} == {logging.INFO}
+    assert skipped[0].getMessage() == (
+        'periodic job "poll": the last tick is still running; this one is skipped'
+    )
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_invalid_interval_and_misfire_grace() -> None:
