@@ -121,6 +121,35 @@ def cmd_issue_label(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_issue_unlabel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Take a label off: ``ready-for-agent`` off a queued issue withdraws it from the agent."""
+    store = open_store(args)
+    try:
+        issue = store.change_local_labels(args.id, remove=(args.label,))
+    finally:
+        store.close()
+    if args.json:
+        out.write(render.to_json(issue) + "\n")
+        return EXIT_OK
+    out.write(f"issue {issue.id} unlabelled {args.label}: [{', '.join(issue.labels)}]\n")
+    return EXIT_OK
+
+
+def cmd_issue_close(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Close a local issue; a run of it not yet pushed ends cancelled."""
+    store = open_store(args)
+    try:
+        store.close_local_issue(args.id)
+        issue = store.get_local_issue(args.id)
+    finally:
+        store.close()
+    if args.json:
+        out.write(render.to_json(issue) + "\n")
+        return EXIT_OK
+    out.write(f"issue {args.id} closed\n")
+    return EXIT_OK
+
+
 def cmd_issue_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     store = open_store(args)
     try:
@@ -229,6 +258,13 @@ def _register_issue(top: Subparsers) -> None:
     label.add_argument("id", type=record_id)
     label.add_argument("label")
     json_flag(label)
+    unlabel = add_command(sub, "unlabel", cmd_issue_unlabel, "take a label off a local issue")
+    unlabel.add_argument("id", type=record_id)
+    unlabel.add_argument("label")
+    json_flag(unlabel)
+    close = add_command(sub, "close", cmd_issue_close, "close a local issue")
+    close.add_argument("id", type=record_id)
+    json_flag(close)
     lst = add_command(sub, "list", cmd_issue_list, "list local issues")
     lst.add_argument("--repo")
     lst.add_argument("--all", action="store_true", help="closed ones too")

@@ -73,3 +73,8 @@ class CancelRequested(PipelineError):
     """A human asked to cancel the run; it ends ``cancelled``, never retried."""
 
     error_class = "cancelled"
+
+
+class IssueWithdrawn(CancelRequested):
+    """A human closed the run's issue, or took its ready label off: the run ends cancelled,
+    the message saying which and when (``cancelled: issue #12 was closed before the push``)."""

@@ -15,9 +15,11 @@ from pipeline.config.settings import RepoSettings, TrackerSettings
 from pipeline.core.events import EventSink
 from pipeline.core.masking import mask
 from pipeline.store import Run, Store
-from pipeline.trackers.base import Tracker
+from pipeline.trackers.base import Tracker, TrackerIssue
 
 MARKER = "<!-- afk-pipeline:{key} -->"
+OPEN_STATES = ("open", "opened", "")  # GitLab says "opened"
+VIA_LABEL = "label"  # a run intake queued for the ready label (``EnqueueOptions.via``)
 
 
 def marker(key: str) -> str:
@@ -127,6 +129,22 @@ class Lifecycle:
         # replica's) may race for the same ending; the store key lets one post.
         key = f"run={run_id}:ended"
         return self.comment_once(repo, number, key, body, run_id, contended=True)
+
+    def withdrawal(self, repo: RepoSettings, issue: TrackerIssue, *, by_label: bool) -> str | None:
+        """How a human withdrew ``issue`` from the agent, or ``None`` if it is still wanted.
+
+        Closed withdraws any run. For a run queued for the ready label (``by_label``), so
+        does an issue carrying neither that label nor ``agent-working``, the label the
+        daemon itself puts in its place when it claims the issue (``claimed``): the
+        daemon's own swap never reads as a withdrawal. Runs queued otherwise (a retry, a
+        resume command, the API) never carried the ready label, and only closing counts.
+        """
+        if issue.state not in OPEN_STATES:
+            return f"issue #{issue.number} was closed"
+        labels = self.tracker_settings[repo.tracker]
+        if by_label and not {labels.ready_label, labels.working_label} & set(issue.labels):
+            return f"issue #{issue.number} lost its `{labels.ready_label}` label"
+        return None
 
     def ready_label(self, repo: RepoSettings) -> str:
         return self.tracker_settings[repo.tracker].ready_label

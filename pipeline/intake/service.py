@@ -24,7 +24,7 @@ from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
 from pipeline.intake.commands import ResumeCommands, answered_run
 from pipeline.intake.dependencies import DependencyCheck, report_problem
-from pipeline.intake.lifecycle import Lifecycle
+from pipeline.intake.lifecycle import OPEN_STATES, VIA_LABEL, Lifecycle
 from pipeline.intake.lists import Lazy, Listed, fetch_lists
 from pipeline.intake.records import IntakeMetrics, PollReport, TrackerHealth, Vouch, seen
 from pipeline.store import Issue
@@ -36,7 +36,6 @@ from pipeline.trackers.webhooks import WebhookPayloadError, parse_event, verify
 log = logging.getLogger(__name__)
 
 MAX_POLL_BACKOFF_S = 900.0
-OPEN_STATES = ("open", "opened", "")  # GitLab says "opened"
 T = TypeVar("T")
 
 
@@ -237,6 +236,7 @@ class Intake:
             requested_by=actor,
             max_queue_depth=self.settings.max_queue_depth,
             parent_id=answered_run(self.store, record.id),
+            via=VIA_LABEL,
         )
         if not self._dependencies_done(repo, issue, record):
             return None

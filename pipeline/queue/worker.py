@@ -22,6 +22,7 @@ from pipeline.core.errors import (
     CancelRequested,
     EscalationError,
     FatalError,
+    IssueWithdrawn,
     LeaseLost,
     PipelineError,
     RetryableError,
@@ -193,7 +194,8 @@ def write_outcome(
     if reason == "timeout":
         exc = stop_error("timeout", run.timeout_s)
     elif reason == "cancelled" or (reason is None and isinstance(exc, CancelRequested)):
-        return ending.finish(Outcome(RunState.CANCELLED, "cancelled", "cancelled while running"))
+        said = str(exc) if isinstance(exc, IssueWithdrawn) else "cancelled while running"
+        return ending.finish(Outcome(RunState.CANCELLED, "cancelled", said))
     elif reason is not None or isinstance(exc, ShuttingDown):
         # Shutting down, whatever the stopped step raised (a killed git or agent raises
         # CancelRequested): the lease expires and a sweep requeues the run.

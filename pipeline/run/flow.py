@@ -22,7 +22,7 @@ from pipeline.core.faults import checkpoint
 from pipeline.core.masking import mask
 from pipeline.core.states import Decision, Outcome, RunState, Verdict, VerdictState
 from pipeline.intake.issue_text import Snapshot, trusted_issue
-from pipeline.intake.lifecycle import Lifecycle
+from pipeline.intake.lifecycle import VIA_LABEL, Lifecycle
 from pipeline.queue.worker import RunContext
 from pipeline.run.budget import Spend, SpendLedger
 from pipeline.run.conflicts import ConflictResolver
@@ -38,6 +38,7 @@ from pipeline.run.publish import PublishHooks, PublishOptions, find_pushed, publ
 from pipeline.run.recovery import Recovery
 from pipeline.run.resume import ResumeDeps, ResumePlan, resume_plan
 from pipeline.run.scope import RunScope, WorktreeLease
+from pipeline.run.withdrawn import STARTING, IssueGuard, watching
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
 from pipeline.watch.ci import ci_source, watch_ci
@@ -47,6 +48,15 @@ from pipeline.workspace.setup import run_setup
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Start:
+    """What a run starts from, read once as it is claimed."""
+
+    issue: IssueInfo
+    resume: ResumePlan | None
+    guard: IssueGuard | None  # None for fix-forward runs and runs that already pushed
 
 
 @dataclass(frozen=True)
@@ -74,13 +84,13 @@ class RunFlow:
         repo = self.deps.settings.repo(run.repo_name)
         if repo is None:
             raise FatalError("missing_repo", f"repo {run.repo_name!r} is no longer in the config")
-        issue, resume = self._issue_info(run, repo, ctx.events)
+        start = self._start(ctx, repo)
         checkpoint("preparing", run.id)
         if run.kind == "issue":
             self.deps.lifecycle.claimed(run, repo, ctx.events)
         progress = self._progress(ctx, repo)
         try:
-            outcome = self._ended(ctx, repo, issue, resume)
+            outcome = self._ended(ctx, repo, start)
         except BaseException as exc:
             if progress is not None:
                 last = ctx.run.failures + 1 >= ctx.run.max_attempts
@@ -90,13 +100,11 @@ class RunFlow:
             progress.close(outcome.state, outcome_text(outcome))
         return outcome
 
-    def _ended(
-        self, ctx: RunContext, repo: RepoSettings, issue: IssueInfo, resume: ResumePlan | None
-    ) -> Outcome:
+    def _ended(self, ctx: RunContext, repo: RepoSettings, start: _Start) -> Outcome:
         """The run's outcome; a cancel asked for while the run was ending, before it pushed,
         beats any ending but success (the heartbeat that would have stopped it came too late)."""
         try:
-            outcome = self._run(ctx, repo, issue, resume)
+            outcome = self._run(ctx, repo, start)
         except Exception as exc:
             self._cancel_wins(ctx, exc)
             raise
@@ -142,10 +150,8 @@ class RunFlow:
         progress.start()
         return progress
 
-    def _run(
-        self, ctx: RunContext, repo: RepoSettings, issue: IssueInfo, resume: ResumePlan | None
-    ) -> Outcome:
-        run = ctx.run
+    def _run(self, ctx: RunContext, repo: RepoSettings, start: _Start) -> Outcome:
+        run, issue = ctx.run, start.issue
         if run.pushed_sha:
             ctx.events("publish", f"already pushed {run.pushed_sha[:12]}; watching again")
             scope = self._scope(ctx, repo, issue, None)
@@ -165,7 +171,7 @@ class RunFlow:
             repo = self._with_repo_file(ctx, repo, ws)
             scope = self._scope(ctx, repo, issue, lease)
             try:
-                sha = self._implement_and_publish(ctx, scope, resume, run_base)
+                sha = self._implement_and_publish(ctx, scope, start, run_base)
             except EscalationError as exc:
                 return self.deps.recovery.escalate(scope, ctx.run, exc).outcome
             return self._watch_and_decide(ctx, scope, sha).outcome
@@ -214,7 +220,7 @@ class RunFlow:
         )
 
     def _implement_and_publish(
-        self, ctx: RunContext, scope: RunScope, resume: ResumePlan | None, run_base: str
+        self, ctx: RunContext, scope: RunScope, start: _Start, run_base: str
     ) -> str:
         run, repo = ctx.run, scope.repo
         found = find_pushed(scope.ws.mirror, f"refs/heads/{repo.default_branch}", run.id, run_base)
@@ -228,14 +234,20 @@ class RunFlow:
             return found
         ctx.set_state("implementing")
         checkpoint("implementing", run.id)
-        outcome = implement(scope, self._evidence(run), resume)
+        with watching(start.guard, ctx.stop):
+            outcome = implement(scope, self._evidence(run), start.resume)
         ctx.update(head_sha=outcome.head_sha)  # spend is recorded per invocation by the ledger
         ctx.set_state("publishing")
         checkpoint("publishing", run.id)
-        return self._publish(ctx, scope, outcome, run_base)
+        return self._publish(ctx, scope, outcome, run_base, start.guard)
 
     def _publish(
-        self, ctx: RunContext, scope: RunScope, outcome: ImplementOutcome, run_base: str
+        self,
+        ctx: RunContext,
+        scope: RunScope,
+        outcome: ImplementOutcome,
+        run_base: str,
+        guard: IssueGuard | None,
     ) -> str:
         """Publish, a rebase conflict handed to the agent (its session resumed)."""
 
@@ -248,6 +260,7 @@ class RunFlow:
             record_pushed=lambda sha: self._record_push(ctx, sha),
             resolve_conflict=resolver,
             open_pr=self._pull_request_opener(ctx.run, scope.repo, scope.issue),
+            before_push=guard.before_push if guard is not None else None,
         )
         title = f"{scope.issue.title} ({scope.issue.ref})"
         options = PublishOptions(
@@ -315,28 +328,45 @@ class RunFlow:
         checkpoint("after_push", ctx.run.id)  # pushed, not yet recorded: the worst moment
         ctx.update(pushed_sha=sha)
 
+    def _start(self, ctx: RunContext, repo: RepoSettings) -> _Start:
+        """What the run starts from: its issue, how it resumes, and the guard that ends it
+        if a human withdraws the issue (``pipeline.run.withdrawn``), checked here first."""
+        run = ctx.run
+        if run.kind == "fix_forward" or run.issue_number is None:
+            return _Start(self._fix_forward_info(run, repo), None, None)
+        guard = None
+        if not run.pushed_sha:  # pushed already: only the watch is left
+            queued = self.deps.store.run_events(run.id, limit=1)
+            by_label = bool(queued) and queued[0].data.get("via") == VIA_LABEL
+            cfg = self.deps.settings.tracker(repo.tracker)
+            every = (cfg.poll_interval_s if cfg else None) or self.deps.settings.poll_interval_s
+            where = (repo, run.issue_number)
+            guard = IssueGuard(self.deps.lifecycle, where, by_label, ctx.events, every)
+        issue, resume = self._issue_info(run, repo, ctx.events, guard)
+        return _Start(issue, resume, guard)
+
+    def _fix_forward_info(self, run: Run, repo: RepoSettings) -> IssueInfo:
+        root = self.deps.recovery.chain_root(run)
+        return IssueInfo(
+            ref=f"fix-{run.id}",
+            number=root.issue_number or 0,
+            title=f"Fix forward: the deploy of run {run.parent_id} is broken",
+            body=f"Heal the broken deploy of {repo.name} (chain started by run {root.id}).",
+            comments=(),
+            url=root.issue_url or "",
+            author="afk-pipeline",
+        )
+
     def _issue_info(
-        self, run: Run, repo: RepoSettings, events: EventSink
+        self, run: Run, repo: RepoSettings, events: EventSink, guard: IssueGuard | None
     ) -> tuple[IssueInfo, ResumePlan | None]:
         """The issue as the agent may see it: trusted text only (``pipeline.intake.issue_text``),
         and, for a run that answers an escalated one, how it resumes (``pipeline.run.resume``)."""
-        if run.kind == "fix_forward" or run.issue_number is None:
-            root = self.deps.recovery.chain_root(run)
-            title = f"Fix forward: the deploy of run {run.parent_id} is broken"
-            ref = f"fix-{run.id}"
-            body = f"Heal the broken deploy of {repo.name} (chain started by run {root.id})."
-            info = IssueInfo(
-                ref=ref,
-                number=root.issue_number or 0,
-                title=title,
-                body=body,
-                comments=(),
-                url=root.issue_url or "",
-                author="afk-pipeline",
-            )
-            return info, None
+        assert run.issue_number is not None  # _start gives fix-forward runs their own
         tracker = self.deps.trackers[repo.tracker]
         detail = tracker.get_issue(repo.slug, run.issue_number)
+        if guard is not None:
+            guard.check(detail, STARTING)
         record = self.deps.store.get_issue(run.issue_id) if run.issue_id else None
         tracker_settings = self.deps.settings.tracker(repo.tracker)
         if tracker_settings is None:

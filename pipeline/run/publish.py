@@ -64,6 +64,8 @@ class PublishHooks:
     record_pushed: Callable[[str], None]
     resolve_conflict: Callable[[str], bool] | None = None
     open_pr: Callable[[str, str], str | None] | None = None
+    # Called before every push; raises to stop it (the issue was withdrawn meanwhile).
+    before_push: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class _Publisher:
         self.events, self.stop = scope.events, scope.stop
         self.retest, self.resolve_conflict = hooks.retest, hooks.resolve_conflict
         self.record_pushed, self.open_pr = hooks.record_pushed, hooks.open_pr
+        self.before_push = hooks.before_push
         self.remote_branch, self.title = options.remote_branch or ws.branch, options.title
         self.local = Git(ws.git, stop=scope.stop, limits=self.mirror.limits)
         self.push_settings: PushSettings = repo.push
@@ -263,6 +266,8 @@ class _Publisher:
     def push(self, branch: str, lease: str | None = None) -> str:
         """Push the run's SHA from the mirror to ``branch``; ``_PushRace`` if the remote moved."""
         sha = self.head
+        if self.before_push is not None:
+            self.before_push()
         self.mirror.adopt(self.tree, sha, self.run_id, self.target, self.stop)
         args = [] if lease is None else [f"--force-with-lease=refs/heads/{branch}:{lease}"]
         result = self.mirror.push(self.stop, *args, f"{sha}:refs/heads/{branch}")

@@ -248,11 +248,13 @@ class IssuesMixin(StoreBase):
 
     def close_local_issue(self, issue_id: int) -> None:
         with self._write() as conn:
-            conn.execute(
+            closed = conn.execute(
                 update(LocalIssueRow)
                 .where(LocalIssueRow.id == issue_id)
                 .values(state="closed", updated_at=db_now(conn))
             )
+            if closed.rowcount == 0:
+                raise UnknownIssue(issue_id)
 
     def add_local_comment(self, issue_id: int, body: str, author: str) -> int:
         """Add a comment to local issue ``issue_id``; the new comment's id."""

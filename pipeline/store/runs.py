@@ -8,7 +8,7 @@ the caller (``EnqueueOptions``). Fenced worker writes live in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, func, insert, select, update
@@ -51,6 +51,15 @@ class RunNotRetryable(ValueError):
 
 
 @dataclass(frozen=True)
+class _Queued:
+    """A new run's ``queued`` event: its message, when the run may start, what else it notes."""
+
+    message: str
+    run_after_s: float = 0.0
+    data: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class EnqueueOptions:
     """How a run is queued, all decided by the caller (priority included)."""
 
@@ -63,6 +72,9 @@ class EnqueueOptions:
     requested_by: str | None = None
     max_queue_depth: int | None = None  # None: no bound
     run_after_s: float = 0.0
+    # What queued it, kept in the ``queued`` event (``label``: intake, for the ready label);
+    # the flow reads it to know whether the label's removal withdraws the issue.
+    via: str | None = None
 
     def row_values(self) -> dict[str, object]:
         return {
@@ -131,7 +143,9 @@ class RunsMixin(StoreBase):
             if depth >= options.max_queue_depth:
                 raise QueueFull(depth, options.max_queue_depth)
         values = options.row_values()
-        run_id = self._insert_run(conn, repo_id, values, options.run_after_s, "queued")
+        noted = {"via": options.via} if options.via else {}
+        queued = _Queued("queued", options.run_after_s, noted)
+        run_id = self._insert_run(conn, repo_id, values, queued)
         return EnqueueResult(read_run(conn, run_id), created=True)
 
     def _race_lost(self, issue_id: int | None) -> EnqueueResult | None:
@@ -145,8 +159,7 @@ class RunsMixin(StoreBase):
         conn: Connection,
         repo_id: int,
         values: Mapping[str, object],
-        run_after_s: float,
-        message: str,
+        queued: _Queued,
     ) -> int:
         now = db_now(conn)
         run_id = conn.execute(
@@ -157,15 +170,15 @@ class RunsMixin(StoreBase):
                 attempt=0,
                 failures=0,
                 recoveries=0,
-                run_after=now + timedelta(seconds=run_after_s),
+                run_after=now + timedelta(seconds=queued.run_after_s),
                 created_at=now,
                 updated_at=now,
                 **values,
             )
             .returning(RunRow.id)
         ).scalar_one()
-        data = {k: v for k, v in values.items() if v is not None}
-        self._append_event(conn, (run_id, 0), "queued", message, data, now)
+        data = {**{k: v for k, v in values.items() if v is not None}, **queued.data}
+        self._append_event(conn, (run_id, 0), "queued", queued.message, data, now)
         return int(run_id)
 
     @staticmethod
@@ -235,9 +248,8 @@ class RunsMixin(StoreBase):
                     "timeout_s": old.timeout_s,
                     "requested_by": by,
                 }
-                new_id = self._insert_run(
-                    conn, old.repo_id, values, 0.0, f"queued by {by}: retry of run {run_id}"
-                )
+                queued = _Queued(f"queued by {by}: retry of run {run_id}")
+                new_id = self._insert_run(conn, old.repo_id, values, queued)
                 self._append_event(
                     conn,
                     (run_id, old.attempt),

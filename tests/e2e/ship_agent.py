@@ -20,6 +20,8 @@ prompt, making real edits the pipeline then tests, commits and ships:
 - ``afk-task: sleep`` -> sleeps far longer than any run's time limit
 - ``afk-task: block-when-released`` -> waits for a ``release`` file beside the world
   description, then stops ``BLOCKED`` (an ending that races a cancel)
+- ``afk-task: feature-when-released NAME`` -> waits for that ``release`` file, then
+  writes the feature (an agent still at work when a human closes the issue)
 - ``afk-task: reviewed NAME`` -> a feature without a docstring; asked by a
   reviewer's changes, adds the docstring
 - as the reviewer (``afk-review:`` in the prompt) -> tries to write in the
@@ -121,6 +123,14 @@ def big_file(wd: Path, name: str) -> str:
     return feature(wd, name)
 
 
+def wait_for_release() -> None:
+    """Until the test writes ``release`` beside the world description (two minutes at most)."""
+    release = Path(os.environ["AGENT_WORLD"]).parent / "release"
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def do_task(wd: Path, world: dict[str, Any], task: str, argument: str | None) -> str:
     lib = wd / "lib.py"
     if task in ("reviewed", "rejected"):
@@ -149,11 +159,11 @@ def do_task(wd: Path, world: dict[str, Any], task: str, argument: str | None) ->
     if task == "sleep":
         time.sleep(600)
     if task == "block-when-released":
-        release = Path(os.environ["AGENT_WORLD"]).parent / "release"
-        deadline = time.monotonic() + 120
-        while not release.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_release()
         return "BLOCKED: which of the two designs?"
+    if task == "feature-when-released":
+        wait_for_release()
+        return feature(wd, argument or "extra")
     if task == "afk-toml":
         gate_log = Path(os.environ["AGENT_WORLD"]).parent / "gate-log"
         script = f"open({str(gate_log)!r}, 'a').write('attacker\\n')"

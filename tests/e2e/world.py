@@ -83,6 +83,7 @@ class Tuning:
     max_attempts: int = 3
     public_url: str | None = None  # [http] public_url: where issue comments link to
     review: bool = False  # the review gate on every repo
+    tracker_poll_interval_s: float | None = None  # the fake GitHub's own poll interval
 
 
 @dataclass(frozen=True)
@@ -362,7 +363,7 @@ def _config(
             "listen": f"127.0.0.1:{free_port()}",
             **({"public_url": tuning.public_url} if tuning.public_url else {}),
         },
-        "trackers": {"gh": {"kind": "github", "base_url": forge_url, "token_env": TOKEN_ENV}},
+        "trackers": {"gh": _tracker(forge_url, tuning)},
         "agents": {
             "scripted": {
                 "kind": "command",
@@ -376,6 +377,13 @@ def _config(
         "notify": {"urls_file": str(notify_urls), "retries": 2, "retry_delay_s": 0.2},
         "repos": {spec.name: _repo(spec, max_fix_forwards, tuning) for spec in repos.values()},
     }
+
+
+def _tracker(forge_url: str, tuning: Tuning) -> dict[str, Any]:
+    tracker: dict[str, Any] = {"kind": "github", "base_url": forge_url, "token_env": TOKEN_ENV}
+    if tuning.tracker_poll_interval_s is not None:
+        tracker["poll_interval_s"] = tuning.tracker_poll_interval_s
+    return tracker
 
 
 def _repo(spec: RepoSpec, max_fix_forwards: int, tuning: Tuning) -> dict[str, Any]:

@@ -174,6 +174,8 @@ JSON_COMMANDS = [
     ("repos", "unfreeze", "alpha", "--note", "n"),
     ("issue", "add", "--repo", "alpha", "--title", "t"),
     ("issue", "label", "1", "ready-for-agent"),
+    ("issue", "unlabel", "1", "ready-for-agent"),
+    ("issue", "close", "1"),
     ("issue", "list"),
     ("db", "upgrade"),
 ]

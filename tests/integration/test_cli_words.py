@@ -88,7 +88,8 @@ def test_a_bad_body_file_is_named_with_what_is_wrong(cli: Pipeline, tmp_path: Pa
 
 
 def test_local_issues_in_words(cli: Pipeline, tmp_path: Path) -> None:
-    """Adding, labelling and listing a local issue answer in sentences and a table."""
+    """Adding, labelling, listing, unlabelling and closing a local issue answer in sentences
+    and a table; closing one that does not exist names it."""
     cli("db", "upgrade")
     body = tmp_path / "body.md"
     body.write_text("Make it greet.\n", encoding="utf-8")
@@ -98,6 +99,11 @@ def test_local_issues_in_words(cli: Pipeline, tmp_path: Path) -> None:
     assert status == 0 and out == "issue 1 labelled ready-for-agent: [ready-for-agent]\n"
     status, out, _ = cli("issue", "list")
     assert status == 0 and "Greet" in out and "ready-for-agent" in out
+    status, out, _ = cli("issue", "unlabel", "1", "ready-for-agent")
+    assert status == 0 and out == "issue 1 unlabelled ready-for-agent: []\n"
+    assert cli("issue", "close", "1")[:2] == (0, "issue 1 closed\n")
+    status, _, err = cli("issue", "close", "7")
+    assert status != 0 and "local issue 7 does not exist" in err
 
 
 def test_cancel_and_retry_in_words(cli: Pipeline, tmp_path: Path) -> None:
