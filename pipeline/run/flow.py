@@ -365,7 +365,7 @@ class RunFlow:
         assert run.issue_number is not None  # _start gives fix-forward runs their own
         tracker = self.deps.trackers[repo.tracker]
         detail = tracker.get_issue(repo.slug, run.issue_number)
-        if guard is not None:
+        if guard is not None and not run.head_sha:  # head_sha: it may have pushed before a crash
             guard.check(detail, STARTING)
         record = self.deps.store.get_issue(run.issue_id) if run.issue_id else None
         tracker_settings = self.deps.settings.tracker(repo.tracker)

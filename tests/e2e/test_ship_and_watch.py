@@ -280,6 +280,24 @@ def test_kill_between_push_and_record_pushes_once(tmp_path: Path, cli_env: dict[
         assert sum("Done in" in c for c in comments) == 1
 
 
+def test_a_push_found_after_a_crash_is_watched_even_if_the_issue_was_closed(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Killed right after its push, then the issue closed (the change landed): the restarted
+    run finds its commit and watches it; a closed issue does not cancel what is on main."""
+    with ship_world(tmp_path, cli_env) as world:
+        number = world.label("web", "Add a reports helper", "feature reports")
+        killed = world.start(faults="after_push")
+        assert killed.wait(timeout=60) == -signal.SIGKILL, world.describe(world.runs())
+        on_remote = world.commits_of_run("web", _by_issue(world.runs(), number).id)
+        world.fake.set_state(world.repos["web"].slug, number, "closed")
+        world.start()
+        runs = world.wait("the run ends after restart", lambda rs: _done(rs, number))
+        run = _by_issue(runs, number)
+        assert run.state == "succeeded", world.describe(runs)
+        assert run.pushed_sha == on_remote[0] and len(world.agent_calls()) == 1
+
+
 def _ci_states(events: list[str]) -> list[str]:
     """The CI states a watch reported, without ``none`` (polled before CI registered)."""
     return [e.rsplit(" ", 1)[-1] for e in events if not e.endswith(": none")]
