@@ -5,6 +5,13 @@ and is posted only when no comment with that marker exists yet, so retries,
 restarts and a second replica never post it twice. The store's side-effect key
 is a fast path in front of that check, not the source of truth: a crash between
 posting and recording is caught by the marker.
+
+A contended comment (a run's ending, where the worker, the endings pass and
+other replicas meet) is reserved in the store before it is posted and settled
+after. A process killed in between leaves a pending reservation: once it is
+older than ``stale_s`` (a lease) the next pass takes it over, looks for the
+marker and posts only if the comment is not there, so the comment is neither
+lost nor posted twice.
 """
 
 from __future__ import annotations
@@ -13,11 +20,18 @@ from collections.abc import Mapping
 
 from pipeline.config.settings import RepoSettings, TrackerSettings
 from pipeline.core.events import EventSink
+from pipeline.core.faults import checkpoint
 from pipeline.core.masking import mask
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
 
 MARKER = "<!-- afk-pipeline:{key} -->"
+# How long a reserved, unsettled comment belongs to whoever reserved it (the default lease).
+STALE_S = 60.0
+
+
+class CommentInFlight(Exception):
+    """A contended comment is reserved by someone else, recently: try again later."""
 
 
 def marker(key: str) -> str:
@@ -33,11 +47,13 @@ class Lifecycle:
         trackers: Mapping[str, Tracker],
         tracker_settings: Mapping[str, TrackerSettings],
         dashboard_url: str | None = None,
+        stale_s: float = STALE_S,
     ) -> None:
         self.store = store
         self.trackers = trackers
         self.tracker_settings = tracker_settings
         self.dashboard_url = dashboard_url
+        self.stale_s = stale_s
 
     def _run_link(self, run: Run) -> str:
         if self.dashboard_url:
@@ -58,28 +74,48 @@ class Lifecycle:
 
         A run's own comments are written only by the run's lease holder, so the
         marker check alone is exact, and a crash after posting is caught by it.
-        ``contended`` comments (intake, where replicas race) take the store key
-        first, so two replicas never both post.
+        ``contended`` comments (endings, intake, where replicas race) reserve the
+        store key first and settle it after, so two replicas never both post and
+        a crash in between is taken over (``CommentInFlight`` while it is recent).
         """
         tracker = self.trackers[repo.tracker]
         effect = f"comment:{repo.tracker}:{repo.slug}#{number}:{key}"
         if contended:
-            if not self.store.claim_side_effect(effect, run_id=run_id):
+            if not self._reserve(effect, run_id):
                 return False
         elif self.store.has_side_effect(effect):
             return False
-        tag = marker(key)
         try:
-            posted = not any(tag in c.body for c in tracker.list_comments(repo.slug, number))
-            if posted:
-                tracker.comment(repo.slug, number, f"{mask(body)}\n\n{tag}")
+            if contended and run_id is not None:
+                checkpoint("comment_reserved", run_id)
+            posted = self._post_unless_there(tracker, (repo.slug, number), key, body)
         except Exception:
             if contended:
                 self.store.release_side_effect(effect)
             raise
-        if not contended:
+        if contended:
+            self.store.settle_side_effect(effect)
+        else:
             self.store.claim_side_effect(effect, run_id=run_id)
         return posted
+
+    @staticmethod
+    def _post_unless_there(tracker: Tracker, where: tuple[str, int], key: str, body: str) -> bool:
+        """Post ``body`` with ``key``'s marker unless the issue has it already. True if posted."""
+        tag = marker(key)
+        if any(tag in c.body for c in tracker.list_comments(*where)):
+            return False
+        tracker.comment(*where, f"{mask(body)}\n\n{tag}")
+        return True
+
+    def _reserve(self, effect: str, run_id: int | None) -> bool:
+        """True when the contended ``effect`` is ours to perform, False when it is done."""
+        claim = self.store.claim_pending(effect, self.stale_s, run_id)
+        if claim == "busy":
+            raise CommentInFlight(
+                f"{effect} is being posted (reserved under {self.stale_s:g} s ago)"
+            )
+        return claim == "taken"
 
     def claimed(self, run: Run, repo: RepoSettings, events: EventSink) -> None:
         """``agent-working`` replaces the ready label; a comment links to the run."""
@@ -140,4 +176,7 @@ class Lifecycle:
             "start agent runs on this repository, so it is ignored. A maintainer with write "
             "access (or a configured trusted actor) must apply it."
         )
-        self.comment_once(repo, number, f"untrusted:{actor or 'unknown'}", body, contended=True)
+        try:
+            self.comment_once(repo, number, f"untrusted:{actor or 'unknown'}", body, contended=True)
+        except CommentInFlight:
+            pass  # another replica is saying it; a later poll sees it said
