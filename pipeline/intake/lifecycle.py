@@ -38,6 +38,11 @@ def marker(key: str) -> str:
     return MARKER.format(key=key)
 
 
+def _effect(repo: RepoSettings, number: int, key: str) -> str:
+    """The store key of the comment ``key`` on issue ``number``."""
+    return f"comment:{repo.tracker}:{repo.slug}#{number}:{key}"
+
+
 class Lifecycle:
     """Posts the comments and flips the labels that tell humans where an issue is."""
 
@@ -74,48 +79,55 @@ class Lifecycle:
 
         A run's own comments are written only by the run's lease holder, so the
         marker check alone is exact, and a crash after posting is caught by it.
-        ``contended`` comments (endings, intake, where replicas race) reserve the
-        store key first and settle it after, so two replicas never both post and
-        a crash in between is taken over (``CommentInFlight`` while it is recent).
+        ``contended`` comments (intake, endings, where replicas race) are reserved
+        in the store first (``reserved_comment``); one reserved elsewhere a moment
+        ago is left to its reserver here.
         """
-        tracker = self.trackers[repo.tracker]
-        effect = f"comment:{repo.tracker}:{repo.slug}#{number}:{key}"
         if contended:
-            if not self._reserve(effect, run_id):
+            try:
+                return self.reserved_comment(repo, number, key, body, run_id)
+            except CommentInFlight:
                 return False
-        elif self.store.has_side_effect(effect):
+        effect = _effect(repo, number, key)
+        if self.store.has_side_effect(effect):
             return False
-        try:
-            if contended and run_id is not None:
-                checkpoint("comment_reserved", run_id)
-            posted = self._post_unless_there(tracker, (repo.slug, number), key, body)
-        except Exception:
-            if contended:
-                self.store.release_side_effect(effect)
-            raise
-        if contended:
-            self.store.settle_side_effect(effect)
-        else:
-            self.store.claim_side_effect(effect, run_id=run_id)
+        posted = self._post_unless_there(repo, number, key, body)
+        self.store.claim_side_effect(effect, run_id=run_id)
         return posted
 
-    @staticmethod
-    def _post_unless_there(tracker: Tracker, where: tuple[str, int], key: str, body: str) -> bool:
-        """Post ``body`` with ``key``'s marker unless the issue has it already. True if posted."""
-        tag = marker(key)
-        if any(tag in c.body for c in tracker.list_comments(*where)):
-            return False
-        tracker.comment(*where, f"{mask(body)}\n\n{tag}")
-        return True
+    def reserved_comment(
+        self, repo: RepoSettings, number: int, key: str, body: str, run_id: int | None
+    ) -> bool:
+        """Post ``body`` once across replicas, passes and crashes. True if posted.
 
-    def _reserve(self, effect: str, run_id: int | None) -> bool:
-        """True when the contended ``effect`` is ours to perform, False when it is done."""
+        The store key is reserved before the post and settled after. Settled: False.
+        Reserved less than ``stale_s`` ago: ``CommentInFlight`` (try again later).
+        Older, its reserver died: taken over, and posted only if the marker is not
+        on the issue yet (the reserver may have died after posting).
+        """
+        effect = _effect(repo, number, key)
         claim = self.store.claim_pending(effect, self.stale_s, run_id)
+        if claim == "settled":
+            return False
         if claim == "busy":
-            raise CommentInFlight(
-                f"{effect} is being posted (reserved under {self.stale_s:g} s ago)"
-            )
-        return claim == "taken"
+            raise CommentInFlight(f"{effect}: reserved under {self.stale_s:g} s ago")
+        try:
+            if run_id is not None:
+                checkpoint("comment_reserved", run_id)
+            posted = self._post_unless_there(repo, number, key, body)
+        except Exception:
+            self.store.release_side_effect(effect)
+            raise
+        self.store.settle_side_effect(effect)
+        return posted
+
+    def _post_unless_there(self, repo: RepoSettings, number: int, key: str, body: str) -> bool:
+        """Post ``body`` with ``key``'s marker unless the issue has it already. True if posted."""
+        tracker, tag = self.trackers[repo.tracker], marker(key)
+        if any(tag in c.body for c in tracker.list_comments(repo.slug, number)):
+            return False
+        tracker.comment(repo.slug, number, f"{mask(body)}\n\n{tag}")
+        return True
 
     def claimed(self, run: Run, repo: RepoSettings, events: EventSink) -> None:
         """``agent-working`` replaces the ready label; a comment links to the run."""
@@ -161,8 +173,9 @@ class Lifecycle:
         tracker.remove_label(repo.slug, number, labels.working_label)
         # Contended: the worker's announcement and the periodic pass (or another
         # replica's) may race for the same ending; the store key lets one post.
-        key = f"run={run_id}:ended"
-        return self.comment_once(repo, number, key, body, run_id, contended=True)
+        # A reservation left by a process that died raises ``CommentInFlight`` until it is
+        # stale, so the ending stays unannounced and the endings pass comes back to it.
+        return self.reserved_comment(repo, number, f"run={run_id}:ended", body, run_id)
 
     def ready_label(self, repo: RepoSettings) -> str:
         return self.tracker_settings[repo.tracker].ready_label
@@ -176,7 +189,4 @@ class Lifecycle:
             "start agent runs on this repository, so it is ignored. A maintainer with write "
             "access (or a configured trusted actor) must apply it."
         )
-        try:
-            self.comment_once(repo, number, f"untrusted:{actor or 'unknown'}", body, contended=True)
-        except CommentInFlight:
-            pass  # another replica is saying it; a later poll sees it said
+        self.comment_once(repo, number, f"untrusted:{actor or 'unknown'}", body, contended=True)
