@@ -30,6 +30,7 @@ from pipeline.queue.scheduler import Scheduler
 from pipeline.run.budget import DailyBudget
 from pipeline.run.endings import Endings
 from pipeline.run.flow import FlowDeps, RunFlow
+from pipeline.run.progress_final import ProgressFinals
 from pipeline.run.recovery import Recovery, unhealed_freeze
 from pipeline.sandbox import (
     NetworkPolicy,
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 30.0
 SIGNAL_CHECK_S = 0.5  # how often the main thread looks for a SIGTERM or SIGINT
+FINAL_WRITES_S = 10.0  # at a stop, for the progress comments of runs that just ended
 
 
 def build_trackers(settings: Settings, store: Store) -> dict[str, Tracker]:
@@ -102,10 +104,12 @@ class Daemon:
             self.trackers,
             {t.name: t for t in settings.trackers},
             dashboard_url=link_base(settings.http) if http else None,
+            stale_s=settings.scheduler.lease_s,
         )
         self.recovery = Recovery(settings, self.store, self.lifecycle)
         self.endings = Endings(settings, self.store, self.lifecycle, self.recovery, self.notifier)
         self.budget = DailyBudget(settings, self.store, self.notifier)
+        self.finals = ProgressFinals(settings, self.store, self.trackers)
         self.flow = self._flow()
         self.scheduler = self._scheduler()
         self.intake = Intake(self.store, settings, self.trackers, self.lifecycle)
@@ -135,6 +139,7 @@ class Daemon:
             recovery=self.recovery,
             agent_factory=self.agent_for,
             base_env=dict(os.environ),
+            finals=self.finals,
         )
         return RunFlow(deps)
 
@@ -217,6 +222,7 @@ class Daemon:
             self.settings.workspace.housekeeping_interval_s,
         )
         self.periodic.add("endings", self.endings.sweep, self.settings.scheduler.sweep_interval_s)
+        self.periodic.add("progress", self.finals.sweep, self.settings.scheduler.sweep_interval_s)
         self.periodic.add(
             "retention", self.prune_history, self.settings.workspace.housekeeping_interval_s
         )
@@ -267,6 +273,7 @@ class Daemon:
         log.info("stopping: no new claims; giving running agents %.0fs", grace_s)
         self.periodic.shutdown(wait=False)
         self.scheduler.stop(grace_s)
+        self.finals.finish(FINAL_WRITES_S)  # runs that ended just before: their final state
         self.notifier.stop()
         if self.server is not None:
             self.server.stop()

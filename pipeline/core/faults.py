@@ -7,7 +7,10 @@ production) it does nothing. Each name fires once per process, and only for
 runs whose id is in ``PIPELINE_FAULTS_RUNS`` when that is set.
 
 Checkpoints: ``preparing``, ``implementing``, ``testing``, ``publishing``,
-``after_push`` (pushed, not yet recorded), ``watching``.
+``after_push`` (pushed, not yet recorded), ``watching``; and once the run has
+ended: ``ended`` (recorded, not yet told), ``comment_reserved`` (its ending
+comment reserved, not yet posted), ``ending_notify`` (commented, its
+notification not yet queued).
 
 Sabotage names switch a safety mechanism off instead, so a test can prove that
 its scenario notices the mechanism missing: ``remove_fence`` makes the worker's
@@ -20,6 +23,8 @@ import os
 import signal
 
 CHECKPOINTS = ("preparing", "implementing", "testing", "publishing", "after_push", "watching")
+# After the run's ending is recorded: where telling the humans may be cut short.
+ENDING_CHECKPOINTS = ("ended", "comment_reserved", "ending_notify")
 SABOTAGE = ("remove_fence",)
 
 

@@ -5,6 +5,13 @@ and is posted only when no comment with that marker exists yet, so retries,
 restarts and a second replica never post it twice. The store's side-effect key
 is a fast path in front of that check, not the source of truth: a crash between
 posting and recording is caught by the marker.
+
+A contended comment (a run's ending, where the worker, the endings pass and
+other replicas meet) is reserved in the store before it is posted and settled
+after. A process killed in between leaves a pending reservation: once it is
+older than ``stale_s`` (a lease) the next pass takes it over, looks for the
+marker and posts only if the comment is not there, so the comment is neither
+lost nor posted twice.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from collections.abc import Mapping
 
 from pipeline.config.settings import RepoSettings, TrackerSettings
 from pipeline.core.events import EventSink
+from pipeline.core.faults import checkpoint
 from pipeline.core.masking import mask
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker, TrackerIssue
@@ -21,9 +29,21 @@ MARKER = "<!-- afk-pipeline:{key} -->"
 OPEN_STATES = ("open", "opened", "")  # GitLab says "opened"
 VIA_LABEL = "label"  # a run intake queued for the ready label (``EnqueueOptions.via``)
 
+# How long a reserved, unsettled comment belongs to whoever reserved it (the default lease).
+STALE_S = 60.0
+
+
+class CommentInFlight(Exception):
+    """A contended comment is reserved by someone else, recently: try again later."""
+
 
 def marker(key: str) -> str:
     return MARKER.format(key=key)
+
+
+def _effect(repo: RepoSettings, number: int, key: str) -> str:
+    """The store key of the comment ``key`` on issue ``number``."""
+    return f"comment:{repo.tracker}:{repo.slug}#{number}:{key}"
 
 
 class Lifecycle:
@@ -35,11 +55,13 @@ class Lifecycle:
         trackers: Mapping[str, Tracker],
         tracker_settings: Mapping[str, TrackerSettings],
         dashboard_url: str | None = None,
+        stale_s: float = STALE_S,
     ) -> None:
         self.store = store
         self.trackers = trackers
         self.tracker_settings = tracker_settings
         self.dashboard_url = dashboard_url
+        self.stale_s = stale_s
 
     def _run_link(self, run: Run) -> str:
         if self.dashboard_url:
@@ -60,28 +82,55 @@ class Lifecycle:
 
         A run's own comments are written only by the run's lease holder, so the
         marker check alone is exact, and a crash after posting is caught by it.
-        ``contended`` comments (intake, where replicas race) take the store key
-        first, so two replicas never both post.
+        ``contended`` comments (intake, endings, where replicas race) are reserved
+        in the store first (``reserved_comment``); one reserved elsewhere a moment
+        ago is left to its reserver here.
         """
-        tracker = self.trackers[repo.tracker]
-        effect = f"comment:{repo.tracker}:{repo.slug}#{number}:{key}"
         if contended:
-            if not self.store.claim_side_effect(effect, run_id=run_id):
+            try:
+                return self.reserved_comment(repo, number, key, body, run_id)
+            except CommentInFlight:
                 return False
-        elif self.store.has_side_effect(effect):
+        effect = _effect(repo, number, key)
+        if self.store.has_side_effect(effect):
             return False
-        tag = marker(key)
-        try:
-            posted = not any(tag in c.body for c in tracker.list_comments(repo.slug, number))
-            if posted:
-                tracker.comment(repo.slug, number, f"{mask(body)}\n\n{tag}")
-        except Exception:
-            if contended:
-                self.store.release_side_effect(effect)
-            raise
-        if not contended:
-            self.store.claim_side_effect(effect, run_id=run_id)
+        posted = self._post_unless_there(repo, number, key, body)
+        self.store.claim_side_effect(effect, run_id=run_id)
         return posted
+
+    def reserved_comment(
+        self, repo: RepoSettings, number: int, key: str, body: str, run_id: int | None
+    ) -> bool:
+        """Post ``body`` once across replicas, passes and crashes. True if posted.
+
+        The store key is reserved before the post and settled after. Settled: False.
+        Reserved less than ``stale_s`` ago: ``CommentInFlight`` (try again later).
+        Older, its reserver died: taken over, and posted only if the marker is not
+        on the issue yet (the reserver may have died after posting).
+        """
+        effect = _effect(repo, number, key)
+        claim = self.store.claim_pending(effect, self.stale_s, run_id)
+        if claim == "settled":
+            return False
+        if claim == "busy":
+            raise CommentInFlight(f"{effect}: reserved under {self.stale_s:g} s ago")
+        try:
+            if run_id is not None:
+                checkpoint("comment_reserved", run_id)
+            posted = self._post_unless_there(repo, number, key, body)
+        except Exception:
+            self.store.release_side_effect(effect)
+            raise
+        self.store.settle_side_effect(effect)
+        return posted
+
+    def _post_unless_there(self, repo: RepoSettings, number: int, key: str, body: str) -> bool:
+        """Post ``body`` with ``key``'s marker unless the issue has it already. True if posted."""
+        tracker, tag = self.trackers[repo.tracker], marker(key)
+        if any(tag in c.body for c in tracker.list_comments(repo.slug, number)):
+            return False
+        tracker.comment(repo.slug, number, f"{mask(body)}\n\n{tag}")
+        return True
 
     def claimed(self, run: Run, repo: RepoSettings, events: EventSink) -> None:
         """``agent-working`` replaces the ready label; a comment links to the run."""
@@ -127,8 +176,9 @@ class Lifecycle:
         tracker.remove_label(repo.slug, number, labels.working_label)
         # Contended: the worker's announcement and the periodic pass (or another
         # replica's) may race for the same ending; the store key lets one post.
-        key = f"run={run_id}:ended"
-        return self.comment_once(repo, number, key, body, run_id, contended=True)
+        # A reservation left by a process that died raises ``CommentInFlight`` until it is
+        # stale, so the ending stays unannounced and the endings pass comes back to it.
+        return self.reserved_comment(repo, number, f"run={run_id}:ended", body, run_id)
 
     def withdrawal(self, repo: RepoSettings, issue: TrackerIssue, *, by_label: bool) -> str | None:
         """How a human withdrew ``issue`` from the agent, or ``None`` if it is still wanted.

@@ -79,14 +79,22 @@ class Notifier:
         self._threads: list[threading.Thread] = []
 
     def notify(
-        self, title: str, body: str, *, kind: Kind, events: EventSink, run_id: int | None = None
+        self,
+        title: str,
+        body: str,
+        *,
+        kind: Kind,
+        events: EventSink,
+        run_id: int | None = None,
+        key: str | None = None,
     ) -> None:
         """Send to every channel; returns at once (unless ``background=False``), never raises.
 
         The URLs are resolved (so registered for masking) before the title and
         body are masked: a message never carries a secret, a channel's own included.
-        With an outbox the notification is in the store when this returns, and
-        ``run_id`` ties it to the run whose page shows it until it is delivered.
+        With an outbox the notification is in the store when this returns, ``run_id``
+        ties it to the run whose page shows it until it is delivered, and a ``key``
+        already recorded queues nothing (``OutboxMixin.add_notification``).
         """
         if kind == "success" and not self.settings.notify_success:
             return
@@ -100,16 +108,20 @@ class Notifier:
             return
         title, body = mask(title), mask(body)
         if self.outbox is not None:
-            self._enqueue(NotificationDraft(kind, title, body, run_id), urls, events)
-            return
+            self._enqueue(NotificationDraft(kind, title, body, run_id, key), urls, events)
+        else:
+            self._send_now(urls, NotificationDraft(kind, title, body, run_id), events)
+
+    def _send_now(self, urls: Sequence[str], draft: NotificationDraft, events: EventSink) -> None:
+        """Without an outbox: send on a background thread (or this one), retrying a little."""
 
         def job() -> None:
-            self._send_all(urls, title, body, kind, events)
+            self._send_all(urls, draft.title, draft.body, draft.kind, events)
 
         if not self.background:
             job()
             return
-        thread = threading.Thread(target=job, name=f"notify-{kind}", daemon=True)
+        thread = threading.Thread(target=job, name=f"notify-{draft.kind}", daemon=True)
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
 
@@ -121,6 +133,8 @@ class Notifier:
             log.error("notification %r could not be queued: %s", draft.title, exc)
             _record(events, f"{draft.kind} not queued: {type(exc).__name__}", {"ok": False})
             return
+        if not channels:
+            return  # queued before, under the same key
         names = ", ".join(c.name for c in channels)
         _record(events, f"{draft.kind} queued for {names}", {"kind": draft.kind, "queued": True})
 

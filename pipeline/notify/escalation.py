@@ -28,6 +28,7 @@ class Notifies(Protocol):
         kind: NotifyKind,
         events: EventSink,
         run_id: int | None = None,
+        key: str | None = None,
     ) -> None: ...
 
 

@@ -82,9 +82,11 @@ class Outbox:
         self._thread: threading.Thread | None = None
 
     def enqueue(self, draft: NotificationDraft, urls: Sequence[str]) -> list[Channel]:
-        """One row per channel, written before this returns; delivery follows."""
+        """One row per channel, written before this returns; delivery follows. The
+        channels queued: none when ``draft.key`` was queued before."""
         channels = [Channel(describe_channel(url), channel_key(url)) for url in urls]
-        self.store.add_notification(draft, channels)
+        if not self.store.add_notification(draft, channels):
+            return []
         self._wake.set()
         return channels
 

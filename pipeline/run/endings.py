@@ -11,8 +11,9 @@ ending, ``Endings.announce`` then does the same four things once:
    when a human is needed;
 3. one comment (marked, so never posted twice) saying what happened, what was
    kept where, and the exact next command;
-4. one notification with the same text (claimed in the store first, so a
-   second replica or a repeated pass never sends it twice).
+4. one notification with the same text (queued in the outbox with its key
+   in one transaction, so a second replica, a repeated pass or a crash never
+   sends it twice nor loses it).
 
 An unhealed fix-forward's freeze is written with its ending, in the same
 transaction (the scheduler's ``freeze_policy``), so no claim sees its repo
@@ -33,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.events import EventSink
+from pipeline.core.faults import checkpoint
 from pipeline.core.states import (
     DEPLOY_BROKEN_CLASS,
     RESUMABLE_REASONS,
@@ -40,7 +42,7 @@ from pipeline.core.states import (
     TIMEOUT_CLASS,
     RunState,
 )
-from pipeline.intake.lifecycle import Lifecycle
+from pipeline.intake.lifecycle import CommentInFlight, Lifecycle
 from pipeline.notify.escalation import (
     EndingText,
     Notifies,
@@ -98,6 +100,7 @@ class Endings:
     def _announce(self, run: Run) -> None:
         if run.state not in TERMINAL_STATES or self.store.has_side_effect(_done_key(run)):
             return
+        checkpoint("ended", run.id)
         repo = self.settings.repo(run.repo_name)
         if repo is None:
             log.warning(
@@ -204,10 +207,15 @@ class Endings:
             kind = "freeze"
         if kind == "success" and not self.settings.notify.notify_success:
             return
-        if not self.store.claim_side_effect(f"notify:run={run.id}:ended", run_id=run.id):
+        key = f"notify:run={run.id}:ended"
+        if self.store.has_side_effect(key):
             return
         title, body = ending_message(text)
-        self.notifier.notify(title, body, kind=kind, events=self._events(run.id), run_id=run.id)
+        checkpoint("ending_notify", run.id)
+        # The key is written with the outbox rows, in one transaction: no crash loses
+        # the notification (key without rows) or queues it twice (rows without key).
+        events = self._events(run.id)
+        self.notifier.notify(title, body, kind=kind, events=events, run_id=run.id, key=key)
 
     def _events(self, run_id: int) -> EventSink:
         """The run's timeline without the lease: the run has ended, its fenced sink refuses."""
@@ -227,6 +235,8 @@ class Endings:
             try:
                 self.announce(run)
                 done += 1
+            except CommentInFlight as exc:  # reserved by a replica, or by a process that died
+                log.info("run %s: ending not announced yet (%s)", run.id, exc)
             except Exception as exc:  # the tracker may be down: the next pass retries
                 log.warning("run %s: ending not announced yet (%s)", run.id, exc)
         return done

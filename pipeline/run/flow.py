@@ -34,6 +34,7 @@ from pipeline.run.progress import (
     outcome_text,
     progress_after_error,
 )
+from pipeline.run.progress_final import ProgressFinals
 from pipeline.run.publish import PublishHooks, PublishOptions, find_pushed, publish
 from pipeline.run.recovery import Recovery
 from pipeline.run.resume import ResumeDeps, ResumePlan, resume_plan
@@ -71,6 +72,7 @@ class FlowDeps:
     recovery: Recovery
     agent_factory: Callable[[RepoSettings], Agent]
     base_env: Mapping[str, str]
+    finals: ProgressFinals | None = None  # who sees each progress comment to its end
 
 
 class RunFlow:
@@ -146,6 +148,8 @@ class RunFlow:
             remember=lambda comment_id: ctx.update(progress_comment_id=comment_id),
         )
         progress = ProgressComment(view, slot)
+        if self.deps.finals is not None:
+            self.deps.finals.follow(progress)
         ctx.observers.append(progress.observe)
         progress.start()
         return progress

@@ -10,7 +10,9 @@ The first write happens at the claim, before the run goes on. Edits are
 paced: at most one write per ``interval_s`` (5 s) per run, the latest state
 coalesced into the next write by a timer; ``close`` always
 writes the final state (from a writer thread, so the run's end is not held
-up by the pacing). A crash never leaves two comments: the comment's id
+up by the pacing; a stopping daemon has it write at once, see
+``pipeline.run.progress_final``, which also settles, after a crash, the final
+state a killed writer never wrote). A crash never leaves two comments: the comment's id
 is recorded on the run after it is posted, and before posting a run looks
 for its hidden marker (``<!-- afk-progress run=12 -->``) among the issue's
 comments, so a run restarted between posting and recording finds it.
@@ -23,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from pipeline.core.errors import (
     CancelRequested,
@@ -32,7 +35,7 @@ from pipeline.core.errors import (
     RetryableError,
 )
 from pipeline.core.masking import mask
-from pipeline.core.states import Outcome, RunState
+from pipeline.core.states import TERMINAL_STATES, Outcome, RunState
 from pipeline.intake.issue_text import PROGRESS_MARK
 from pipeline.trackers.base import Tracker
 
@@ -197,6 +200,14 @@ class CommentSlot:
         return None
 
 
+class Finals(Protocol):
+    """Who follows the final writes (``pipeline.run.progress_final.ProgressFinals``)."""
+
+    def closing(self, progress: ProgressComment) -> None: ...
+
+    def drained(self, progress: ProgressComment, *, final: bool) -> None: ...
+
+
 class ProgressComment:
     """Paced writes of a ``ProgressView`` through a ``CommentSlot``.
 
@@ -218,7 +229,9 @@ class ProgressComment:
         self.slot = slot
         self.interval_s = interval_s
         self.clock = clock
-        self.sleep: Callable[[float], None] = time.sleep
+        self.finals: Finals | None = None
+        self._hurry = threading.Event()  # write the final state now, earlier states skipped
+        self._ended = False  # closed with the run's terminal state
         self._lock = threading.Lock()  # the view, the backlog and the timer
         self._writing = threading.Lock()  # one forge write at a time
         self._backlog: list[str] = []  # views of earlier states not shown yet, oldest first
@@ -265,18 +278,25 @@ class ProgressComment:
     def close(self, state: str, ending: str = "") -> None:
         """Write the backlog and the final state, paced, without holding the run up.
 
-        The writer is not a daemon thread: a daemon stopping gracefully still
-        writes the final state before its process exits.
+        The writer is not a daemon thread (the run's worker thread is one, and a
+        thread inherits that): a daemon stopping gracefully still writes the
+        final state before its process exits.
         """
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
+            self._closed, self._ended = True, state in TERMINAL_STATES
             self._cancel_timer()
             self._fold(lambda: self._end(state, ending))
         name = f"progress-{self.view.run_id}"
-        self._drainer = threading.Thread(target=self._drain, name=name)
+        self._drainer = threading.Thread(target=self._drain, name=name, daemon=False)
+        if self.finals is not None:
+            self.finals.closing(self)
         self._drainer.start()
+
+    def hurry(self) -> None:
+        """Write the final state now, unpaced, skipping states not shown yet (a daemon stops)."""
+        self._hurry.set()
 
     def join(self, timeout_s: float | None = None) -> None:
         """Wait for the writes ``close`` started (tests; the daemon never waits)."""
@@ -284,14 +304,24 @@ class ProgressComment:
             self._drainer.join(timeout_s)
 
     def _drain(self) -> None:
+        written = False
+        try:
+            written = self._drain_writes()
+        finally:
+            if self.finals is not None:
+                self.finals.drained(self, final=written and self._ended)
+
+    def _drain_writes(self) -> bool:
+        """Write what is left, paced; True once the forge holds the final state."""
         failures = 0
         with self._writing:
             while failures < DRAIN_ATTEMPTS:
                 with self._lock:
                     if not (self._dirty or self._backlog):
-                        return
-                self.sleep(self._wait())
+                        return True
+                self._hurry.wait(self._wait())
                 failures += 0 if self._write() else 1
+        return False
 
     def _end(self, state: str, ending: str) -> None:
         self.view.state, self.view.ending = state, ending
@@ -338,6 +368,8 @@ class ProgressComment:
 
     def _next_body(self) -> tuple[str, bool]:
         """The next body to write (under ``_lock``) and whether it came from the backlog."""
+        if self._hurry.is_set():
+            self._backlog.clear()
         if self._backlog:
             return self._backlog.pop(0), True
         self._dirty, self._shown = False, True

@@ -20,6 +20,7 @@ from pipeline.store.engine import describe_db_error
 from pipeline.store.fenced import FencedMixin, Heartbeat
 from pipeline.store.history import HistoryMixin
 from pipeline.store.issues import (
+    Claim,
     IssuesMixin,
     IssueSnapshot,
     LocalComment,
@@ -81,6 +82,7 @@ class Store(
 __all__ = [
     "Attempt",
     "Channel",
+    "Claim",
     "EnqueueOptions",
     "EnqueueResult",
     "Escalation",

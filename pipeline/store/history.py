@@ -117,11 +117,28 @@ class HistoryMixin(StoreBase):
         few seconds, so an idle daemon pays one indexed read, not one per state
         and per recent run.
         """
+        return self._ended_without(key_prefix, limit, RunRow.finished_at >= since)
+
+    def unsettled_progress(
+        self, since: datetime, until: datetime, key_prefix: str, limit: int
+    ) -> list[Run]:
+        """Runs that ended between ``since`` and ``until`` with a progress comment and no
+        side effect ``key_prefix<run id>``: their comment may not show how they ended."""
+        return self._ended_without(
+            key_prefix,
+            limit,
+            RunRow.finished_at >= since,
+            RunRow.finished_at <= until,
+            RunRow.progress_comment_id.is_not(None),
+        )
+
+    def _ended_without(self, key_prefix: str, limit: int, *where: Any) -> list[Run]:
+        """Terminal runs matching ``where`` with no side effect ``key_prefix<run id>``."""
         key = literal(key_prefix) + cast(RunRow.id, String)
         told = exists().where(SideEffectRow.key == key)
         query = (
             runs_query()
-            .where(RunRow.finished_at >= since, RunRow.state.in_(TERMINAL_STATES), ~told)
+            .where(*where, RunRow.state.in_(TERMINAL_STATES), ~told)
             .order_by(RunRow.id.desc())
             .limit(limit)
         )

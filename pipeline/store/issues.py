@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from sqlalchemy import Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -21,6 +21,9 @@ from pipeline.store.models import (
 )
 from pipeline.store.records import Issue, from_mapping
 from pipeline.store.repos import UnknownRepo
+
+# What ``claim_pending`` found: the effect is ours to perform, done, or reserved by another.
+Claim = Literal["taken", "settled", "busy"]
 
 
 @dataclass(frozen=True)
@@ -296,14 +299,59 @@ class IssuesMixin(StoreBase):
                 ).first()
                 if exists is not None:
                     return False
+                now = db_now(conn)
                 conn.execute(
                     insert(SideEffectRow).values(
-                        key=key, run_id=run_id, detail=detail, created_at=db_now(conn)
+                        key=key, run_id=run_id, detail=detail, created_at=now, settled_at=now
                     )
                 )
             return True
         except IntegrityError:
             return False
+
+    def claim_pending(self, key: str, stale_s: float, run_id: int | None = None) -> Claim:
+        """Reserve ``key``'s effect before performing it; ``settle_side_effect`` after.
+
+        ``taken``: perform it, but look first whether it is already visible (a
+        reservation older than ``stale_s`` is taken over from a process that died,
+        maybe after the effect). ``settled``: done. ``busy``: someone reserved it
+        less than ``stale_s`` ago; try again later.
+        """
+        try:
+            with self._write() as conn:
+                now = db_now(conn)
+                row = conn.execute(
+                    select(SideEffectRow.created_at, SideEffectRow.settled_at).where(
+                        SideEffectRow.key == key
+                    )
+                ).first()
+                if row is None:
+                    values = {"key": key, "run_id": run_id, "detail": "", "created_at": now}
+                    conn.execute(insert(SideEffectRow).values(**values))
+                    return "taken"
+                if row.settled_at is not None:
+                    return "settled"
+                if row.created_at > now - timedelta(seconds=stale_s):
+                    return "busy"
+                # Conditional on the reservation read: of two takers, one updates a row.
+                retaken = conn.execute(
+                    update(SideEffectRow)
+                    .where(SideEffectRow.key == key, SideEffectRow.created_at == row.created_at)
+                    .where(SideEffectRow.settled_at.is_(None))
+                    .values(created_at=now)
+                )
+                return "taken" if retaken.rowcount == 1 else "busy"
+        except IntegrityError:
+            return "busy"
+
+    def settle_side_effect(self, key: str) -> None:
+        """``key``'s effect is done: it is never performed again."""
+        with self._write() as conn:
+            conn.execute(
+                update(SideEffectRow)
+                .where(SideEffectRow.key == key, SideEffectRow.settled_at.is_(None))
+                .values(settled_at=db_now(conn))
+            )
 
     def has_side_effect(self, key: str) -> bool:
         with self._read() as conn:

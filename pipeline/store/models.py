@@ -217,7 +217,10 @@ class SideEffectRow(Base):
     """Idempotency keys for effects outside the database (comments, labels, pushes).
 
     A component records ``key`` in the same breath as it performs the effect, so
-    a retry or a restart finds it and does not repeat the effect.
+    a retry or a restart finds it and does not repeat the effect. A key taken
+    before its effect (``claim_pending``) stays pending (``settled_at`` NULL)
+    until the effect is done; a pending key older than a lease belongs to a
+    process that died, and the effect is checked for and done again.
     """
 
     __tablename__ = "side_effects"
@@ -227,6 +230,7 @@ class SideEffectRow(Base):
     run_id: Mapped[int | None] = mapped_column(Integer)
     detail: Mapped[str] = mapped_column(MaskedText, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime)
+    settled_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
 class WebhookDeliveryRow(Base):

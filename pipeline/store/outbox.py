@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, case, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
-from pipeline.store.models import NotificationRow
+from pipeline.store.models import NotificationRow, SideEffectRow
 from pipeline.store.records import from_mapping
 
 UNDELIVERED_STATES = ("pending", "abandoned")
@@ -31,6 +32,9 @@ class NotificationDraft:
     title: str
     body: str
     run_id: int | None = None
+    # An idempotency key written in the notification's own transaction: a draft whose
+    # key is already recorded is not queued again (a repeated or recovered ending).
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,10 +85,22 @@ class OutboxMixin(StoreBase):
     """Domain verbs of the outbox: add, take what is due, report an attempt."""
 
     def add_notification(self, draft: NotificationDraft, channels: Sequence[Channel]) -> list[int]:
-        """Queue ``draft`` once per channel; the ids of the new rows."""
-        with self._write() as conn:
-            now = db_now(conn)
-            return [self._insert_notification(conn, draft, channel, now) for channel in channels]
+        """Queue ``draft`` once per channel; the ids of the new rows.
+
+        With ``draft.key`` the key is recorded in the same transaction, and a draft
+        whose key is already recorded queues nothing: no crash between the two can
+        lose the notification or queue it twice.
+        """
+        try:
+            with self._write() as conn:
+                now = db_now(conn)
+                if draft.key is not None and not _record_key(conn, draft, now):
+                    return []
+                return [self._insert_notification(conn, draft, c, now) for c in channels]
+        except IntegrityError:  # another replica recorded the key at the same moment
+            if draft.key is None:
+                raise
+            return []
 
     @staticmethod
     def _insert_notification(
@@ -216,3 +232,13 @@ class OutboxMixin(StoreBase):
                 )
             ).one()
         return NotificationCounts(int(row[0]) - int(row[1]), int(row[2]), int(row[3]))
+
+
+def _record_key(conn: Connection, draft: NotificationDraft, now: datetime) -> bool:
+    """Record ``draft.key`` as a settled side effect; False if it was recorded before."""
+    seen = conn.execute(select(SideEffectRow.id).where(SideEffectRow.key == draft.key)).first()
+    if seen is not None:
+        return False
+    values = {"key": draft.key, "run_id": draft.run_id, "detail": "", "created_at": now}
+    conn.execute(insert(SideEffectRow).values(**values, settled_at=now))
+    return True

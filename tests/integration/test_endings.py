@@ -25,13 +25,24 @@ WORKING, BLOCKED = "agent-working", "agent-blocked"
 
 @dataclass
 class Inbox:
-    """Every notification sent, as (kind, title, body)."""
+    """Every notification sent, as (kind, title, body); one per key, as the outbox queues."""
 
     sent: list[tuple[str, str, str]] = field(default_factory=list)
+    keys: set[str] = field(default_factory=set)
 
     def notify(
-        self, title: str, body: str, *, kind: str, events: EventSink, run_id: int | None = None
+        self,
+        title: str,
+        body: str,
+        *,
+        kind: str,
+        events: EventSink,
+        run_id: int | None = None,
+        key: str | None = None,
     ) -> None:
+        if key is not None and key in self.keys:
+            return
+        self.keys.update([key] if key else [])
         self.sent.append((kind, title, body))
 
 

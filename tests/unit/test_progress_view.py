@@ -149,3 +149,28 @@ def test_an_attempt_that_raised_ends_as_the_worker_will_judge_it() -> None:
     assert _ending(network, None, last_attempt=True) == "**afk-pipeline run 5: failed**"
     assert _ending(network, "shutdown") is None
     assert _ending(LeaseLost("gone"), "lease_lost") is None
+
+
+def test_the_final_writer_outlives_a_daemon_worker_thread() -> None:
+    """Closed from a daemon thread (the run's worker is one), the writer is still not a
+    daemon thread, so a process that exits waits for the final state."""
+    progress = ProgressComment(ProgressView(7, "link"), _Recorder(), interval_s=0.01)
+    worker = threading.Thread(target=progress.close, args=("succeeded",), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert progress._drainer is not None and not progress._drainer.daemon
+    progress.join(60)
+
+
+def test_a_hurried_writer_skips_the_states_not_shown_and_writes_the_end() -> None:
+    """A stopping daemon: the final state is written at once, the unshown states left out."""
+    slot = _Recorder()
+    progress = ProgressComment(ProgressView(8, "link"), slot, interval_s=10)
+    progress.start()
+    for state in ("implementing", "testing"):
+        progress.observe("state", state, {"state": state})
+    progress.close("escalated", "blocked: which port?")
+    progress.hurry()
+    progress.join(60)
+    heads = [body.splitlines()[0] for body in slot.bodies]
+    assert heads == ["**afk-pipeline run 8: claimed**", "**afk-pipeline run 8: escalated**"]
