@@ -121,19 +121,23 @@ class DailyBudget:
         return self._cached[1]
 
     def _escalate_once(self, repo: RepoSettings, spent: float, day: datetime) -> None:
+        """One escalation row and one notification per repo and day, even across a crash:
+        the notification is keyed (queued once), and the row's key is written with the row,
+        last, so a crash before it only means the next check tries both again."""
         key = f"budget:{repo.name}:{day.date().isoformat()}"
-        if not self.store.claim_side_effect(key):
+        if self.store.has_side_effect(key):
             return
         detail = (
             f"{repo.name} spent ${spent:.2f} today, over its daily budget of "
             f"${repo.daily_budget_usd:.2f}; no new runs start until tomorrow (UTC). "
             "Raise daily_budget_usd in the config to resume sooner."
         )
-        log.warning("repo %s over its daily budget: %s", repo.name, detail)
-        self.store.add_escalation(repo.name, "daily_budget", detail)
         self.notifier.notify(
             f"{repo.name}: daily budget reached",
             detail,
             kind="escalation",
             events=lambda *a, **k: None,
+            key=f"notify:{key}",
         )
+        if self.store.add_escalation(repo.name, "daily_budget", detail, once=key) is not None:
+            log.warning("repo %s over its daily budget: %s", repo.name, detail)

@@ -186,10 +186,10 @@ class Endings:
         """Failed runs get an escalation row too (escalated ones got theirs from recovery)."""
         if run.state != RunState.FAILED:
             return
-        if self.store.claim_side_effect(f"escalation:run={run.id}", run_id=run.id):
-            self.store.add_escalation(
-                text.repo, text.reason or "failed", text.what_happened, run.id
-            )
+        once = f"escalation:run={run.id}"  # the key and the row in one transaction
+        self.store.add_escalation(
+            text.repo, text.reason or "failed", text.what_happened, run.id, once=once
+        )
 
     def _tell_issue(self, run: Run, repo: RepoSettings, text: EndingText) -> None:
         if run.state == RunState.SUCCEEDED:

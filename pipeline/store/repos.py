@@ -14,7 +14,7 @@ from pipeline.config.settings import RepoSettings
 from pipeline.core.states import Outcome, RunState
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
-from pipeline.store.models import EscalationRow, RepoRow
+from pipeline.store.models import EscalationRow, RepoRow, SideEffectRow
 from pipeline.store.records import Run
 
 
@@ -236,20 +236,50 @@ class ReposMixin(StoreBase):
             raise UnknownRepo(name)
         return repo_id
 
-    def add_escalation(self, repo: str, reason: str, detail: str, run_id: int | None = None) -> int:
-        with self._write() as conn:
-            repo_id = self._repo_id(conn, repo)
-            if repo_id is None:
-                raise UnknownRepo(repo)
-            result = conn.execute(
-                insert(EscalationRow)
-                .values(
-                    run_id=run_id,
-                    repo_id=repo_id,
-                    reason=reason,
-                    detail=detail,
-                    created_at=db_now(conn),
-                )
-                .returning(EscalationRow.id)
+    def add_escalation(
+        self, repo: str, reason: str, detail: str, run_id: int | None = None, *, once: str = ""
+    ) -> int | None:
+        """The escalation's id; with ``once``, a side-effect key written in the same
+        transaction: None (nothing added) when that key exists, and no crash between the
+        two can leave a key without its row."""
+        try:
+            with self._write() as conn:
+                if once and not _first_claim(conn, once, run_id):
+                    return None
+                return self._insert_escalation(conn, repo, reason, detail, run_id)
+        except IntegrityError:
+            if once:
+                return None  # another replica wrote the key first
+            raise
+
+    def _insert_escalation(
+        self, conn: Connection, repo: str, reason: str, detail: str, run_id: int | None
+    ) -> int:
+        repo_id = self._repo_id(conn, repo)
+        if repo_id is None:
+            raise UnknownRepo(repo)
+        result = conn.execute(
+            insert(EscalationRow)
+            .values(
+                run_id=run_id,
+                repo_id=repo_id,
+                reason=reason,
+                detail=detail,
+                created_at=db_now(conn),
             )
-            return int(result.scalar_one())
+            .returning(EscalationRow.id)
+        )
+        return int(result.scalar_one())
+
+
+def _first_claim(conn: Connection, key: str, run_id: int | None) -> bool:
+    """Write side-effect ``key`` in ``conn``'s transaction; False when it was there already."""
+    if conn.execute(select(SideEffectRow.id).where(SideEffectRow.key == key)).first():
+        return False
+    now = db_now(conn)
+    conn.execute(
+        insert(SideEffectRow).values(
+            key=key, run_id=run_id, detail="", created_at=now, settled_at=now
+        )
+    )
+    return True

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.events import EventSink
 from pipeline.run.budget import DailyBudget
@@ -13,11 +15,24 @@ from pipeline.store import Store
 
 @dataclass
 class FakeNotifier:
+    """Records what is sent; a keyed notification is queued once, as the outbox does."""
+
     sent: list[tuple[str, str]] = field(default_factory=list)
+    keys: set[str] = field(default_factory=set)
 
     def notify(
-        self, title: str, body: str, *, kind: str, events: EventSink, run_id: int | None = None
+        self,
+        title: str,
+        body: str,
+        *,
+        kind: str,
+        events: EventSink,
+        run_id: int | None = None,
+        key: str | None = None,
     ) -> None:
+        if key is not None and key in self.keys:
+            return
+        self.keys |= {key} if key else set()
         self.sent.append((title, kind))
 
 
@@ -29,10 +44,8 @@ def _spend(store: Store, repo: str, usd: float) -> None:
     store.finish(run.id, "tester", claimed.attempt, "succeeded")
 
 
-def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
-    store: Store, tmp_path: Path
-) -> None:
-    """Spending past daily_budget_usd excludes the repo from claims; one escalation is sent."""
+def _guard(store: Store, tmp_path: Path, notifier: FakeNotifier) -> DailyBudget:
+    """Repo ``web`` with a daily budget of $1, ``api`` with $100."""
     repos = (
         RepoSettings(
             name="web", tracker="local", slug="acme/web", remote_url="x", daily_budget_usd=1.0
@@ -43,8 +56,15 @@ def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
     )
     settings = Settings(database_url=store.url, volume=tmp_path, repos=repos)
     store.sync_repos(repos)
+    return DailyBudget(settings, store, notifier)  # type: ignore[arg-type]
+
+
+def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
+    store: Store, tmp_path: Path
+) -> None:
+    """Spending past daily_budget_usd excludes the repo from claims; one escalation is sent."""
     notifier = FakeNotifier()
-    guard = DailyBudget(settings, store, notifier)  # type: ignore[arg-type]
+    guard = _guard(store, tmp_path, notifier)
     assert guard.over_budget() == frozenset()
     _spend(store, "web", 0.6)
     _spend(store, "web", 0.6)
@@ -64,3 +84,27 @@ def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
         )
         is None
     )
+
+
+def test_a_crash_while_escalating_the_budget_loses_neither_row_nor_notice(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon dies as it writes the escalation: the next check writes it, notice once."""
+    notifier = FakeNotifier()
+    guard = _guard(store, tmp_path, notifier)
+    _spend(store, "web", 1.5)
+    real = store.add_escalation
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(store, "add_escalation", crash)
+    with pytest.raises(KeyboardInterrupt):
+        guard.over_budget()
+    monkeypatch.setattr(store, "add_escalation", real)
+    guard._cached = (0.0, frozenset())
+    guard.over_budget()
+    guard._cached = (0.0, frozenset())
+    guard.over_budget()
+    assert [e.reason for e in store.list_escalations("web")] == ["daily_budget"]
+    assert [kind for _, kind in notifier.sent] == ["escalation"]

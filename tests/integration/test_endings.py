@@ -230,3 +230,24 @@ def test_an_ending_of_a_repo_no_longer_configured_is_logged_once(
         endings.sweep()
     said = [r for r in caplog.records if "no longer configured" in r.getMessage()]
     assert len(said) == 1 and world.inbox.sent == []
+
+
+def test_a_crash_while_recording_a_failed_runs_escalation_loses_no_row(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon dies as it writes a failed run's escalation: the next pass writes it, once."""
+    number, run = world.issue_run(max_attempts=1)
+    ended = world.finish(run, "failed", "push_auth", "the remote refused the token")
+    real = world.store.add_escalation
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(world.store, "add_escalation", crash)
+    with pytest.raises(KeyboardInterrupt):
+        world.endings.announce(ended)
+    monkeypatch.setattr(world.store, "add_escalation", real)
+    world.endings.announce(ended)
+    world.endings.sweep()
+    assert [e.reason for e in world.store.list_escalations("web")] == ["push_auth"]
+    assert len(world.comments(number)) == 1 and len(world.inbox.sent) == 1
