@@ -10,6 +10,7 @@ its final event is killed with its result kept.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
@@ -22,11 +23,13 @@ from pipeline.config.settings import AgentPreset
 from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
 from pipeline.core.masking import mask, mask_data
+from pipeline.core.printable import well_formed
 from pipeline.core.proc import CommandResult, StopToken
 from pipeline.sandbox.jail import Jail
 from pipeline.sandbox.network import NetworkPolicy
 
 MAX_GARBAGE_EVENTS = 20
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # The model API each agent kind reaches unless told otherwise.
 KIND_HOSTS: dict[str, tuple[str, ...]] = {
     "claude": ("api.anthropic.com",),
@@ -60,11 +63,22 @@ class JsonLines:
         except ValueError:
             value = None
         if isinstance(value, dict):
-            return value
+            return _well_formed(value) if _SURROGATE_ESCAPE.search(line) else value
         self.garbage += 1
         if self.garbage <= MAX_GARBAGE_EVENTS:
             self.events("log", f"{self.agent}: skipped a non-JSON line: {summarise(line)}")
         return None
+
+
+def _well_formed(value: Any) -> Any:
+    """A decoded JSON value whose strings hold no half surrogate pair (see ``well_formed``)."""
+    if isinstance(value, str):
+        return well_formed(value)
+    if isinstance(value, dict):
+        return {well_formed(key): _well_formed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_well_formed(item) for item in value]
+    return value
 
 
 class RedactingSink:
