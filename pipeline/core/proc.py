@@ -20,9 +20,12 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import IO, TypedDict, Unpack
 
 log = logging.getLogger(__name__)
+# Each line of the kept tail is cut here: the tail is for reading the end of an output,
+# and ``tail_lines`` lines of ``max_line_bytes`` each would be hundreds of megabytes.
+TAIL_LINE_CHARS = 8192
 
 
 class StopToken:
@@ -112,14 +115,25 @@ class _LineReader(threading.Thread):
         self.handler_failed = False
 
     def run(self) -> None:
-        assert self.proc.stdout is not None
-        with self.proc.stdout:  # closed at EOF: an open pipe is a ResourceWarning later
-            for raw in self.proc.stdout:
+        stream = self.proc.stdout
+        assert stream is not None
+        with stream:  # closed at EOF: an open pipe is a ResourceWarning later
+            while raw := stream.readline(self.max_line_bytes):
                 self.last_activity = time.monotonic()
-                line = raw[: self.max_line_bytes].decode("utf-8", errors="replace").rstrip("\n")
-                self.tail.append(line)
+                if not raw.endswith(b"\n"):
+                    self._skip_rest_of_line(stream)
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                self.tail.append(line[:TAIL_LINE_CHARS])
                 if self.on_line is not None:
                     self._tell(line)
+
+    def _skip_rest_of_line(self, stream: IO[bytes]) -> None:
+        """Read past the rest of a line longer than ``max_line_bytes`` without keeping it:
+        a child printing gigabytes without a newline must not fill the daemon's memory."""
+        while chunk := stream.readline(self.max_line_bytes):
+            self.last_activity = time.monotonic()
+            if chunk.endswith(b"\n"):
+                return
 
     def _tell(self, line: str) -> None:
         """Hand ``line`` on; a receiver that fails loses that line, never the reading (a dead

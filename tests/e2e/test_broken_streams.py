@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pipeline.testing.configs import write_config
-from pipeline.testing.gitrepos import make_remote
+from pipeline.testing.gitrepos import git, make_remote
 
 from .conftest import Cli, local_config, stop_daemon
 from .test_local_loop import PROJECT
@@ -89,3 +89,44 @@ def test_half_a_surrogate_pair_in_the_stream_is_a_readable_question(
     assert not any("internal error" in message for message in messages), messages
     issue = cli.json("issue", "list", "--all")[0]
     assert "agent-working" not in issue["labels"], issue
+
+
+# Half a gigabyte on one line (no newline), then a real change and a line of its own.
+FLOOD = r"""
+import pathlib, sys
+wd = pathlib.Path(sys.argv[2])
+block = b"x" * (1 << 20)
+for _ in range(512):
+    sys.stdout.buffer.write(block)
+sys.stdout.buffer.write(b"\n")
+with open(wd / "app" / "calc.py", "a") as f:
+    f.write("\n\ndef mul(a, b):\n    return a * b\n")
+print("wrote the change after the flood", flush=True)
+"""
+FLOOD_MIB = 512
+
+
+def _peak_rss_mib(pid: int) -> int:
+    """The process's peak resident memory so far (Linux ``VmHWM``), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError(f"no VmHWM for pid {pid}")
+
+
+def test_an_agent_printing_half_a_gigabyte_on_one_line_leaves_the_daemon_small(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """An agent printing 512 MiB without a newline, then making its change: the run ships
+    it, and the daemon never held that line (its peak memory stays far below it). The
+    daemon read each line whole before cutting it, so such output went into its memory,
+    and a longer one would have had the daemon killed for lack of memory."""
+    with _daemon_world(tmp_path, cli_env, FLOOD, "command") as (cli, remote, daemon):
+        run = _ended(cli, daemon, tmp_path / "daemon.log")
+        peak = _peak_rss_mib(daemon.pid)
+        shown = cli.json("runs", "show", str(run["id"]))
+    assert run["state"] == "succeeded", run
+    assert "def mul" in git(remote, "show", "main:app/calc.py")
+    assert peak < FLOOD_MIB // 2, f"the daemon peaked at {peak} MiB"
+    messages = [event["message"] for event in shown["events"]]
+    assert "wrote the change after the flood" in messages, messages
