@@ -7,7 +7,9 @@ production) it does nothing. Each name fires once per process, and only for
 runs whose id is in ``PIPELINE_FAULTS_RUNS`` when that is set.
 
 Checkpoints: ``preparing``, ``implementing``, ``testing``, ``publishing``,
-``after_push`` (pushed, not yet recorded), ``watching``.
+``after_push`` (pushed, not yet recorded), ``watching`` (``CHECKPOINTS``, every one on
+the way of a run that ships); and ``kept`` (an escalating run's tree kept as evidence,
+its ending not yet recorded), on the way of a run that escalates only.
 
 Sabotage names switch a safety mechanism off instead, so a test can prove that
 its scenario notices the mechanism missing: ``remove_fence`` makes the worker's
