@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.core.errors import EscalationError, FatalError
+from pipeline.core.files import remove_tree
 from pipeline.core.proc import StopToken
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import DEFAULT_LIMITS, FALLBACK_IDENTITY, GitLimits, GitRunner
@@ -62,6 +63,29 @@ class Git:
         listing = self.run("ls-files", "-z", "--others", "--exclude-standard")
         return {path for path in listing.split("\0") if path}
 
+    def ignored(self) -> set[str]:
+        """Untracked paths git ignores (a wholly ignored directory as ``dir/``)."""
+        listing = self.run(
+            "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"
+        )
+        return {path for path in listing.split("\0") if path}
+
+    def drop_ignored(self, before: set[str], keep_dirs: Sequence[str]) -> list[str]:
+        """Delete the ignored paths that were not there ``before`` (``keep_dirs`` excepted).
+
+        Nothing git ignores is committed, so nothing of it is pushed: a file only the run's
+        tree has (a module the agent wrote under an ignored ``lib/``, or hid with its own
+        ``.gitignore`` line) would let the tests pass on a commit that cannot.
+        """
+        dropped = []
+        for path in sorted(self.ignored() - before):
+            parts = Path(path).parts
+            if Path(path).is_absolute() or ".." in parts or in_keep_dirs(path, keep_dirs):
+                continue
+            remove_tree(self.root / path.rstrip("/"))
+            dropped.append(path)
+        return dropped
+
     def stage_changes(self, before: set[str], keep_dirs: Sequence[str]) -> bool:
         """Stage the agent's changes: tracked edits, and files untracked now but not ``before``.
 
@@ -70,9 +94,7 @@ class Git:
         """
         self.run("add", "-u")
         new = [
-            path
-            for path in sorted(self.untracked() - before)
-            if not any(directory in Path(path).parts for directory in keep_dirs)
+            path for path in sorted(self.untracked() - before) if not in_keep_dirs(path, keep_dirs)
         ]
         if new:
             self.run("add", "--", *new)
@@ -118,6 +140,19 @@ class Git:
                 "no_change", "the agent's commits add up to no change against the base"
             )
         return (self.commit(self.with_trailers(combined_message(subject, messages), trailers)),)
+
+
+def in_keep_dirs(path: str, keep_dirs: Sequence[str]) -> bool:
+    """Whether ``path`` (relative to the tree) is in one of ``keep_dirs``: a bare name at
+    any depth (``node_modules``), a path with a slash from the root (``vendor/bundle``)."""
+    parts = Path(path).parts
+    for keep in keep_dirs:
+        keep_parts = Path(keep.strip("/")).parts
+        if len(keep_parts) == 1 and keep_parts[0] in parts:
+            return True
+        if len(keep_parts) > 1 and parts[: len(keep_parts)] == keep_parts:
+            return True
+    return False
 
 
 def combined_message(subject: str, messages: Sequence[str]) -> str:
