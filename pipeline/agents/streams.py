@@ -29,6 +29,7 @@ from pipeline.sandbox.jail import Jail
 from pipeline.sandbox.network import NetworkPolicy
 
 MAX_GARBAGE_EVENTS = 20
+MAX_STREAM_EVENTS = 1000  # timeline events (tool calls, messages) per agent invocation
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # The model API each agent kind reaches unless told otherwise.
 KIND_HOSTS: dict[str, tuple[str, ...]] = {
@@ -79,6 +80,36 @@ def _well_formed(value: Any) -> Any:
     if isinstance(value, list):
         return [_well_formed(item) for item in value]
     return value
+
+
+class CappedEvents:
+    """Passes on the first ``limit`` events of one invocation's stream, then only counts.
+
+    A stream of a million tool calls (a looping or hostile agent) would be a million
+    rows on the run's timeline, each a write, the agent stalled behind them.
+    """
+
+    def __init__(self, events: EventSink, limit: int = MAX_STREAM_EVENTS) -> None:
+        self.events = events
+        self.limit = limit
+        self.shown = 0
+        self.hidden = 0
+
+    def __call__(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
+        if self.shown >= self.limit:
+            self.hidden += 1
+            return
+        self.shown += 1
+        self.events(kind, message, data)
+
+    def close(self) -> None:
+        """One event for those past the limit, if any."""
+        if self.hidden:
+            self.events(
+                "agent",
+                f"... {self.hidden} more event(s) of this invocation not shown",
+                {"events_hidden": self.hidden},
+            )
 
 
 class RedactingSink:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.agents.streams import MAX_STREAM_EVENTS
 from pipeline.testing.configs import write_config
 from pipeline.testing.gitrepos import git, make_remote
 
@@ -130,3 +131,41 @@ def test_an_agent_printing_half_a_gigabyte_on_one_line_leaves_the_daemon_small(
     assert peak < FLOOD_MIB // 2, f"the daemon peaked at {peak} MiB"
     messages = [event["message"] for event in shown["events"]]
     assert "wrote the change after the flood" in messages, messages
+
+
+# Three times the timeline's share of one invocation, then the change and the result.
+TOOL_FLOOD = r"""
+import json, os, pathlib, sys
+sys.stdin.read()
+print('{"type":"system","subtype":"init","session_id":"sess-flood"}')
+call = {"type": "tool_use", "name": "Bash", "input": {"command": "echo again"}}
+line = json.dumps({"type": "assistant", "message": {"content": [call]}})
+sys.stdout.write((line + "\n") * 3 * MAX_STREAM_EVENTS)
+with open(pathlib.Path(os.getcwd()) / "app" / "calc.py", "a") as f:
+    f.write("\n\ndef mul(a, b):\n    return a * b\n")
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
+                  "result": "done", "total_cost_usd": 0.01,
+                  "usage": {"input_tokens": 10, "output_tokens": 5}}))
+"""
+
+
+def test_a_flood_of_tool_calls_reaches_the_timeline_bounded(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A stream of three thousand tool calls: the run ships its change, the timeline holds
+    the first thousand and one line counting the rest, the figures count them all. Each
+    call was a row of its own: a looping agent's million calls a million writes, with the
+    agent stalled behind them."""
+    script = f"MAX_STREAM_EVENTS = {MAX_STREAM_EVENTS}\n" + TOOL_FLOOD
+    with _daemon_world(tmp_path, cli_env, script, "claude") as (cli, remote, daemon):
+        run = _ended(cli, daemon, tmp_path / "daemon.log")
+        shown = cli.json("runs", "show", str(run["id"]))
+    assert run["state"] == "succeeded", run
+    assert "def mul" in git(remote, "show", "main:app/calc.py")
+    events = shown["events"]
+    tools = [event for event in events if event["kind"] == "tool"]
+    assert len(tools) == MAX_STREAM_EVENTS - 1  # the session's start is one of the thousand
+    more = f"... {2 * MAX_STREAM_EVENTS + 1} more event(s) of this invocation not shown"
+    assert more in [event["message"] for event in events]
+    finished = [event for event in events if event["message"].startswith("claude finished")]
+    assert finished[0]["data"]["tool_calls"] == 3 * MAX_STREAM_EVENTS
