@@ -10,6 +10,7 @@ it as shell (never text that came from an issue or an agent).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -224,14 +225,34 @@ def _spawn(
         pass_fds=tuple(opts.pass_fds),
     )
     if opts.stdin_data is not None:
-        assert proc.stdin is not None
+        feed_stdin(proc, opts.stdin_data)
+    return proc
+
+
+def feed_stdin(proc: subprocess.Popen[bytes], data: bytes) -> threading.Thread:
+    """Write ``data`` to the child's stdin from a thread of its own, then close it.
+
+    Written inline, input larger than the pipe's buffer blocks the writer until the
+    child reads it: a child that does not (yet) read held the daemon there, before any
+    timeout or stop was watched. ``communicate(data, timeout=...)`` is no answer either:
+    it stops writing at its first timeout. ``proc.stdin`` is handed to the thread.
+    """
+    stdin = proc.stdin
+    assert stdin is not None
+    proc.stdin = None  # the thread's now; communicate() reads the output only
+
+    def write() -> None:
         try:
-            proc.stdin.write(opts.stdin_data)
-        except BrokenPipeError:
+            stdin.write(data)
+        except OSError:  # the child is gone (BrokenPipeError) or closed its end
             pass
         finally:
-            proc.stdin.close()
-    return proc
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+    thread = threading.Thread(target=write, name=f"stdin-{proc.pid}", daemon=True)
+    thread.start()
+    return thread
 
 
 @dataclass

@@ -97,7 +97,11 @@ class Git:
             path for path in sorted(self.untracked() - before) if not in_keep_dirs(path, keep_dirs)
         ]
         if new:
-            self.run("add", "--", *new)
+            # Literal paths on stdin: a generated tree's tens of thousands of them are more
+            # than one argument list takes, and as pathspecs each would be matched against
+            # every other one (minutes of git add).
+            paths = "".join(f"{path.rstrip('/')}\0" for path in new)
+            self.run("update-index", "--add", "-z", "--stdin", input_text=paths)
         return self._has_staged()
 
     def _has_staged(self) -> bool:
