@@ -63,6 +63,18 @@ class Git:
         listing = self.run("ls-files", "-z", "--others", "--exclude-standard")
         return {path for path in listing.split("\0") if path}
 
+    def clear_stale_locks(self, branch: str) -> list[Path]:
+        """Delete the lock files a killed git of the agent left behind; they are stale once
+        its sandbox is gone, and git refuses to touch the index, HEAD or the branch while
+        one is there (every later git of the run failed, the run with it)."""
+        tree = self.tree
+        locks = [tree.git_dir / "index.lock", tree.git_dir / "HEAD.lock"]
+        locks.append(tree.common_dir / "refs" / "heads" / f"{branch}.lock")
+        found = [lock for lock in locks if lock.is_file() or lock.is_symlink()]
+        for lock in found:
+            lock.unlink(missing_ok=True)
+        return found
+
     def ignored(self) -> set[str]:
         """Untracked paths git ignores (a wholly ignored directory as ``dir/``)."""
         listing = self.run(

@@ -180,6 +180,7 @@ class _Run:
         untracked_before, ignored_before = self.git.untracked(), self.git.ignored()
         result = self.agent.run(request, events=self.events, stop=self.stop)
         ledger.add(result)
+        self.clear_stale_locks()
         ledger.check()
         classify_result(self.agent.name, result, request.max_budget_usd)
         if result.blocked_reason:
@@ -200,6 +201,11 @@ class _Run:
                 f"tests see what is pushed: {shown}",
                 {"ignored_removed": dropped[:50]},
             )
+
+    def clear_stale_locks(self) -> None:
+        """A git the agent left holding a lock (killed mid-commit) must not fail the run."""
+        for lock in self.git.clear_stale_locks(self.scope.ws.branch):
+            self.events("agent", f"removed {lock.name}, left behind by a git of the agent")
 
     def back_on_branch(self) -> None:
         """The run's branch moved to where the agent left HEAD (a branch of its own, detached).
