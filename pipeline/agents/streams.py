@@ -10,6 +10,7 @@ its final event is killed with its result kept.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
@@ -22,11 +23,14 @@ from pipeline.config.settings import AgentPreset
 from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
 from pipeline.core.masking import mask, mask_data
+from pipeline.core.printable import well_formed
 from pipeline.core.proc import CommandResult, StopToken
 from pipeline.sandbox.jail import Jail
 from pipeline.sandbox.network import NetworkPolicy
 
 MAX_GARBAGE_EVENTS = 20
+MAX_STREAM_EVENTS = 1000  # timeline events (tool calls, messages) per agent invocation
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # The model API each agent kind reaches unless told otherwise.
 KIND_HOSTS: dict[str, tuple[str, ...]] = {
     "claude": ("api.anthropic.com",),
@@ -60,11 +64,52 @@ class JsonLines:
         except ValueError:
             value = None
         if isinstance(value, dict):
-            return value
+            return _well_formed(value) if _SURROGATE_ESCAPE.search(line) else value
         self.garbage += 1
         if self.garbage <= MAX_GARBAGE_EVENTS:
             self.events("log", f"{self.agent}: skipped a non-JSON line: {summarise(line)}")
         return None
+
+
+def _well_formed(value: Any) -> Any:
+    """A decoded JSON value whose strings hold no half surrogate pair (see ``well_formed``)."""
+    if isinstance(value, str):
+        return well_formed(value)
+    if isinstance(value, dict):
+        return {well_formed(key): _well_formed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_well_formed(item) for item in value]
+    return value
+
+
+class CappedEvents:
+    """Passes on the first ``limit`` events of one invocation's stream, then only counts.
+
+    A stream of a million tool calls (a looping or hostile agent) would be a million
+    rows on the run's timeline, each a write, the agent stalled behind them.
+    """
+
+    def __init__(self, events: EventSink, limit: int = MAX_STREAM_EVENTS) -> None:
+        self.events = events
+        self.limit = limit
+        self.shown = 0
+        self.hidden = 0
+
+    def __call__(self, kind: str, message: str, data: Mapping[str, object] | None = None) -> None:
+        if self.shown >= self.limit:
+            self.hidden += 1
+            return
+        self.shown += 1
+        self.events(kind, message, data)
+
+    def close(self) -> None:
+        """One event for those past the limit, if any."""
+        if self.hidden:
+            self.events(
+                "agent",
+                f"... {self.hidden} more event(s) of this invocation not shown",
+                {"events_hidden": self.hidden},
+            )
 
 
 class RedactingSink:

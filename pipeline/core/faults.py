@@ -7,10 +7,12 @@ production) it does nothing. Each name fires once per process, and only for
 runs whose id is in ``PIPELINE_FAULTS_RUNS`` when that is set.
 
 Checkpoints: ``preparing``, ``implementing``, ``testing``, ``publishing``,
-``after_push`` (pushed, not yet recorded), ``watching``; and once the run has
-ended: ``ended`` (recorded, not yet told), ``comment_reserved`` (its ending
-comment reserved, not yet posted), ``ending_notify`` (commented, its
-notification not yet queued).
+``after_push`` (pushed, not yet recorded), ``watching`` (``CHECKPOINTS``, every one on
+the way of a run that ships); ``kept`` (an escalating run's tree kept as evidence,
+its ending not yet recorded), on the way of a run that escalates only; and once the
+run has ended: ``ended`` (recorded, not yet told), ``comment_reserved`` (its ending
+comment reserved, not yet posted), ``ending_notify`` (commented, its notification
+not yet queued).
 
 Sabotage names switch a safety mechanism off instead, so a test can prove that
 its scenario notices the mechanism missing: ``remove_fence`` makes the worker's

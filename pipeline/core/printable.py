@@ -14,11 +14,19 @@ import re
 # that overwrites the line), DEL, C1 controls, and the bidi embeddings, overrides and
 # isolates that reorder text. Run text is written by agents and issue authors.
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Half a UTF-16 surrogate pair: JSON may escape one (``"\\ud83d"``, a JavaScript string
+# cut mid-emoji), Python decodes it, and no UTF-8 encoder (a database, an HTTP body) takes it.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def shown(text: str) -> str:
     """``text`` safe to print on a terminal: each control character as an escape (``\\x1b``)."""
     return UNSAFE.sub(_escape, text)
+
+
+def well_formed(text: str) -> str:
+    """``text`` with each lone surrogate as U+FFFD, so it encodes as UTF-8 wherever it goes."""
+    return LONE_SURROGATE.sub("\ufffd", text)
 
 
 def _escape(found: re.Match[str]) -> str:

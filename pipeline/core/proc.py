@@ -10,6 +10,7 @@ it as shell (never text that came from an issue or an agent).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -20,9 +21,12 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import IO, TypedDict, Unpack
 
 log = logging.getLogger(__name__)
+# Each line of the kept tail is cut here: the tail is for reading the end of an output,
+# and ``tail_lines`` lines of ``max_line_bytes`` each would be hundreds of megabytes.
+TAIL_LINE_CHARS = 8192
 
 
 class StopToken:
@@ -112,14 +116,25 @@ class _LineReader(threading.Thread):
         self.handler_failed = False
 
     def run(self) -> None:
-        assert self.proc.stdout is not None
-        with self.proc.stdout:  # closed at EOF: an open pipe is a ResourceWarning later
-            for raw in self.proc.stdout:
+        stream = self.proc.stdout
+        assert stream is not None
+        with stream:  # closed at EOF: an open pipe is a ResourceWarning later
+            while raw := stream.readline(self.max_line_bytes):
                 self.last_activity = time.monotonic()
-                line = raw[: self.max_line_bytes].decode("utf-8", errors="replace").rstrip("\n")
-                self.tail.append(line)
+                if not raw.endswith(b"\n"):
+                    self._skip_rest_of_line(stream)
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                self.tail.append(line[:TAIL_LINE_CHARS])
                 if self.on_line is not None:
                     self._tell(line)
+
+    def _skip_rest_of_line(self, stream: IO[bytes]) -> None:
+        """Read past the rest of a line longer than ``max_line_bytes`` without keeping it:
+        a child printing gigabytes without a newline must not fill the daemon's memory."""
+        while chunk := stream.readline(self.max_line_bytes):
+            self.last_activity = time.monotonic()
+            if chunk.endswith(b"\n"):
+                return
 
     def _tell(self, line: str) -> None:
         """Hand ``line`` on; a receiver that fails loses that line, never the reading (a dead
@@ -210,14 +225,34 @@ def _spawn(
         pass_fds=tuple(opts.pass_fds),
     )
     if opts.stdin_data is not None:
-        assert proc.stdin is not None
+        feed_stdin(proc, opts.stdin_data)
+    return proc
+
+
+def feed_stdin(proc: subprocess.Popen[bytes], data: bytes) -> threading.Thread:
+    """Write ``data`` to the child's stdin from a thread of its own, then close it.
+
+    Written inline, input larger than the pipe's buffer blocks the writer until the
+    child reads it: a child that does not (yet) read held the daemon there, before any
+    timeout or stop was watched. ``communicate(data, timeout=...)`` is no answer either:
+    it stops writing at its first timeout. ``proc.stdin`` is handed to the thread.
+    """
+    stdin = proc.stdin
+    assert stdin is not None
+    proc.stdin = None  # the thread's now; communicate() reads the output only
+
+    def write() -> None:
         try:
-            proc.stdin.write(opts.stdin_data)
-        except BrokenPipeError:
+            stdin.write(data)
+        except OSError:  # the child is gone (BrokenPipeError) or closed its end
             pass
         finally:
-            proc.stdin.close()
-    return proc
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+    thread = threading.Thread(target=write, name=f"stdin-{proc.pid}", daemon=True)
+    thread.start()
+    return thread
 
 
 @dataclass

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.core.errors import EscalationError, FatalError
+from pipeline.core.files import remove_tree
 from pipeline.core.proc import StopToken
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import DEFAULT_LIMITS, FALLBACK_IDENTITY, GitLimits, GitRunner
@@ -62,6 +63,41 @@ class Git:
         listing = self.run("ls-files", "-z", "--others", "--exclude-standard")
         return {path for path in listing.split("\0") if path}
 
+    def clear_stale_locks(self, branch: str) -> list[Path]:
+        """Delete the lock files a killed git of the agent left behind; they are stale once
+        its sandbox is gone, and git refuses to touch the index, HEAD or the branch while
+        one is there (every later git of the run failed, the run with it)."""
+        tree = self.tree
+        locks = [tree.git_dir / "index.lock", tree.git_dir / "HEAD.lock"]
+        locks.append(tree.common_dir / "refs" / "heads" / f"{branch}.lock")
+        found = [lock for lock in locks if lock.is_file() or lock.is_symlink()]
+        for lock in found:
+            lock.unlink(missing_ok=True)
+        return found
+
+    def ignored(self) -> set[str]:
+        """Untracked paths git ignores (a wholly ignored directory as ``dir/``)."""
+        listing = self.run(
+            "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory"
+        )
+        return {path for path in listing.split("\0") if path}
+
+    def drop_ignored(self, before: set[str], keep_dirs: Sequence[str]) -> list[str]:
+        """Delete the ignored paths that were not there ``before`` (``keep_dirs`` excepted).
+
+        Nothing git ignores is committed, so nothing of it is pushed: a file only the run's
+        tree has (a module the agent wrote under an ignored ``lib/``, or hid with its own
+        ``.gitignore`` line) would let the tests pass on a commit that cannot.
+        """
+        dropped = []
+        for path in sorted(self.ignored() - before):
+            parts = Path(path).parts
+            if Path(path).is_absolute() or ".." in parts or in_keep_dirs(path, keep_dirs):
+                continue
+            remove_tree(self.root / path.rstrip("/"))
+            dropped.append(path)
+        return dropped
+
     def stage_changes(self, before: set[str], keep_dirs: Sequence[str]) -> bool:
         """Stage the agent's changes: tracked edits, and files untracked now but not ``before``.
 
@@ -70,12 +106,14 @@ class Git:
         """
         self.run("add", "-u")
         new = [
-            path
-            for path in sorted(self.untracked() - before)
-            if not any(directory in Path(path).parts for directory in keep_dirs)
+            path for path in sorted(self.untracked() - before) if not in_keep_dirs(path, keep_dirs)
         ]
         if new:
-            self.run("add", "--", *new)
+            # Literal paths on stdin: a generated tree's tens of thousands of them are more
+            # than one argument list takes, and as pathspecs each would be matched against
+            # every other one (minutes of git add).
+            paths = "".join(f"{path.rstrip('/')}\0" for path in new)
+            self.run("update-index", "--add", "-z", "--stdin", input_text=paths)
         return self._has_staged()
 
     def _has_staged(self) -> bool:
@@ -118,6 +156,19 @@ class Git:
                 "no_change", "the agent's commits add up to no change against the base"
             )
         return (self.commit(self.with_trailers(combined_message(subject, messages), trailers)),)
+
+
+def in_keep_dirs(path: str, keep_dirs: Sequence[str]) -> bool:
+    """Whether ``path`` (relative to the tree) is in one of ``keep_dirs``: a bare name at
+    any depth (``node_modules``), a path with a slash from the root (``vendor/bundle``)."""
+    parts = Path(path).parts
+    for keep in keep_dirs:
+        keep_parts = Path(keep.strip("/")).parts
+        if len(keep_parts) == 1 and keep_parts[0] in parts:
+            return True
+        if len(keep_parts) > 1 and parts[: len(keep_parts)] == keep_parts:
+            return True
+    return False
 
 
 def combined_message(subject: str, messages: Sequence[str]) -> str:

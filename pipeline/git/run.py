@@ -40,7 +40,7 @@ from pipeline.core.errors import (
     RetryableError,
 )
 from pipeline.core.masking import redact_url
-from pipeline.core.proc import StopToken, kill_group
+from pipeline.core.proc import StopToken, feed_stdin, kill_group
 from pipeline.git.cred import credential_env, scrub, with_config
 from pipeline.git.repo import GitRepo
 from pipeline.git.util import DiskFull, is_disk_full, is_enospc
@@ -345,19 +345,23 @@ def _execute(
             raise DiskFull(f"no space left on device starting {call.argv[0]} in {cwd}") from exc
         raise
     deadline = time.monotonic() + call.timeout_s
-    pending = input_data
-    while True:
-        try:
-            stdout, stderr = proc.communicate(pending, timeout=_POLL_S)
-            _kill_group_leftovers(proc.pid)
-            return _Outcome(proc.returncode, stdout, stderr, None)
-        except subprocess.TimeoutExpired:
-            pending = None
-        reason = _must_end(stop, deadline)
-        if reason is not None:
-            kill_group(proc, grace_s)
-            stdout, stderr = _drain(proc, grace_s)
-            return _Outcome(None, stdout, stderr, reason)
+    feeder = feed_stdin(proc, input_data) if input_data is not None else None
+    try:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=_POLL_S)
+                _kill_group_leftovers(proc.pid)
+                return _Outcome(proc.returncode, stdout, stderr, None)
+            except subprocess.TimeoutExpired:
+                pass
+            reason = _must_end(stop, deadline)
+            if reason is not None:
+                kill_group(proc, grace_s)
+                stdout, stderr = _drain(proc, grace_s)
+                return _Outcome(None, stdout, stderr, reason)
+    finally:
+        if feeder is not None:
+            feeder.join(timeout=grace_s)
 
 
 def _must_end(stop: StopToken | None, deadline: float) -> str | None:

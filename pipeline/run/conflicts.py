@@ -213,6 +213,8 @@ def _invoke(resolver: ConflictResolver, git: Git, prompt: str) -> AgentResult:
     agent = scope.agent()
     result = agent.run(request, events=resolver.events, stop=resolver.stop)
     scope.ledger.add(result)
+    for lock in git.clear_stale_locks(resolver.branch):  # a git of the agent killed mid-way
+        resolver.events("agent", f"removed {lock.name}, left behind by a git of the agent")
     classify_result(agent.name, result, budget)
     return result
 

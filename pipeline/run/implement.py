@@ -177,16 +177,35 @@ class _Run:
         request = AgentRequest(
             prompt, scope.workdir, scope.ws.env, scope.home, resume, budget, jail=scope.jail
         )
-        untracked_before = self.git.untracked()
+        untracked_before, ignored_before = self.git.untracked(), self.git.ignored()
         result = self.agent.run(request, events=self.events, stop=self.stop)
         ledger.add(result)
+        self.clear_stale_locks()
         ledger.check()
         classify_result(self.agent.name, result, request.max_budget_usd)
         if result.blocked_reason:
             raise EscalationError("blocked", f"the agent is blocked: {result.blocked_reason}")
         self.back_on_branch()
         self.commit_pending(untracked_before)
+        self.drop_ignored(ignored_before)
         return result
+
+    def drop_ignored(self, before: set[str]) -> None:
+        """The gate tests what is pushed: what the agent made that git ignores goes."""
+        dropped = self.git.drop_ignored(before, self.repo.keep_dirs)
+        if dropped:
+            shown = ", ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else "")
+            self.events(
+                "agent",
+                f"removed {len(dropped)} path(s) the agent made that git ignores, so the "
+                f"tests see what is pushed: {shown}",
+                {"ignored_removed": dropped[:50]},
+            )
+
+    def clear_stale_locks(self) -> None:
+        """A git the agent left holding a lock (killed mid-commit) must not fail the run."""
+        for lock in self.git.clear_stale_locks(self.scope.ws.branch):
+            self.events("agent", f"removed {lock.name}, left behind by a git of the agent")
 
     def back_on_branch(self) -> None:
         """The run's branch moved to where the agent left HEAD (a branch of its own, detached).

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from pipeline.config.settings import Settings
 from pipeline.core.errors import EscalationError, PipelineError
+from pipeline.core.faults import checkpoint
 from pipeline.core.states import (
     DEPLOY_BROKEN_CLASS,
     FIX_FORWARD_PRIORITY,
@@ -215,6 +216,7 @@ class Recovery:
                 extra=dict(extra or {}),
             )
             scope.events("kept", f"worktree kept in {kept}", {"path": str(kept), "frozen": frozen})
+            checkpoint("kept", run.id)  # kept, the ending not yet recorded
             message += f"\nThe run's worktree is kept in {kept}"
         self.store.add_escalation(scope.repo.name, exc.reason, message, run.id)
         kind = DecisionKind.FROZEN if frozen else DecisionKind.ESCALATED

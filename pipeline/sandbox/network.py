@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 15.0
 IDLE_TIMEOUT_S = 600.0
+# Per sandboxed command: connections served at once (each holds a daemon thread), and
+# refusals told to the run's timeline (each a row). An agent looping on connects gets
+# the rest refused all the same, unrecorded.
+MAX_CONNECTIONS = 256
+MAX_DENIAL_EVENTS = 20
 _CHUNK = 65536
 
 
@@ -151,8 +156,8 @@ class EgressProxy:
     def __init__(self, policy: NetworkPolicy, on_denied: Denied | None = None) -> None:
         self.policy = policy
         self.on_denied = on_denied
-        self.allowed: list[str] = []
-        self.denied: list[str] = []
+        self.allowed = 0  # connections let through, and refused (counts: a loop is unbounded)
+        self.denied = 0
         self._dir = Path(tempfile.mkdtemp(prefix="afk-egress-"))
         os.chmod(self._dir, 0o700)
         self.path = self._dir / "proxy.sock"
@@ -160,6 +165,7 @@ class EgressProxy:
         self._server.bind(str(self.path))
         self._server.listen(64)
         self._closed = threading.Event()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._thread = threading.Thread(target=self._serve, name="egress-proxy", daemon=True)
         self._thread.start()
 
@@ -179,9 +185,18 @@ class EgressProxy:
                 conn, _ = self._server.accept()
             except OSError:
                 return
+            if not self._slots.acquire(blocking=False):
+                conn.close()  # as many in flight as one command may hold: no thread for it
+                continue
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
+        try:
+            self._serve_one(conn)
+        finally:
+            self._slots.release()
+
+    def _serve_one(self, conn: socket.socket) -> None:
         with conn:
             try:
                 request = parse_request(_read_head(conn))
@@ -191,13 +206,15 @@ class EgressProxy:
             if not self.policy.allows(request.host, request.port):
                 self._deny(conn, request)
                 return
-            self.allowed.append(request.target)
+            self.allowed += 1
             self._forward(conn, request)
 
     def _deny(self, conn: socket.socket, request: Request) -> None:
         reason = f"{request.target} is not on the sandbox's network allowlist"
-        self.denied.append(request.target)
-        if self.on_denied is not None:
+        self.denied += 1
+        if self.on_denied is not None and self.denied <= MAX_DENIAL_EVENTS:
+            if self.denied == MAX_DENIAL_EVENTS:
+                reason += "; later refusals of this command are not recorded"
             self.on_denied(request.target, reason)
         _answer(
             conn,

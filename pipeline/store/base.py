@@ -11,15 +11,23 @@ from sqlalchemy import Connection, Engine, insert, select, text
 from sqlalchemy.exc import OperationalError
 
 from pipeline.core.masking import mask
-from pipeline.store.engine import db_now, make_engine, normalise_url, read_tx, write_tx
+from pipeline.store.engine import (
+    db_now,
+    make_engine,
+    normalise_url,
+    read_tx,
+    scrub_text,
+    write_tx,
+)
 from pipeline.store.models import RepoRow, RunEventRow, RunRow
 
 MAX_EVENT_MESSAGE = 4000
 
 
 def dump_data(data: Mapping[str, object] | None) -> str:
-    """Event data as JSON text; anything not serialisable is shown as text."""
-    return json.dumps(dict(data or {}), default=str, sort_keys=True)
+    """Event data as JSON text; anything not serialisable is shown as text. Lone
+    surrogates go too: escaped in JSON they would be stored, then break every reader."""
+    return json.dumps(scrub_text(dict(data or {}), nul=False), default=str, sort_keys=True)
 
 
 class StoreBase:

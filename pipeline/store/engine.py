@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError
 
 from pipeline.core.errors import ConfigError
+from pipeline.core.printable import well_formed
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # A pooled PostgreSQL connection idle this long is pinged before use (_postgres_engine).
@@ -66,11 +67,11 @@ def _postgres_engine(url: str) -> Engine:
     engine = create_engine(url, pool_size=5, max_overflow=10)
     event.listen(engine, "checkin", _mark_idle)
     event.listen(engine, "checkout", _ping_if_idle)
-    event.listen(engine, "before_cursor_execute", _without_nul, retval=True)
+    event.listen(engine, "before_cursor_execute", _well_formed_params, retval=True)
     return engine
 
 
-def _without_nul(
+def _well_formed_params(
     _conn: Connection,
     _cursor: Any,
     statement: str,
@@ -78,18 +79,23 @@ def _without_nul(
     _context: Any,
     _executemany: bool,
 ) -> tuple[str, Any]:
-    """Parameters with every NUL replaced by U+FFFD: PostgreSQL text cannot hold NUL, and
-    agents' output and tracker text may carry it (SQLite stores it as it is)."""
-    return statement, _scrub_nul(parameters)
+    """Parameters with every NUL (PostgreSQL only) and every lone surrogate replaced by
+    U+FFFD: PostgreSQL text cannot hold NUL, no database takes text that is not UTF-8, and
+    agents' output and tracker text may carry either (JSON escapes half a surrogate pair)."""
+    nul = _conn.dialect.name == "postgresql"  # SQLite stores NUL as it is
+    return statement, scrub_text(parameters, nul=nul)
 
 
-def _scrub_nul(value: Any) -> Any:
+def scrub_text(value: Any, *, nul: bool = True) -> Any:
+    """``value`` (a string, or a structure of them) as text every database stores."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+        if nul and "\x00" in value:
+            value = value.replace("\x00", "\ufffd")
+        return well_formed(value)
     if isinstance(value, dict):
-        return {key: _scrub_nul(item) for key, item in value.items()}
+        return {scrub_text(key, nul=nul): scrub_text(item, nul=nul) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_scrub_nul(item) for item in value)
+        return type(value)(scrub_text(item, nul=nul) for item in value)
     return value
 
 
@@ -136,6 +142,8 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
+
+    event.listen(engine, "before_cursor_execute", _well_formed_params, retval=True)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:

@@ -49,8 +49,22 @@ def freeze_tree(
     git.ok("worktree", "move", str(tree.where), str(target))
     admin = tree.git_dir.with_name(f"frozen-{target.parent.name}")
     tree.git_dir.rename(admin)
-    GitRepo(admin, tree.common_dir, target, config_source=tree.config_source).reclaim()
+    frozen = GitRepo(admin, tree.common_dir, target, config_source=tree.config_source)
+    frozen.reclaim()
+    _let_go_of_branch(GitRunner(frozen))
     git.ok("worktree", "lock", "--reason", f"frozen evidence of run {run_id}", str(target))
+
+
+def _let_go_of_branch(in_tree: GitRunner) -> None:
+    """Detach the kept tree's HEAD at its commit (files and index untouched).
+
+    A branch checked out in one worktree cannot be checked out in another: a run
+    retried after its tree was kept (the daemon died, or the history refused the
+    escalation, before the ending was recorded) could never make its tree again.
+    The manifest names the branch; the tree's HEAD keeps the commit from ``gc``.
+    """
+    head = in_tree.ok("rev-parse", "--verify", "HEAD").strip()
+    in_tree.ok("update-ref", "--no-deref", "-m", "frozen evidence", "HEAD", head)
 
 
 def run_manifest(

@@ -202,6 +202,20 @@ def test_resolution_that_drops_the_trailers_gets_them_back(world: World) -> None
     assert world.remote_file("calc.py") == RESOLVED.strip()
 
 
+def test_an_index_lock_the_resolving_agent_left_does_not_undo_its_resolution(
+    world: World,
+) -> None:
+    """The agent resolves the conflict, then a git of its own is killed holding the index
+    lock: the resolution is pushed. Every git of the daemon in the tree failed on the lock,
+    so the resolution was lost to a git error."""
+    leave_lock = ["sh", 'touch "$(git rev-parse --git-dir)/index.lock"']
+    result = world.run([*GOOD_RESOLUTION, leave_lock])
+    assert git(world.project.remote, "rev-parse", "main") == result.pushed_sha
+    assert world.remote_file("calc.py") == RESOLVED.strip()
+    removed = "removed index.lock, left behind by a git of the agent"
+    assert removed in world.messages("agent")
+
+
 def test_uncommitted_work_of_the_agent_is_committed_but_not_older_artefacts(
     world: World,
 ) -> None:

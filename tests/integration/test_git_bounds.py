@@ -204,3 +204,18 @@ def test_a_local_command_over_its_wall_clock_is_killed_with_its_children(tmp_pat
     assert caught.value.kind == "git_timeout"
     assert "did not finish within 1s; killed" in str(caught.value)
     assert git_processes("sleep 3600") == []
+
+
+def test_input_that_takes_many_polls_to_write_is_written_whole(tmp_path: Path) -> None:
+    """A command fed 64 MiB on stdin (publish's size check feeds one line per object a
+    run adds) gets all of it and answers. The runner's retry after its first poll passed
+    no input, so the rest was never written: git waited until its time limit, killed."""
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", str(repo))
+    data = os.urandom(1 << 20) * 64
+    runner = GitRunner(GitRepo.plain(repo), None, GitLimits(local_s=60.0, kill_grace_s=2.0))
+    answer = runner.ok("hash-object", "--stdin", input_data=data).strip()
+    blob = subprocess.run(
+        ["git", "hash-object", "--stdin"], cwd=repo, input=data, capture_output=True, check=True
+    )
+    assert answer == blob.stdout.decode().strip()

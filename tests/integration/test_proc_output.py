@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.core.proc import run_command
+from pipeline.core.proc import TAIL_LINE_CHARS, run_command
 
 CHATTY = """
 import sys
@@ -32,3 +32,46 @@ def test_a_failing_line_callback_does_not_cut_the_childs_output(tmp_path: Path) 
     assert result.returncode == 0, result.output_tail
     assert seen[-1] == "last" and len(seen) == 5002
     assert result.output_tail.splitlines()[-1] == "last"
+
+
+def test_a_line_longer_than_the_limit_is_cut_and_the_next_one_read_whole(tmp_path: Path) -> None:
+    """A 3 MiB line is handed on cut to ``max_line_bytes`` (its rest skipped, never kept),
+    the line after it whole; the kept tail holds a bounded piece of each."""
+    script = "import sys; sys.stdout.write('y' * (3 << 20) + '\\nafter\\n')"
+    seen: list[str] = []
+    result = run_command(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={},
+        on_line=seen.append,
+        max_line_bytes=1 << 20,
+    )
+    assert result.returncode == 0
+    assert [len(line) for line in seen] == [1 << 20, 5] and seen[1] == "after"
+    assert result.output_tail == "y" * TAIL_LINE_CHARS + "\nafter"
+
+
+CHATTY_BEFORE_READING = """
+import sys
+sys.stdout.write("banner " * 50_000 + "\\n")  # 350 kB, more than a pipe holds
+sys.stdout.flush()
+data = sys.stdin.buffer.read()
+print("read", len(data))
+"""
+
+
+def test_a_child_that_talks_before_reading_its_stdin_gets_all_of_it(tmp_path: Path) -> None:
+    """A prompt larger than a pipe holds, to a child that prints much before it reads (a
+    CLI's banner, a wrapper's log): the child reads all of it and ends. The prompt was
+    written before the child's output was read, so both sides waited for the other for
+    good, no timeout or stop watched yet."""
+    prompt = b"p" * (1 << 20)
+    result = run_command(
+        [sys.executable, "-c", CHATTY_BEFORE_READING],
+        cwd=tmp_path,
+        env={},
+        stdin_data=prompt,
+        timeout_s=120,
+    )
+    assert result.returncode == 0, result
+    assert result.output_tail.splitlines()[-1] == f"read {len(prompt)}"

@@ -225,3 +225,18 @@ def test_text_with_nul_bytes_is_stored_on_every_engine(store: Store) -> None:
     assert event.data == {"line": "a\x00b"}
     issue = store.add_local_issue("acme/web", "ti\x00tle", "bo\x00dy", "alice", ())
     assert issue.body.replace("\ufffd", "\x00") == "bo\x00dy"
+
+
+def test_text_with_half_a_surrogate_pair_is_stored_on_every_engine(store: Store) -> None:
+    """Text decoded from JSON may hold half a UTF-16 surrogate pair (an agent's stream, a
+    forge's issue): it is stored with U+FFFD in its place, in columns and event data,
+    instead of failing the write (no database takes text that is not UTF-8)."""
+    repo = store.ensure_repo("acme/web")
+    run = _run(store, repo, None)
+    store.record_event(run, "agent", "cut \ud83d here", {"line": "a\udc00b", "\ud800": 1})
+    [event] = store.run_events(run)
+    assert event.message == "cut \ufffd here"
+    assert event.data == {"line": "a\ufffdb", "\ufffd": 1}
+    store.add_escalation("acme/web", "blocked", "which \udfff port?", run)
+    issue = store.add_local_issue("acme/web", "ti\ud800tle", "body", "alice", ())
+    assert issue.title == "ti\ufffdtle"

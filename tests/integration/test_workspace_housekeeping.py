@@ -239,3 +239,27 @@ def test_branches_and_tags_an_agent_made_do_not_pile_up_in_the_checkout(tmp_path
     ws.release(working, succeeded=True)
     Workspaces(volume, WorkspaceSettings()).housekeeping(active_paths=[])
     assert "refs/heads/agent-scratch" not in refs(busy_checkout)
+
+
+def test_a_run_whose_tree_was_kept_can_prepare_again(tmp_path: Path) -> None:
+    """A run retried after its tree was kept as evidence (the daemon died, or the history
+    refused the escalation, between keeping and recording it) gets a fresh tree on its
+    branch; the evidence keeps its commit and its edits. The evidence held the branch, so
+    every later attempt of the run failed for good on ``git worktree add``."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    ws = Workspaces(volume, WorkspaceSettings())
+    repo = make_repo(tmp_path, "app")
+    run = prepare(ws, repo, 7)
+    (run.path / "README.md").write_text("blocked halfway\n")
+    git(run.path, "commit", "-qam", "wip")
+    (run.path / "notes.txt").write_text("not committed\n")
+    head = git(run.path, "rev-parse", "HEAD").strip()
+    evidence = ws.keep_evidence(run, run_id=7, repo="app", reason="blocked", head_sha=None)
+    again = prepare(ws, repo, 7)
+    assert again.branch == run.branch
+    assert (again.path / "README.md").read_text() == "hi\n"
+    kept = evidence / "worktree"
+    assert git(kept, "rev-parse", "HEAD").strip() == head
+    assert (kept / "notes.txt").read_text() == "not committed\n"
+    assert git(kept, "status", "--porcelain").strip() == "?? notes.txt"

@@ -1,0 +1,82 @@
+"""The test gate sees what is pushed: files an agent made that git ignores are not tested.
+
+Nothing git ignores is committed. An agent whose change needs such a file (one it hid
+with its own ``.gitignore`` line, or a module under a directory the repo ignores, such
+as ``lib/`` in the usual Python ``.gitignore``) had its tests pass in the run's tree
+and a commit pushed without the file: a broken default branch. Read from outside: the
+remote, the run's ending and timeline.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pipeline.testing.configs import write_config
+from pipeline.testing.gitrepos import git, make_remote
+
+from .conftest import Cli, local_config, stop_daemon
+from .test_local_loop import PROJECT
+
+pytestmark = pytest.mark.timeout(180)
+HANG_GUARD_S = 90  # not a speed limit: how long to wait before calling the daemon hung
+ENDED = {"succeeded", "failed", "escalated", "cancelled"}
+
+HIDING_AGENT = """
+import pathlib, sys
+wd = pathlib.Path(sys.argv[2])
+ignore = wd / ".gitignore"
+if "hidden.py" not in ignore.read_text():
+    ignore.write_text(ignore.read_text() + "hidden.py\\n")
+(wd / "hidden.py").write_text("def mul(a, b):\\n    return a * b\\n")
+(wd / ".cache-of-mine").mkdir(exist_ok=True)
+(wd / ".cache-of-mine" / "x").write_text("x")
+calc = wd / "app" / "calc.py"
+if "from hidden import mul" not in calc.read_text():
+    with open(calc, "a") as f:
+        f.write("\\nfrom hidden import mul\\n")
+(wd / "test_mul.py").write_text(
+    "import unittest\\nfrom app.calc import mul\\n\\n\\nclass T(unittest.TestCase):\\n"
+    "    def test_mul(self):\\n        self.assertEqual(mul(2, 3), 6)\\n")
+print("done")
+"""
+
+
+def test_a_file_the_agent_hid_from_git_is_not_there_for_the_tests(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The agent hides the module its change imports with a ``.gitignore`` line: the gate
+    runs without it (the timeline says it went), goes red, and nothing is pushed. The
+    tests passed in the run's tree, and main got a commit importing a missing module."""
+    remote = make_remote(tmp_path, {**PROJECT, ".gitignore": ".cache-of-mine/\n"})
+    initial = git(Path(remote), "rev-parse", "main").strip()
+    agent = tmp_path / "agent.py"
+    agent.write_text(HIDING_AGENT)
+    config = local_config(
+        tmp_path, remote, [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
+    )
+    document = tomllib.loads(config.read_text())
+    document["repos"]["calc"]["max_fix_iterations"] = 1
+    write_config(config, document)
+    cli = Cli(config, cli_env)
+    cli("db", "upgrade")
+    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        runs = cli.wait_for(
+            lambda rs: bool(rs) and rs[0]["state"] in ENDED, HANG_GUARD_S, daemon, log
+        )
+        shown = cli.json("runs", "show", str(runs[0]["id"]))
+    finally:
+        stop_daemon(daemon)
+    run = runs[0]
+    assert (run["state"], run["error_class"]) == ("escalated", "tests_red"), run
+    assert "No module named 'hidden'" in run["error"]
+    assert git(Path(remote), "rev-parse", "main").strip() == initial
+    removed = [e["message"] for e in shown["events"] if "git ignores" in e["message"]]
+    assert removed and "hidden.py" in removed[0], [e["message"] for e in shown["events"]]
+    assert ".cache-of-mine/" in removed[0]
