@@ -67,3 +67,13 @@ def test_the_tests_install_the_claude_cli_version_the_image_pins() -> None:
     (pinned,) = re.findall(r"^ARG CLAUDE_CODE_VERSION=(\S+)$", image, re.MULTILINE)
     (default,) = re.findall(r"^version=\$\{CLAUDE_CLI_VERSION:-(\S+)\}$", script, re.MULTILINE)
     assert default == pinned
+
+
+def test_the_systemd_unit_bounds_what_agents_can_take_of_the_host() -> None:
+    """Runs have no per-run process or memory limit (docs/security.md): the unit bounds the
+    service, so a fork bomb in a repository's tests exhausts the service, not the host."""
+    unit = (Path(__file__).resolve().parents[2] / "docs/deploy/afk-pipeline.service").read_text()
+    settings = dict(
+        line.split("=", 1) for line in unit.splitlines() if "=" in line and line[:1].isalpha()
+    )
+    assert int(settings["TasksMax"]) > 0 and settings["MemoryMax"].endswith("G")
