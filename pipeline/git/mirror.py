@@ -217,6 +217,23 @@ class Mirror:
             )
         self._check_trailers(runner, base, sha, run_id)
         self._check_sizes(runner, base, sha, run_id)
+        self._check_copied(runner, base, sha, run_id)
+
+    def _check_copied(self, runner: GitRunner, base: str, sha: str, run_id: int) -> None:
+        """Refuse when the run's commits touch a ``copy_files`` target (often a secret the
+        operator copies in): an agent's ``git add -f`` must not publish it."""
+        targets = [Path(item.target).as_posix() for item in self.repo.copy_files]
+        if not targets:
+            return
+        touched = runner.ok("diff", "--name-only", "--no-renames", base, sha, "--", *targets)
+        if touched.strip():
+            raise EscalationError(
+                "copied_file_committed",
+                f"run {run_id}'s commits add or change {shown(touched.split()[0])[:200]}, "
+                f"a file repos.{self.repo.name}.copy_files copies into the tree: nothing was "
+                "pushed, so the copied content did not leave. Drop that change from the "
+                "run's commits, then retry the run.",
+            )
 
     def _check_sizes(self, runner: GitRunner, base: str, sha: str, run_id: int) -> None:
         """Refuse when a file the run's commits add is over ``max_file_bytes``."""

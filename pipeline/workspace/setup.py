@@ -17,6 +17,7 @@ from pipeline.core.errors import CancelRequested, EscalationError, FatalError, L
 from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken, shell_argv
 from pipeline.git.repo import GitRepo
+from pipeline.git.run import GitRunner
 from pipeline.git.util import DiskFull, is_disk_full, relative_inside
 from pipeline.sandbox.jail import Jail
 
@@ -35,9 +36,19 @@ def copy_files(repo: RepoSettings, tree: GitRepo) -> None:
     exclude = tree.common_dir / "info" / "exclude"
     if exclude.is_symlink():
         exclude.unlink()
-    lines = exclude.read_text(encoding="utf-8").splitlines() if exclude.is_file() else []
+    # Only this function writes the file: its lines are rebuilt, so a pattern an older
+    # version wrote wrongly (``/env`` for ``.env``) does not linger and hide other files.
+    lines: list[str] = []
+    tracked = _tracked(tree, [item.target for item in repo.copy_files])
     for item in repo.copy_files:
         target = relative_inside(root, item.target, what=f"repos.{repo.name}.copy_files")
+        if item.target in tracked:
+            raise FatalError(
+                "config",
+                f"repos.{repo.name}.copy_files: the repository tracks {item.target}, so the "
+                "copied file would be committed and pushed with the agent's work; copy it to "
+                "a path the repository does not track",
+            )
         if not item.source.is_file():
             raise FatalError(
                 "config",
@@ -45,11 +56,20 @@ def copy_files(repo: RepoSettings, tree: GitRepo) -> None:
             )
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(item.source, target)
-        pattern = "/" + Path(item.target).as_posix().lstrip("./")
+        # Path() drops a leading "./"; lstrip("./") also ate the dot of ".env", so the
+        # exclude named "/env" and an agent's `git add -A` committed the copied secret.
+        pattern = "/" + Path(item.target).as_posix()
         if pattern not in lines:
             lines.append(pattern)
     exclude.parent.mkdir(parents=True, exist_ok=True)
     exclude.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _tracked(tree: GitRepo, targets: list[str]) -> set[str]:
+    """Which of ``targets`` the tree's index holds (a tracked file git would stage)."""
+    listed = GitRunner(tree).ok("ls-files", "-z", "--full-name", "--", *targets)
+    names = {name for name in listed.split("\0") if name}
+    return {t for t in targets if Path(t).as_posix() in names}
 
 
 def run_setup(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.config.settings import PushSettings, RepoSettings, WorkspaceSettings
+from pipeline.config.settings import CopyFile, PushSettings, RepoSettings, WorkspaceSettings
 from pipeline.core.errors import EscalationError, RetryableError
 from pipeline.git.repo import GitRepo
 from pipeline.run.publish import (
@@ -317,6 +317,19 @@ def test_a_file_over_the_size_limit_is_never_pushed(world: World) -> None:
     with pytest.raises(EscalationError, match=r"artifact\.bin"):
         world.publish_as(repo)
     assert world.remote_main() == world.base_sha
+
+
+def test_a_copied_file_the_agent_force_added_is_never_pushed(world: World) -> None:
+    """An agent's ``git add -f .env`` of the operator's copied secret: escalated, not pushed."""
+    (world.worktree / ".env").write_text("TOKEN=operator-secret\n")
+    git(world.worktree, "add", "-f", ".env")
+    git(world.worktree, "commit", "-qm", "add env\n\nAfk-Run: 1")
+    copied = (CopyFile(source=world.tmp / "app.env", target="./.env"),)
+    with pytest.raises(EscalationError) as caught:
+        world.publish_as(replace(world.repo(), copy_files=copied))
+    assert caught.value.reason == "copied_file_committed"
+    assert ".env, a file repos.demo.copy_files copies into the tree" in str(caught.value)
+    assert world.remote_main() == world.base_sha and world.recorded == []
 
 
 def test_large_files_already_upstream_do_not_count(world: World) -> None:

@@ -260,6 +260,33 @@ def test_copy_files_are_present_and_never_committed(tmp_path: Path, workspaces: 
     assert (again.path / "config" / ".env").read_text() == "TOKEN=abc\n"
 
 
+@pytest.mark.parametrize("target", [".env", "./.env", ".config/app.env"])
+def test_a_copied_dotfile_is_never_committed_by_git_add_all(
+    tmp_path: Path, workspaces: Workspaces, target: str
+) -> None:
+    """``git add -A`` (what an agent types) leaves a copied ``.env`` out, at any spelling."""
+    secret = tmp_path / "app.env"
+    secret.write_text("TOKEN=abc\n")
+    repo = make_repo(tmp_path, copy_files=(CopyFile(source=secret, target=target),))
+    ws = prepare(workspaces, repo, 1)
+    git(ws.path, "add", "-A")
+    assert git(ws.path, "status", "--porcelain") == ""
+
+
+def test_copy_files_onto_a_tracked_file_is_refused(tmp_path: Path, workspaces: Workspaces) -> None:
+    """A target the repository tracks would be staged with the agent's work: refused, named."""
+    secret = tmp_path / "app.env"
+    secret.write_text("TOKEN=abc\n")
+    repo = make_repo(
+        tmp_path,
+        files={".env": "TOKEN=changeme\n"},
+        copy_files=(CopyFile(source=secret, target="./.env"),),
+    )
+    with pytest.raises(FatalError, match=r"copy_files: the repository tracks \./\.env"):
+        prepare(workspaces, repo, 1)
+    assert not any(p.read_text() == "TOKEN=abc\n" for p in workspaces.volume.rglob(".env"))
+
+
 def test_setup_runs_in_the_workdir_with_cache_env(tmp_path: Path, workspaces: Workspaces) -> None:
     """Setup runs in the monorepo workdir, sees the cache env, and its time is an event."""
     repo = make_repo(
