@@ -15,7 +15,7 @@ from pipeline.config.settings import RepoSettings, TrackerSettings
 from pipeline.core.events import EventSink
 from pipeline.core.masking import mask
 from pipeline.store import Run, Store
-from pipeline.trackers.base import Tracker, TrackerIssue
+from pipeline.trackers.base import Tracker, TrackerIssue, carries_mark
 
 MARKER = "<!-- afk-pipeline:{key} -->"
 OPEN_STATES = ("open", "opened", "")  # GitLab says "opened"
@@ -72,7 +72,8 @@ class Lifecycle:
             return False
         tag = marker(key)
         try:
-            posted = not any(tag in c.body for c in tracker.list_comments(repo.slug, number))
+            comments = tracker.list_comments(repo.slug, number)
+            posted = not any(carries_mark(c, tag) for c in comments)
             if posted:
                 tracker.comment(repo.slug, number, f"{mask(body)}\n\n{tag}")
         except Exception:
