@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 EDIT_INTERVAL_S = 5.0
 DRAIN_ATTEMPTS = 3  # failed writes after the run's end before the comment is left as it is
+PAUSE_STEP_S = 0.1  # how soon a paced wait after the run's end notices the process exiting
 STEP_CHARS = 160
 STEP_KINDS = frozenset({"agent", "tool", "test", "publish", "setup", "ci", "deploy", "review"})
 
@@ -266,7 +267,8 @@ class ProgressComment:
         """Write the backlog and the final state, paced, without holding the run up.
 
         The writer is not a daemon thread: a daemon stopping gracefully still
-        writes the final state before its process exits.
+        writes the final state before its process exits: once the main thread has
+        ended, states not shown yet give way to the final one, written at once.
         """
         with self._lock:
             if self._closed:
@@ -275,7 +277,9 @@ class ProgressComment:
             self._cancel_timer()
             self._fold(lambda: self._end(state, ending))
         name = f"progress-{self.view.run_id}"
-        self._drainer = threading.Thread(target=self._drain, name=name)
+        # daemon=False said outright: a thread otherwise inherits its creator's flag, and
+        # the run's worker thread is a daemon one, which the interpreter kills at exit.
+        self._drainer = threading.Thread(target=self._drain, name=name, daemon=False)
         self._drainer.start()
 
     def join(self, timeout_s: float | None = None) -> None:
@@ -290,8 +294,24 @@ class ProgressComment:
                 with self._lock:
                     if not (self._dirty or self._backlog):
                         return
-                self.sleep(self._wait())
+                if not self._pause():  # the process is exiting: the final state, now, once
+                    with self._lock:
+                        self._backlog.clear()
+                    self._write()
+                    return
                 failures += 0 if self._write() else 1
+
+    def _pause(self) -> bool:
+        """Wait for the next write's turn; False as soon as the process is exiting.
+
+        The interpreter marks the main thread stopped before it waits for this one,
+        so a stopping daemon is not held up by the pacing of states nobody will see.
+        """
+        while (wait := self._wait()) > 0:
+            if not threading.main_thread().is_alive():
+                return False
+            self.sleep(min(wait, PAUSE_STEP_S))
+        return threading.main_thread().is_alive()
 
     def _end(self, state: str, ending: str) -> None:
         self.view.state, self.view.ending = state, ending
