@@ -5,8 +5,9 @@
 for ``pipeline run``: that forge as the tracker (token and webhook secret by
 ``*_env``), no CI and no deploy probes, and a command agent that writes
 ``NOTES.md``, after waiting for a ``release`` file in its area when the issue's
-body says ``afk-wait``, or stops ``BLOCKED`` when it says ``afk-block``. Outcomes
-are read from outside: the fake's issues, the remote, the store.
+body says ``afk-wait``, or stops ``BLOCKED`` when it says ``afk-block``; notifications go
+to a loopback receiver. Outcomes are read from outside: the fake's issues, the
+remote, the receiver, the store.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from pipeline.store import Run, RunFilter, Store
 from pipeline.testing.forges import FakeForge, served
 from pipeline.testing.gitrepos import make_remote
+from pipeline.testing.receiver import Receiver
 
 from .conftest import Cli, free_port, stop_daemon
 
@@ -57,6 +59,7 @@ class ForgeWorld:
     cli: Cli
     store: Store
     port: int
+    receiver: Receiver  # the humans' notification channel (apprise ``json://``)
     daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -107,13 +110,14 @@ class ForgeWorld:
 def forge_world(
     root: Path, env: dict[str, str], kind: str, *, poll_interval_s: float = 0.5
 ) -> Iterator[ForgeWorld]:
-    with served(kind, SLUG, token=TOKEN, writer=MAINTAINER) as fake:
+    with served(kind, SLUG, token=TOKEN, writer=MAINTAINER) as fake, Receiver() as receiver:
         port = free_port()
+        (root / "notify-urls").write_text(f"json://127.0.0.1:{receiver.port}/afk-hook\n")
         config = _config(root, fake, (kind, port), poll_interval_s)
         cli = Cli(config, {**env, "AFK_E2E_FORGE_TOKEN": TOKEN, "AFK_E2E_HOOK_SECRET": SECRET})
         cli("db", "upgrade")
         store = Store(f"sqlite:///{root / 'history.db'}")
-        world = ForgeWorld(kind, root, fake, cli, store, port)
+        world = ForgeWorld(kind, root, fake, cli, store, port, receiver)
         try:
             yield world
         finally:
@@ -154,6 +158,9 @@ kind = "command"
 command = {json.dumps(argv)}
 [sandbox]
 writable_paths = ["{root / "agent-area"}"]
+[notify]
+urls_file = "{root / "notify-urls"}"
+retry_delay_s = 0.2
 [repos.app]
 tracker = "forge"
 slug = "{SLUG}"
