@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pipeline.core.errors import PipelineError
 from pipeline.intake.issue_text import Trusted, posted_by_daemon
 from pipeline.intake.sanitize import strip_hidden
-from pipeline.trackers.base import Comment, parse_time
+from pipeline.trackers.base import Comment, carries_mark, parse_time
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def replies_after(
     strangers = Counter[str]()
     hidden = 0
     for comment in comments_after(comments, escalation_mark, since):
-        if posted_by_daemon(comment.body):
+        if posted_by_daemon(comment):
             continue  # the daemon's own notes are nobody's answer
         if not trusted(comment.author):
             strangers[comment.author or "an unknown user"] += 1
@@ -65,7 +65,7 @@ def comments_after(
 ) -> Sequence[Comment]:
     """The comments after the escalation's own (else those made after ``since``)."""
     for index in range(len(comments) - 1, -1, -1):
-        if escalation_mark in comments[index].body:
+        if carries_mark(comments[index], escalation_mark):
             return comments[index + 1 :]
     if since is None:
         return ()  # nothing says when the agent asked: no comment counts as its answer

@@ -107,7 +107,7 @@ class ResumeCommands:
         comments = tracker.list_comments(repo.slug, run.issue_number)
         mark = marker(f"run={run.id}:ended")
         for comment in comments_after(comments, mark, run.finished_at):
-            if posted_by_daemon(comment.body) or not is_command(comment.body, command):
+            if posted_by_daemon(comment) or not is_command(comment.body, command):
                 continue
             if tracker.is_trusted(repo.slug, comment.author):
                 return self._queue(repo, run, comment)

@@ -30,7 +30,15 @@ from datetime import datetime
 from pipeline.config.settings import TrackerSettings
 from pipeline.intake.sanitize import strip_hidden
 from pipeline.store import Issue
-from pipeline.trackers.base import EditHistory, IssueDetail, Revision, Tracker, parse_time
+from pipeline.trackers.base import (
+    Comment,
+    EditHistory,
+    IssueDetail,
+    Revision,
+    Tracker,
+    carries_mark,
+    parse_time,
+)
 
 Trusted = Callable[[str | None], bool]
 
@@ -237,9 +245,13 @@ DAEMON_MARK = "<!-- afk-pipeline:"
 PROGRESS_MARK = "<!-- afk-progress run="
 
 
-def posted_by_daemon(body: str) -> bool:
-    """Whether a comment is one of the daemon's own (a lifecycle note or the progress one)."""
-    return DAEMON_MARK in body or PROGRESS_MARK in body
+def posted_by_daemon(comment: Comment) -> bool:
+    """Whether a comment is one of the daemon's own (a lifecycle note or the progress one).
+
+    A stranger's comment carrying a pasted marker is not (``carries_mark``): it is
+    counted, left out or quoted like any stranger's words.
+    """
+    return carries_mark(comment, DAEMON_MARK) or carries_mark(comment, PROGRESS_MARK)
 
 
 class _Stripper:
@@ -263,7 +275,7 @@ def assemble(
     strip = _Stripper()
     kept, quoted, left_out = [], [], Counter[str]()
     for comment in detail.comments:
-        if posted_by_daemon(comment.body):
+        if posted_by_daemon(comment):
             continue  # the daemon's own lifecycle notes: neither the issue's text nor a stranger's
         if trusted(comment.author):
             kept.append(f"{comment.author}: {strip(comment.body)}")

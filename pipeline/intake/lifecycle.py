@@ -23,7 +23,7 @@ from pipeline.core.events import EventSink
 from pipeline.core.faults import checkpoint
 from pipeline.core.masking import mask
 from pipeline.store import Run, Store
-from pipeline.trackers.base import Tracker, TrackerIssue
+from pipeline.trackers.base import Tracker, TrackerIssue, carries_mark
 
 MARKER = "<!-- afk-pipeline:{key} -->"
 OPEN_STATES = ("open", "opened", "")  # GitLab says "opened"
@@ -127,7 +127,7 @@ class Lifecycle:
     def _post_unless_there(self, repo: RepoSettings, number: int, key: str, body: str) -> bool:
         """Post ``body`` with ``key``'s marker unless the issue has it already. True if posted."""
         tracker, tag = self.trackers[repo.tracker], marker(key)
-        if any(tag in c.body for c in tracker.list_comments(repo.slug, number)):
+        if any(carries_mark(c, tag) for c in tracker.list_comments(repo.slug, number)):
             return False
         tracker.comment(repo.slug, number, f"{mask(body)}\n\n{tag}")
         return True

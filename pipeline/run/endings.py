@@ -15,6 +15,11 @@ ending, ``Endings.announce`` then does the same four things once:
    in one transaction, so a second replica, a repeated pass or a crash never
    sends it twice nor loses it).
 
+An issue deleted since is told nothing (its timeline says so) and the
+notification still goes out. A succeeded run's issue was
+resolved by recovery, unless the forge failed just then: the pass carries out
+the resolution it left on the run's timeline.
+
 An unhealed fix-forward's freeze is written with its ending, in the same
 transaction (the scheduler's ``freeze_policy``), so no claim sees its repo
 open; ``settle`` (while the ended run still holds its slot) and ``announce``
@@ -33,6 +38,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 from pipeline.config.settings import RepoSettings, Settings
+from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
 from pipeline.core.faults import checkpoint
 from pipeline.core.states import (
@@ -50,7 +56,7 @@ from pipeline.notify.escalation import (
     ending_message,
     next_step,
 )
-from pipeline.run.recovery import Recovery
+from pipeline.run.recovery import PENDING_RESOLUTION, Recovery
 from pipeline.run.resume import question_of
 from pipeline.store import Run, Store
 
@@ -192,14 +198,29 @@ class Endings:
         )
 
     def _tell_issue(self, run: Run, repo: RepoSettings, text: EndingText) -> None:
-        if run.state == RunState.SUCCEEDED:
-            return  # recovery posted the resolution and closed the issue
+        """The issue's labels and comment; an issue deleted since is told nothing, once."""
         root = self.recovery.chain_root(run)
-        if root.issue_number is None:
-            return
-        _, body = ending_message(text)
-        blocked = run.state != RunState.CANCELLED
-        self.lifecycle.ended(root.issue_number, repo, run.id, body, blocked=blocked)
+        try:
+            if run.state == RunState.SUCCEEDED:
+                self._resolve_pending(run, repo)  # recovery resolved it, unless the forge failed
+            elif root.issue_number is not None:
+                _, body = ending_message(text)
+                blocked = run.state != RunState.CANCELLED
+                self.lifecycle.ended(root.issue_number, repo, run.id, body, blocked=blocked)
+        except FatalError as exc:
+            if exc.kind != "missing_issue":
+                raise
+            self._events(run.id)("tracker", f"the issue is gone, so it is told nothing: {exc}")
+
+    def _resolve_pending(self, run: Run, repo: RepoSettings) -> None:
+        """The resolution the tracker refused while the run ended (``Recovery.resolve``)."""
+        pending = [
+            event.data[PENDING_RESOLUTION]
+            for event in self.store.run_events(run.id)
+            if isinstance(event.data.get(PENDING_RESOLUTION), dict)
+        ]
+        if pending:
+            self.recovery.resolve_pending(repo, pending[-1])
 
     def _notify(self, run: Run, text: EndingText) -> None:
         kind: NotifyKind = "success" if not text.retryable else "escalation"

@@ -37,7 +37,7 @@ from pipeline.core.errors import (
 from pipeline.core.masking import mask
 from pipeline.core.states import TERMINAL_STATES, Outcome, RunState
 from pipeline.intake.issue_text import PROGRESS_MARK
-from pipeline.trackers.base import Tracker
+from pipeline.trackers.base import Tracker, carries_mark
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class CommentSlot:
 
     def _find(self) -> str | None:
         for comment in self.tracker.list_comments(self.slug, self.number):
-            if self.marker in comment.body and comment.id:
+            if carries_mark(comment, self.marker) and comment.id:
                 return comment.id
         return None
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from pipeline.config.settings import Settings
-from pipeline.core.errors import EscalationError, PipelineError
+from pipeline.config.settings import RepoSettings, Settings
+from pipeline.core.errors import EscalationError, FatalError, PipelineError, RetryableError
 from pipeline.core.faults import checkpoint
 from pipeline.core.states import (
     DEPLOY_BROKEN_CLASS,
@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 __all__ = ["FIX_FORWARD_PRIORITY", "Recovery", "Verdict", "unhealed_freeze"]
 
 FROZEN_BY = "afk-pipeline"
+# The key of the event data that holds a resolution the tracker refused at the time
+# (``Recovery.resolve``); the ending pass (``pipeline.run.endings``) carries it out.
+PENDING_RESOLUTION = "resolve"
 
 EVIDENCE_CHARS = 6_000
 DIFF_CHARS = 8_000
@@ -99,20 +102,46 @@ class Recovery:
         return self.escalate(scope, run, exc, {"broken_sha": sha})
 
     def _resolved(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Decision:
-        repo = scope.repo
         if scope.lease is not None:  # first: a tracker error below must not keep the slot busy
             scope.lease.succeeded()
-        if run.kind == "issue":
-            self.lifecycle.succeeded(run, repo, sha, verdict.ci, verdict.deploy)
-        else:
-            root = self.chain_root(run)
-            if root.issue_number is not None:
-                healed = f"{verdict.deploy} (healed by fix-forward run {run.id})"
-                self.lifecycle.resolve_issue(
-                    root.id, root.issue_number, repo, sha, verdict.ci, healed
-                )
+        # An issue run speaks for itself (also one resuming an escalated run, its parent);
+        # a fix-forward resolves the issue of the run at its chain's root.
+        root, deploy = run, verdict.deploy
+        if run.kind != "issue":
+            root, deploy = self.chain_root(run), f"{deploy} (healed by fix-forward run {run.id})"
+        if root.issue_number is not None:
+            resolution = {"root": root.id, "number": root.issue_number, "sha": sha}
+            self.resolve(scope, {**resolution, "ci": verdict.ci, "deploy": deploy})
         summary = f"pushed {sha[:12]}; CI {verdict.ci}; deploy {verdict.deploy}"
         return Decision(DecisionKind.RESOLVED, Outcome(RunState.SUCCEEDED, summary=summary))
+
+    def resolve(self, scope: RunScope, resolution: Mapping[str, object]) -> None:
+        """Tell the issue its change is live and close it; the tracker's answer decides nothing.
+
+        The change is pushed and healthy: a forge that is down or refuses just now must
+        not turn the run into a retry or a failure. The resolution waits on the run's
+        timeline and the ending pass carries it out (``resolve_pending``).
+        """
+        try:
+            self.resolve_pending(scope.repo, resolution)
+        except (RetryableError, FatalError) as exc:
+            scope.events(
+                "tracker",
+                f"issue #{resolution['number']} not resolved yet ({exc}); "
+                "the ending pass tries again",
+                {PENDING_RESOLUTION: dict(resolution)},
+            )
+
+    def resolve_pending(self, repo: RepoSettings, resolution: Mapping[str, object]) -> None:
+        """The "done" comment and the closing of a resolution (idempotent)."""
+        self.lifecycle.resolve_issue(
+            int(str(resolution["root"])),
+            int(str(resolution["number"])),
+            repo,
+            str(resolution["sha"]),
+            str(resolution["ci"]),
+            str(resolution["deploy"]),
+        )
 
     def _fix_forward(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Decision:
         child = self._fix_forward_child(scope, run, sha, verdict)

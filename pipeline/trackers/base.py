@@ -30,6 +30,9 @@ class Comment:
     body: str
     created_at: str
     id: str = ""  # the forge's comment (note) id, as ``edit_comment`` takes it
+    # Written by the tracker's own token user (the daemon); None where the tracker cannot say.
+    # Only the daemon's own comments count as its markers (``carries_mark``).
+    own: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,20 @@ class Tracker(Protocol):
         opens a second.
         """
         ...
+
+
+# Every hidden marker the daemon puts in its comments starts so (``<!-- afk-pipeline:...``,
+# ``<!-- afk-progress run=...``).
+MARK_START = "<!-- afk-"
+
+
+def carries_mark(comment: Comment, mark: str) -> bool:
+    """Whether ``comment`` is one of the daemon's own carrying ``mark``.
+
+    A marker is plain text anyone may paste: on a comment the tracker knows another
+    user wrote (``own`` false) it counts for nothing.
+    """
+    return comment.own is not False and mark in comment.body
 
 
 def split_slug(slug: str) -> tuple[str, str]:

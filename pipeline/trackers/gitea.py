@@ -42,6 +42,7 @@ from pipeline.trackers.base import (
     text,
 )
 from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, Params, permission_trusted
+from pipeline.trackers.identity import TokenUser
 
 DEFAULT_MAX_ITEMS = 50
 WRITE_PERMISSIONS = frozenset({"owner", "admin", "write"})
@@ -71,6 +72,7 @@ class GiteaTracker:
             options=options,
             transport=transport,
         )
+        self.me = TokenUser(self.http, "/user", "login")
         self._max_items: int | None = None
         self._label_ids: dict[str, dict[str, int]] = {}
 
@@ -132,7 +134,9 @@ class GiteaTracker:
     def comment(self, slug: str, number: int, body: str) -> str:
         path = f"{_repo(slug)}/issues/{number}/comments"
         page = self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
-        return str(field(as_dict(page.data, path), "id", path, int))
+        posted = as_dict(page.data, path)
+        self.me.learn(posted.get("user"))
+        return str(field(posted, "id", path, int))
 
     def edit_comment(self, slug: str, number: int, comment_id: str, body: str) -> None:
         """``PATCH /repos/{owner}/{repo}/issues/comments/{id}``."""
@@ -142,7 +146,8 @@ class GiteaTracker:
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         path = f"{_repo(slug)}/issues/{number}/comments"
         page = self.http.get(path, not_found="missing_issue")
-        return [parse_comment(as_dict(item, path), path) for item in as_list(page.data, path)]
+        items = as_list(page.data, path)
+        return self.me.mark(parse_comment(as_dict(item, path), path) for item in items)
 
     def close(self, slug: str, number: int, comment: str | None) -> None:
         if comment:

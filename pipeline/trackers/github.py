@@ -39,6 +39,7 @@ from pipeline.trackers.github_history import (
     title_revisions,
 )
 from pipeline.trackers.http import ForgeHttp, HttpOptions, link_next, permission_trusted
+from pipeline.trackers.identity import TokenUser
 
 GITHUB_API = "https://api.github.com"
 WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
@@ -72,6 +73,7 @@ class GitHubTracker:
             options=options,
             transport=transport,
         )
+        self.me = TokenUser(self.http, "/user", "login")
 
     def __repr__(self) -> str:
         return f"GitHubTracker(name={self.name!r}, http={self.http!r})"
@@ -133,7 +135,9 @@ class GitHubTracker:
     def comment(self, slug: str, number: int, body: str) -> str:
         path = f"{_repo(slug)}/issues/{number}/comments"
         page = self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
-        return str(field(as_dict(page.data, path), "id", path, int))
+        posted = as_dict(page.data, path)
+        self.me.learn(posted.get("user"))
+        return str(field(posted, "id", path, int))
 
     def edit_comment(self, slug: str, number: int, comment_id: str, body: str) -> None:
         """``PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}``."""
@@ -143,7 +147,7 @@ class GitHubTracker:
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         path = f"{_repo(slug)}/issues/{number}/comments"
         items = self.http.collect(path, {"per_page": "100"}, link_next, not_found="missing_issue")
-        return [parse_comment(as_dict(item, path), path) for item in items or []]
+        return self.me.mark(parse_comment(as_dict(item, path), path) for item in items or [])
 
     def close(self, slug: str, number: int, comment: str | None) -> None:
         if comment:

@@ -39,6 +39,7 @@ from pipeline.trackers.base import (
     text,
 )
 from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, Params, link_next
+from pipeline.trackers.identity import TokenUser
 
 GITLAB_URL = "https://gitlab.com"
 DEVELOPER_ACCESS = 30
@@ -69,6 +70,7 @@ class GitLabTracker:
             options=options,
             transport=transport,
         )
+        self.me = TokenUser(self.http, "/user", "username")
 
     def __repr__(self) -> str:
         return f"GitLabTracker(name={self.name!r}, http={self.http!r})"
@@ -155,7 +157,9 @@ class GitLabTracker:
     def comment(self, slug: str, number: int, body: str) -> str:
         path = f"{_project(slug)}/issues/{number}/notes"
         page = self.http.mutate("POST", path, {"body": body}, not_found="missing_issue")
-        return str(field(as_dict(page.data, path), "id", path, int))
+        posted = as_dict(page.data, path)
+        self.me.learn(posted.get("author"))
+        return str(field(posted, "id", path, int))
 
     def edit_comment(self, slug: str, number: int, comment_id: str, body: str) -> None:
         """``PUT /projects/:id/issues/:issue_iid/notes/:note_id``."""
@@ -164,9 +168,8 @@ class GitLabTracker:
 
     def list_comments(self, slug: str, number: int) -> list[Comment]:
         path = f"{_project(slug)}/issues/{number}/notes"
-        return [
-            parse_note(note, path) for note in self._notes(slug, number) if not note.get("system")
-        ]
+        notes = self._notes(slug, number)
+        return self.me.mark(parse_note(note, path) for note in notes if not note.get("system"))
 
     def _notes(self, slug: str, number: int) -> list[dict[str, Any]]:
         """Every note, system notes included, oldest first."""

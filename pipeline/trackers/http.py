@@ -11,8 +11,8 @@ once:
   ``RetryableError("forge_rate_limited", retry_after_s=...)``, and the client
   then refuses every call until that moment has passed, without touching the
   network;
-- 401 -> ``FatalError("forge_auth")``; 404 -> ``FatalError`` of the caller's
-  kind (``missing_repo`` by default).
+- 401 -> ``FatalError("forge_auth")``; 404, and 410 (GitHub's deleted issue) ->
+  ``FatalError`` of the caller's kind (``missing_repo`` by default).
 
 Conditional GETs keep the last ETag and page per URL, so an unchanged list
 costs a 304 (free of rate limit on GitHub). Asking again for a page held is a
@@ -306,7 +306,7 @@ class ForgeHttp:
             return FatalError("forge_auth", f"{detail} (the token is missing, wrong or expired)")
         if status == 403:
             return FatalError("forge_forbidden", f"{detail} (the token lacks permission)")
-        if status == 404:
+        if status in (404, 410):  # GitHub answers a deleted issue 410 Gone
             return FatalError(
                 not_found or "missing_repo", f"{detail} (not found, or the token cannot see it)"
             )

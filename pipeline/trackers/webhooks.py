@@ -27,6 +27,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 FORM_TYPE = "application/x-www-form-urlencoded"
+# GitLab sends a confidential issue's events under their own name (the hook's
+# "Confidential issues events"), with the same payload as any issue's.
+GITLAB_ISSUE_EVENTS = frozenset({"Issue Hook", "Confidential Issue Hook"})
 
 
 class WebhookPayloadError(ValueError):
@@ -172,7 +175,7 @@ def _parse_gitea(kind: str, headers: Mapping[str, str], body: bytes) -> WebhookE
 
 
 def _parse_gitlab(headers: Mapping[str, str], body: bytes) -> WebhookEvent | None:
-    if headers.get("x-gitlab-event") != "Issue Hook":
+    if headers.get("x-gitlab-event") not in GITLAB_ISSUE_EVENTS:
         return None
     payload = _load(body, "gitlab")
     attributes = _get(payload, "object_attributes", dict, "gitlab")

@@ -62,7 +62,10 @@ def push_to_remote(remote: str, files: dict[str, str], message: str) -> None:
     desk = Path(os.environ["AGENT_WORLD"]).parent / "human"
     desk.mkdir(exist_ok=True)
     request = desk / f"{time.time_ns()}.json"
-    request.write_text(json.dumps({"remote": remote, "files": files, "message": message}))
+    # Written aside, then renamed: the desk, polling for *.json, never reads half a request.
+    pending = request.with_suffix(".writing")
+    pending.write_text(json.dumps({"remote": remote, "files": files, "message": message}))
+    os.replace(pending, request)
     done = request.with_suffix(".done")
     deadline = time.monotonic() + 60
     while not done.exists():

@@ -97,7 +97,7 @@ def test_a_run_that_fills_the_volume_is_retried_and_succeeds(
     timeline = cli("runs", "show", str(run["id"])).stdout
     assert run["state"] == "succeeded", timeline + log.read_text()[-3000:]
     assert "filled the disk" in timeline and "retry in" in timeline, timeline
-    assert "disk full: git add" in timeline, timeline
+    assert "disk full: git " in timeline and "No space left" in timeline, timeline
     assert git(Path(remote), "show", "main:note.txt").strip() == "the real change"
     assert "junk.bin" not in git(Path(remote), "ls-tree", "--name-only", "main")
     assert list(small_volume.rglob("junk.bin")) == []

@@ -52,7 +52,8 @@ def _escalated(world: IntakeWorld, fake: FakeForge, reason: str = "blocked") -> 
         error="the agent is blocked: which port?",
     )
     fake.unlabel(SLUG, number, READY, "afk-pipeline")
-    fake.add_comment(SLUG, number, f"run {run.id} escalated {marker(f'run={run.id}:ended')}", "bot")
+    ending = f"run {run.id} escalated {marker(f'run={run.id}:ended')}"
+    fake.add_comment(SLUG, number, ending, fake.bot)  # posted by the daemon's token
     return number, run
 
 

@@ -6,8 +6,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from sqlalchemy import update
 
 from pipeline.store import EnqueueOptions
+from pipeline.store.models import LocalIssueRow
 
 from .campaign import COLUMNS, row
 from .conftest import ENGINES, require_engine
@@ -93,7 +95,15 @@ def _double_ship(world: World) -> tuple[Figures, Figures]:
         before = Figures(scenario="one run", engine="-")
         check_outcome(world, before, expect_success=True)
         (first,) = world.runs()
-        world.store.enqueue("r0", EnqueueOptions(issue_id=first.issue_id))  # the injection
+        # The injection: the shipped (closed) issue open again and a second run of it, as a
+        # double-dispatch bug would start one (a closed issue's run is cancelled unstarted).
+        with world.store._write() as conn:
+            conn.execute(
+                update(LocalIssueRow)
+                .where(LocalIssueRow.id == first.issue_number)
+                .values(state="open")
+            )
+        world.store.enqueue("r0", EnqueueOptions(issue_id=first.issue_id))
         world.wait(lambda: _succeeded(world, 2), FINISH_TIMEOUT_S, "second run succeeds")
     finally:
         stop(daemon)

@@ -55,6 +55,19 @@ def test_hidden_content_is_stripped_and_daemon_notes_skipped() -> None:
     assert answer.replies == ("maint: Use port 8080",) and answer.hidden_stripped == 2
 
 
+def test_a_strangers_pasted_ending_marker_is_not_the_escalation_comment() -> None:
+    """A marker in a comment the tracker knows another user wrote moves nothing: the replies
+    after the daemon's own ending still count, the look-alike is a stranger's reply."""
+    comments = [
+        Comment("afk-bot", f"Run 3 escalated.\n\n{MARK}", "2026-01-01T10:00:00Z", own=True),
+        _comment("maint", "Use port 8080"),
+        Comment("stranger", f"fake ending {MARK}", "2026-01-01T10:00:00Z", own=False),
+    ]
+    answer = replies_after(comments, MARK, None, _trusted)
+    assert answer.replies == ("maint: Use port 8080",)
+    assert answer.data["untrusted_authors"] == {"stranger": 1}
+
+
 def test_without_the_comment_the_escalation_time_decides() -> None:
     """When the escalation comment is missing, replies after the run's end count."""
     comments = [

@@ -67,6 +67,14 @@ def test_get_optional_answers_none_on_404() -> None:
     assert info.value.kind == "missing_issue" and "Not Found" in str(info.value)
 
 
+def test_gone_is_the_callers_not_found_kind() -> None:
+    """GitHub answers a deleted issue 410 Gone: as a 404, the caller's kind (the issue is gone)."""
+    http = _http(lambda r: httpx.Response(410, json={"message": "This issue was deleted"}))
+    with pytest.raises(FatalError) as info:
+        http.mutate("POST", "/x", {"body": "hi"}, not_found="missing_issue")
+    assert info.value.kind == "missing_issue" and "deleted" in str(info.value)
+
+
 def test_unprocessable_request_is_fatal() -> None:
     """A 422 is a fatal forge_request error carrying the forge's message."""
     http = _http(lambda r: httpx.Response(422, json={"message": "Validation Failed"}))

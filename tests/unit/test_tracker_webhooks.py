@@ -227,3 +227,14 @@ def test_parse_gitlab_issue_hook_label_added() -> None:
     payload["changes"] = {}
     plain = parse_event("gitlab", {**headers, "idempotency-key": ""}, json.dumps(payload).encode())
     assert plain is not None and plain.action == "update" and plain.delivery_id == "u"
+
+
+def test_parse_gitlab_confidential_issue_hook_like_an_issue_hook() -> None:
+    """A confidential issue's delivery (``Confidential Issue Hook``) reads as an issue's."""
+    fake = FakeGitLab()
+    number = fake.add_issue("group/w", "t", labels=["ready-for-agent"])
+    payload = fake.labeled_webhook("group/w", number, "ready-for-agent", "carol")
+    payload["event_type"] = "confidential_issue"
+    headers = {"x-gitlab-event": "Confidential Issue Hook", "idempotency-key": "k-2"}
+    event = parse_event("gitlab", headers, json.dumps(payload).encode())
+    assert event is not None and event.added("ready-for-agent") and event.issue_number == number

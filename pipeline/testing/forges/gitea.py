@@ -35,6 +35,7 @@ class FakeGitea(FakeForge):
         super().__init__(**kwargs)
         self.max_items = max_items
         self.route("GET", "/settings/api", self._settings)
+        self.route("GET", "/user", lambda _r, _m, _b: Reply(200, _user(self.bot)))
         self.route("GET", REPO + "/issues", self._list_issues)
         self.route("GET", ISSUE, self._get_issue)
         self.route("PATCH", ISSUE, self._patch_issue)

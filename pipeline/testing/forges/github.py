@@ -35,6 +35,7 @@ class FakeGitHub(FakeForge):
     def __init__(self, *, api_prefix: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.api_prefix = api_prefix
+        self.route("GET", "/user", lambda _r, _m, _b: Reply(200, shapes.user(self.bot)))
         self.route("GET", REPO + "/issues", self._list_issues)
         self.route("GET", ISSUE, self._get_issue)
         self.route("PATCH", ISSUE, self._patch_issue)

@@ -37,6 +37,7 @@ class FakeGitLab(FakeForge):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.route("GET", "/user", lambda _r, _m, _b: Reply(200, _user(self.bot)))
         self.route("GET", PROJECT + "/issues", self._list_issues)
         self.route("GET", ISSUE, self._get_issue)
         self.route("PUT", ISSUE, self._update_issue)
