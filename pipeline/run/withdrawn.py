@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from pipeline.config.settings import RepoSettings
-from pipeline.core.errors import IssueWithdrawn, LeaseLost, PipelineError
+from pipeline.core.errors import FatalError, IssueWithdrawn, LeaseLost, PipelineError
 from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
 from pipeline.intake.lifecycle import Lifecycle
@@ -71,10 +71,13 @@ class IssueGuard:
             self._end(f"{why} {when}")
 
     def before_push(self) -> None:
-        """Read the issue again; a read error is recorded and the push goes on."""
+        """Read the issue again; a deleted issue is withdrawn, any other read error is
+        recorded and the push goes on."""
         try:
             issue = self.read()
         except PipelineError as exc:
+            if isinstance(exc, FatalError) and exc.kind == "missing_issue":
+                self._end(f"issue #{self.number} was deleted {PUSHING}")
             self.events(
                 "tracker",
                 f"could not read issue #{self.number} again {PUSHING} ({exc}); pushing as if "

@@ -164,3 +164,21 @@ def test_a_failed_read_before_the_push_loses_nothing(make: MakeWorld) -> None:
     assert len(said) == 1 and said[0].startswith(f"tracker: could not read issue #{number} again")
     assert not [e for e in human.world.events(run.id) if e.startswith("withdrawn: ")]
     assert "pushing as if it were still wanted" in said[0]
+
+
+def test_deleted_while_implementing_is_not_pushed(make: MakeWorld) -> None:
+    """The read before the push finds the issue deleted (410 Gone): withdrawn like a closed
+    one, nothing pushed; a deleted issue is not a forge outage."""
+    human = make(Tuning(tracker_poll_interval_s=600))
+    number = human.world.label("web", "Add alpha", "feature-when-released alpha")
+    human.world.start()
+    run = human.wait_state(number, {"implementing"})
+    human.agent_started(run)
+    human.world.fake.inject(f"/repos/{human.slug}/issues/{number}$", status=410, method="GET")
+    human.release()
+    run = human.wait_state(number, {"succeeded", "failed", "escalated", "cancelled"})
+    assert (run.state, run.error) == (
+        "cancelled",
+        f"cancelled: issue #{number} was deleted before the push",
+    ), human.world.describe(human.world.runs())
+    assert human.world.commits_of_run("web", run.id) == []
