@@ -109,29 +109,28 @@ def cmd_issue_add(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_issue_label(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    store = open_store(args)
-    try:
-        issue = store.change_local_labels(args.id, add=(args.label,), by=who())
-    finally:
-        store.close()
-    if args.json:
-        out.write(render.to_json(issue) + "\n")
-        return EXIT_OK
-    out.write(f"issue {issue.id} labelled {args.label}: [{', '.join(issue.labels)}]\n")
-    return EXIT_OK
+    return _relabel(args, out, add=True)
 
 
 def cmd_issue_unlabel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Take a label off: ``ready-for-agent`` off a queued issue withdraws it from the agent."""
+    return _relabel(args, out, add=False)
+
+
+def _relabel(args: argparse.Namespace, out: TextIO, *, add: bool) -> int:
     store = open_store(args)
     try:
-        issue = store.change_local_labels(args.id, remove=(args.label,))
+        if add:
+            issue = store.change_local_labels(args.id, add=(args.label,), by=who())
+        else:
+            issue = store.change_local_labels(args.id, remove=(args.label,))
     finally:
         store.close()
     if args.json:
         out.write(render.to_json(issue) + "\n")
         return EXIT_OK
-    out.write(f"issue {issue.id} unlabelled {args.label}: [{', '.join(issue.labels)}]\n")
+    done = "labelled" if add else "unlabelled"
+    out.write(f"issue {issue.id} {done} {args.label}: [{', '.join(issue.labels)}]\n")
     return EXIT_OK
 
 
