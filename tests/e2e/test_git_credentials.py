@@ -143,7 +143,9 @@ def test_private_remote_clone_fetch_and_push_keep_credentials_from_the_agent(
     argv = [sys.executable, str(AGENT), "{workdir}"]
     config = local_config(tmp_path, remote.url, argv, {"CRED_LOOK": ":".join(look)})
     changes: dict[str, Any] = {
-        "repos": {"calc": {"push": tomllib.loads(remote.push_table)}},
+        # The loot file holds all the agent read (tens of MiB on some machines): it must
+        # be pushed for the test to search it, whatever the size limit's default.
+        "repos": {"calc": {"push": tomllib.loads(remote.push_table), "max_file_bytes": "1GiB"}},
         "workspace": {"fetch_debounce_s": 0},
     }
     if engine is not None:
