@@ -72,6 +72,24 @@ class Cli:
         raise AssertionError(f"condition not met in {timeout_s}s; runs: {runs}\n{tail}")
 
 
+ENDED = frozenset({"succeeded", "failed", "escalated", "cancelled"})
+
+
+def one_issue(cli: Cli, tmp_path: Path, guard_s: float) -> tuple[dict[str, Any], Any]:
+    """Label one issue, run the daemon until its run ends (``guard_s``: when to call it
+    hung, not a speed limit), stop it; the run as ``runs list`` and ``runs show`` give it."""
+    cli("db", "upgrade")
+    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        runs = cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] in ENDED, guard_s, daemon, log)
+        shown = cli.json("runs", "show", str(runs[0]["id"]))
+    finally:
+        stop_daemon(daemon)
+    return runs[0], shown
+
+
 def local_config(
     tmp_path: Path, remote: str, agent_argv: list[str], agent_env: dict[str, str] | None = None
 ) -> Path:

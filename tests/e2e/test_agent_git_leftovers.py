@@ -15,12 +15,11 @@ import pytest
 
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import Cli, local_config, stop_daemon
+from .conftest import Cli, local_config, one_issue
 from .test_local_loop import PROJECT
 
 pytestmark = pytest.mark.timeout(180)
 HANG_GUARD_S = 90  # not a speed limit: how long to wait before calling the daemon hung
-ENDED = {"succeeded", "failed", "escalated", "cancelled"}
 
 LOCK_LEAVER = """
 import pathlib, sys
@@ -45,19 +44,7 @@ def test_an_index_lock_the_agent_left_does_not_fail_the_run(
     config = local_config(
         tmp_path, remote, [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
     )
-    cli = Cli(config, cli_env)
-    cli("db", "upgrade")
-    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
-    log = tmp_path / "daemon.log"
-    daemon = cli.daemon(log)
-    try:
-        runs = cli.wait_for(
-            lambda rs: bool(rs) and rs[0]["state"] in ENDED, HANG_GUARD_S, daemon, log
-        )
-        shown = cli.json("runs", "show", str(runs[0]["id"]))
-    finally:
-        stop_daemon(daemon)
-    run = runs[0]
+    run, shown = one_issue(Cli(config, cli_env), tmp_path, HANG_GUARD_S)
     assert (run["state"], run["attempt"]) == ("succeeded", 1), run
     assert "def mul" in git(Path(remote), "show", "main:app/calc.py")
     messages = [event["message"] for event in shown["events"]]

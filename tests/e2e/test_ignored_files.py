@@ -18,12 +18,11 @@ import pytest
 from pipeline.testing.configs import write_config
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import Cli, local_config, stop_daemon
+from .conftest import Cli, local_config, one_issue
 from .test_local_loop import PROJECT
 
 pytestmark = pytest.mark.timeout(180)
 HANG_GUARD_S = 90  # not a speed limit: how long to wait before calling the daemon hung
-ENDED = {"succeeded", "failed", "escalated", "cancelled"}
 
 HIDING_AGENT = """
 import pathlib, sys
@@ -61,19 +60,7 @@ def test_a_file_the_agent_hid_from_git_is_not_there_for_the_tests(
     document = tomllib.loads(config.read_text())
     document["repos"]["calc"]["max_fix_iterations"] = 1
     write_config(config, document)
-    cli = Cli(config, cli_env)
-    cli("db", "upgrade")
-    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
-    log = tmp_path / "daemon.log"
-    daemon = cli.daemon(log)
-    try:
-        runs = cli.wait_for(
-            lambda rs: bool(rs) and rs[0]["state"] in ENDED, HANG_GUARD_S, daemon, log
-        )
-        shown = cli.json("runs", "show", str(runs[0]["id"]))
-    finally:
-        stop_daemon(daemon)
-    run = runs[0]
+    run, shown = one_issue(Cli(config, cli_env), tmp_path, HANG_GUARD_S)
     assert (run["state"], run["error_class"]) == ("escalated", "tests_red"), run
     assert "No module named 'hidden'" in run["error"]
     assert git(Path(remote), "rev-parse", "main").strip() == initial

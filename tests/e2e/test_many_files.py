@@ -15,12 +15,11 @@ import pytest
 
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import Cli, local_config, stop_daemon
+from .conftest import Cli, local_config, one_issue
 from .test_local_loop import PROJECT
 
 pytestmark = pytest.mark.timeout(300)
 HANG_GUARD_S = 200  # not a speed limit: how long to wait before calling the daemon hung
-ENDED = {"succeeded", "failed", "escalated", "cancelled"}
 FILES = 40_000
 
 GENERATOR = f"""
@@ -47,18 +46,7 @@ def test_forty_thousand_new_files_are_staged_and_shipped(
     config = local_config(
         tmp_path, remote, [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
     )
-    cli = Cli(config, cli_env)
-    cli("db", "upgrade")
-    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
-    log = tmp_path / "daemon.log"
-    daemon = cli.daemon(log)
-    try:
-        runs = cli.wait_for(
-            lambda rs: bool(rs) and rs[0]["state"] in ENDED, HANG_GUARD_S, daemon, log
-        )
-    finally:
-        stop_daemon(daemon)
-    run = runs[0]
+    run, _ = one_issue(Cli(config, cli_env), tmp_path, HANG_GUARD_S)
     assert (run["state"], run["attempt"]) == ("succeeded", 1), run
     names = git(Path(remote), "ls-tree", "-r", "--name-only", "main", "--", "generated")
     assert len(names.splitlines()) == FILES
