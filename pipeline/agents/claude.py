@@ -26,7 +26,7 @@ from pipeline.agents.base import (
     result_data,
     summarise,
 )
-from pipeline.agents.streams import CappedEvents, JsonLines, RedactingSink, run_stream
+from pipeline.agents.streams import JsonLines, RedactingSink, run_stream
 from pipeline.config.settings import AgentPreset
 from pipeline.core.events import EventSink
 from pipeline.core.proc import CommandResult, StopToken
@@ -187,19 +187,14 @@ class ClaudeAgent:
         self, request: AgentRequest, *, events: EventSink, stop: StopToken | None
     ) -> AgentResult:
         events = RedactingSink(events, self.preset)
-        timeline = CappedEvents(events)
-        parser = ClaudeStreamParser(timeline, request.workdir)
-        try:
-            result = run_stream(
-                self.preset,
-                claude_argv(self.preset, request),
-                request,
-                parser,
-                events=events,
-                stop=stop,
-            )
-        finally:
-            timeline.close()
+        result, _ = run_stream(
+            self.preset,
+            claude_argv(self.preset, request),
+            request,
+            lambda timeline: ClaudeStreamParser(timeline, request.workdir),
+            events=events,
+            stop=stop,
+        )
         events(
             "agent",
             f"claude finished: {outcome_words(result)}, {result.num_turns} turns, "

@@ -53,7 +53,7 @@ from pipeline.agents.base import (
     result_data,
 )
 from pipeline.agents.codex_stream import CodexStreamParser, CodexUsage
-from pipeline.agents.streams import CappedEvents, RedactingSink, run_stream
+from pipeline.agents.streams import RedactingSink, run_stream
 from pipeline.config.settings import AgentPreset
 from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
@@ -147,19 +147,14 @@ class CodexAgent:
                 f"codex: no earlier usage known for session {resumed}; "
                 "its whole reported usage counts for this invocation",
             )
-        timeline = CappedEvents(events)
-        parser = CodexStreamParser(timeline, request.workdir)
-        try:
-            result = run_stream(
-                self.preset,
-                codex_argv(self.preset, request),
-                request,
-                parser,
-                events=events,
-                stop=stop,
-            )
-        finally:
-            timeline.close()
+        result, parser = run_stream(
+            self.preset,
+            codex_argv(self.preset, request),
+            request,
+            lambda timeline: CodexStreamParser(timeline, request.workdir),
+            events=events,
+            stop=stop,
+        )
         result = self._account(result, parser.usage, request, events)
         events(
             "agent",

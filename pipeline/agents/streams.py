@@ -13,9 +13,9 @@ import json
 import re
 import shutil
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from pipeline.agents.base import AgentRequest, AgentResult, check_process, summarise
@@ -214,32 +214,40 @@ def install_roots(command: str, path: str | None) -> tuple[Path, ...]:
     return (real.parent,)
 
 
+P = TypeVar("P", bound=StreamParser)
+
+
 def run_stream(
     preset: AgentPreset,
     argv: Sequence[str],
     request: AgentRequest,
-    parser: StreamParser,
+    parser_for: Callable[[EventSink], P],
     *,
     events: EventSink,
     stop: StopToken | None,
-) -> AgentResult:
+) -> tuple[AgentResult, P]:
     """Run the agent process, the prompt on its stdin, to its final event; classify a
-    process that gives none."""
-    command = run_agent_process(
-        preset,
-        argv,
-        request,
-        events,
-        stop=stop,
-        on_line=parser.feed,
-        stdin_data=request.prompt.encode("utf-8"),
-        done=parser.done,
-        done_grace_s=preset.exit_grace_s,
-        tail_lines=60,
-    )
+    process that gives none. The parser, built on a capped timeline, is returned too."""
+    timeline = CappedEvents(events)
+    parser = parser_for(timeline)
+    try:
+        command = run_agent_process(
+            preset,
+            argv,
+            request,
+            events,
+            stop=stop,
+            on_line=parser.feed,
+            stdin_data=request.prompt.encode("utf-8"),
+            done=parser.done,
+            done_grace_s=preset.exit_grace_s,
+            tail_lines=60,
+        )
+    finally:
+        timeline.close()
     if command.lingered:
         events(
             "agent",
             f"{preset.name}: still running {preset.exit_grace_s:g}s after its result; killed",
         )
-    return check_process(preset.name, command, parser.result(command))
+    return check_process(preset.name, command, parser.result(command)), parser
