@@ -21,11 +21,12 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 log = logging.getLogger(__name__)
 # Each line of the kept tail is cut here: the tail is for reading the end of an output,
 # and ``tail_lines`` lines of ``max_line_bytes`` each would be hundreds of megabytes.
+READ_CHUNK = 1 << 16
 TAIL_LINE_CHARS = 8192
 
 
@@ -118,23 +119,39 @@ class _LineReader(threading.Thread):
     def run(self) -> None:
         stream = self.proc.stdout
         assert stream is not None
+        rest, skipping = b"", False
         with stream:  # closed at EOF: an open pipe is a ResourceWarning later
-            while raw := stream.readline(self.max_line_bytes):
+            # whatever the child printed so far, a line or not: progress dots without a
+            # newline are activity (readline would wait for the newline)
+            while chunk := os.read(stream.fileno(), READ_CHUNK):
                 self.last_activity = time.monotonic()
-                if not raw.endswith(b"\n"):
-                    self._skip_rest_of_line(stream)
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                self.tail.append(line[:TAIL_LINE_CHARS])
-                if self.on_line is not None:
-                    self._tell(line)
+                rest, skipping = self._split(rest + chunk, skipping)
+        if rest and not skipping:
+            self._line(rest)
 
-    def _skip_rest_of_line(self, stream: IO[bytes]) -> None:
-        """Read past the rest of a line longer than ``max_line_bytes`` without keeping it:
-        a child printing gigabytes without a newline must not fill the daemon's memory."""
-        while chunk := stream.readline(self.max_line_bytes):
-            self.last_activity = time.monotonic()
-            if chunk.endswith(b"\n"):
-                return
+    def _split(self, data: bytes, skipping: bool) -> tuple[bytes, bool]:
+        """Hand on each whole line of ``data``; return the unfinished rest, and whether the
+        rest of an over-long line is being skipped. A line longer than ``max_line_bytes``
+        is handed on cut and its rest read past without keeping it: a child printing
+        gigabytes without a newline must not fill the daemon's memory."""
+        start = 0
+        while (end := data.find(b"\n", start)) != -1:
+            if not skipping:
+                self._line(data[start : min(end, start + self.max_line_bytes)])
+            skipping, start = False, end + 1
+        rest = data[start:]
+        if skipping:
+            return b"", True
+        if len(rest) >= self.max_line_bytes:
+            self._line(rest[: self.max_line_bytes])
+            return b"", True
+        return rest, False
+
+    def _line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", errors="replace")
+        self.tail.append(line[:TAIL_LINE_CHARS])
+        if self.on_line is not None:
+            self._tell(line)
 
     def _tell(self, line: str) -> None:
         """Hand ``line`` on; a receiver that fails loses that line, never the reading (a dead

@@ -75,3 +75,28 @@ def test_a_child_that_talks_before_reading_its_stdin_gets_all_of_it(tmp_path: Pa
     )
     assert result.returncode == 0, result
     assert result.output_tail.splitlines()[-1] == f"read {len(prompt)}"
+
+
+DOTS_WITHOUT_NEWLINE = """
+import sys, time
+for i in range(12):
+    sys.stdout.write(".")  # a test runner's progress: one dot per test, the newline at the end
+    sys.stdout.flush()
+    time.sleep(0.25)
+print(" 12 passed", flush=True)
+"""
+
+
+def test_output_without_a_newline_is_activity_not_idleness(tmp_path: Path) -> None:
+    """A child that prints progress dots keeps printing, if not whole lines: it is not
+    idle, and is not killed as idle. Its line is handed on whole once it ends."""
+    seen: list[str] = []
+    result = run_command(
+        [sys.executable, "-c", DOTS_WITHOUT_NEWLINE],
+        cwd=tmp_path,
+        env={},
+        on_line=seen.append,
+        idle_timeout_s=2.0,
+    )
+    assert not result.idle_timed_out and result.returncode == 0, result
+    assert seen == ["." * 12 + " 12 passed"]
