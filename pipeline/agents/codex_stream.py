@@ -29,6 +29,8 @@ from pipeline.core.proc import CommandResult
 
 _TOOL_ITEMS = ("command_execution", "file_change", "mcp_tool_call", "web_search")
 # "exceeded retry limit, last status: 429 Too Many Requests", "unexpected status 401 Unauthorized"
+MAX_OPEN_ITEMS = 1024  # tool items seen started, not yet completed, remembered at once
+MAX_ERRORS = 20  # turn errors kept for the result (the first ones)
 _STATUS = re.compile(r"\bstatus:? (\d{3})\b")
 _SHELL_WRAPPER = re.compile(r"^\S*sh -l?c (.+)$", re.DOTALL)
 
@@ -109,7 +111,7 @@ class CodexStreamParser:
     api_error_status: int | None = None
     failed: bool = False
     finished: bool = False
-    _seen: set[str] = field(default_factory=set)
+    open_items: dict[str, None] = field(default_factory=dict)  # insertion-ordered
 
     def __post_init__(self) -> None:
         self._lines = JsonLines(self.events, "codex")
@@ -141,7 +143,8 @@ class CodexStreamParser:
         self.done.set()
 
     def _error(self, message: str) -> None:
-        self.errors.append(message)
+        if len(self.errors) < MAX_ERRORS:  # a stream repeating failures must not fill memory
+            self.errors.append(message)
         status = _STATUS.search(message)
         if status is not None:
             self.api_error_status = int(status.group(1))
@@ -151,16 +154,32 @@ class CodexStreamParser:
             return
         item_type = item.get("type")
         item_id = _text(item.get("id"))
-        if item_type in _TOOL_ITEMS and item_id not in self._seen:
-            self._seen.add(item_id)
-            self.tool_calls += 1
-            self.events("tool", item_summary(item, self.workdir), {"tool": str(item_type)})
+        if item_type in _TOOL_ITEMS:
+            self._tool(kind, item_id, item)
         elif item_type == "agent_message" and kind == "item.completed":
             self.last_text = _text(item.get("text"))
             if self.last_text.strip():
                 self.events("agent", summarise(f"codex: {self.last_text}"))
         elif item_type == "error" and kind == "item.completed":
             self.events("log", f"codex: {_message(item)}")
+
+    def _tool(self, kind: str, item_id: str, item: Mapping[str, object]) -> None:
+        """Count and show a tool item once, though it is reported started and completed.
+
+        Only items started and not yet completed are remembered, at most
+        ``MAX_OPEN_ITEMS`` (the oldest forgotten): a stream of a million items must not
+        fill the daemon's memory.
+        """
+        if item_id in self.open_items:
+            if kind == "item.completed":
+                del self.open_items[item_id]
+            return
+        if kind != "item.completed":
+            self.open_items[item_id] = None
+            if len(self.open_items) > MAX_OPEN_ITEMS:
+                del self.open_items[next(iter(self.open_items))]
+        self.tool_calls += 1
+        self.events("tool", item_summary(item, self.workdir), {"tool": str(item.get("type"))})
 
     def result(self, command: CommandResult) -> AgentResult | None:
         if not self.finished:

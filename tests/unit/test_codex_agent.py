@@ -10,7 +10,13 @@ import pytest
 
 from pipeline.agents import AgentRequest, AgentResult, classify_result
 from pipeline.agents.codex import CodexAgent, UsageLedger, usage_cost
-from pipeline.agents.codex_stream import CodexStreamParser, CodexUsage, shell_command
+from pipeline.agents.codex_stream import (
+    MAX_ERRORS,
+    MAX_OPEN_ITEMS,
+    CodexStreamParser,
+    CodexUsage,
+    shell_command,
+)
 from pipeline.config.settings import AgentPreset
 from pipeline.core.errors import EscalationError, FatalError, RetryableError
 from pipeline.core.proc import CommandResult
@@ -213,3 +219,25 @@ def test_a_budget_without_prices_is_reported_as_not_enforced(tmp_path: Path) -> 
     assert result.subtype == "success" and result.cost_usd == 0.0
     assert result.tokens_in == 9_000_000
     assert any("is not enforced" in message for _, message, _ in sink.of_kind("agent"))
+
+
+def _tool_item(kind: str, item_id: str) -> str:
+    item = {"id": item_id, "type": "command_execution", "command": "true", "status": "completed"}
+    return json.dumps({"type": kind, "item": item})
+
+
+def test_a_flood_of_tool_items_is_counted_once_each_in_bounded_memory() -> None:
+    """Each tool item is counted once though reported started and completed; a stream
+    of items that never complete (a hostile or broken agent) is remembered boundedly,
+    and so are repeated failures."""
+    parser = CodexStreamParser(RecordingSink(), WORKDIR)
+    for number in range(3000):
+        parser.feed(_tool_item("item.started", f"pair_{number}"))
+        parser.feed(_tool_item("item.completed", f"pair_{number}"))
+    for number in range(3 * MAX_OPEN_ITEMS):
+        parser.feed(_tool_item("item.started", f"open_{number}"))
+    for _ in range(5 * MAX_ERRORS):
+        parser.feed(json.dumps({"type": "turn.failed", "error": {"message": "boom"}}))
+    assert parser.tool_calls == 3000 + 3 * MAX_OPEN_ITEMS
+    assert len(parser.open_items) == MAX_OPEN_ITEMS
+    assert len(parser.errors) == MAX_ERRORS
