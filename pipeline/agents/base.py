@@ -19,7 +19,7 @@ from pipeline.core.events import EventSink
 from pipeline.core.proc import CommandResult, StopToken
 from pipeline.sandbox.jail import Jail
 
-_BLOCKED = re.compile(r"^\s*BLOCKED:\s*(.+?)\s*$", re.MULTILINE)
+_BLOCKED = re.compile(r"^[ \t]*BLOCKED:[ \t]*(\S.*?)\s*$", re.MULTILINE)
 _RETRYABLE_TEXT = (
     ("overloaded", "agent_overloaded"),
     ("high demand", "agent_overloaded"),  # Codex's words for a 5xx from the model API

@@ -29,7 +29,6 @@ from pipeline.core.errors import ConfigError
 from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
 
-MAX_SCANNED_LINES = 2000
 MAX_OUTPUT_EVENTS = 200
 
 
@@ -103,12 +102,12 @@ class CommandAgent:
         output: OutputEvents,
         stop: StopToken | None,
     ) -> AgentResult:
-        lines: list[str] = []
+        blocked: list[str] = []  # the last line giving a BLOCKED reason: the one that counts
 
         def keep(line: str) -> None:
             output(line)
-            if len(lines) < MAX_SCANNED_LINES or line.lstrip().startswith("BLOCKED:"):
-                lines.append(line)
+            if "BLOCKED:" in line and blocked_reason(line) is not None:
+                blocked[:] = [line]
 
         command = run_agent_process(
             self.preset,
@@ -126,7 +125,7 @@ class CommandAgent:
             subtype="success" if command.returncode == 0 else "error_exit",
             is_error=command.returncode != 0,
             result_text=command.output_tail[-4000:],
-            blocked_reason=blocked_reason("\n".join(lines)),
+            blocked_reason=blocked_reason("\n".join(blocked)),
             errors=() if command.returncode == 0 else (summarise(command.output_tail[-400:], 400),),
             exit_code=command.returncode,
         )

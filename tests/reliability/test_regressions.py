@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -200,3 +201,32 @@ def test_sync_repos_survives_replicas_starting_together(postgres_url: str) -> No
         first.close()
         second.close()
     assert raced == [True] and names == ["widgets"]
+
+
+FLOOD_OF_BLOCKED = """
+import sys
+print("BLOCKED: the first reason")
+for i in range(20_000):
+    sys.stdout.write("BLOCKED: " + str(i) + " " + "x" * 4000 + "\\n")
+print("BLOCKED: the last reason")
+print("BLOCKED:   ")
+"""
+
+
+def test_command_agent_flooding_blocked_lines_keeps_the_last_reason_in_bounded_memory(
+    tmp_path: Path,
+) -> None:
+    """80 MB of ``BLOCKED:`` lines (a looping or hostile agent) are not all kept: only
+    the last line that gives a reason counts, and only it is remembered."""
+    preset = AgentPreset(name="c", kind="command", command=(sys.executable, "-c", FLOOD_OF_BLOCKED))
+    request = AgentRequest(
+        prompt="p", workdir=tmp_path, env={"PATH": "/usr/bin:/bin"}, home=tmp_path / "home"
+    )
+    tracemalloc.start()
+    try:
+        result = CommandAgent(preset).run(request, events=lambda *a, **k: None, stop=None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.blocked_reason == "the last reason"
+    assert peak < 16 << 20, f"peak {peak >> 20} MiB"

@@ -90,6 +90,12 @@ def test_blocked_reason_takes_the_last_blocked_line() -> None:
     assert blocked_reason("all good, nothing BLOCKED here") is None
 
 
+def test_a_blocked_line_without_a_reason_gives_none_and_never_borrows_the_next_line() -> None:
+    """``BLOCKED:`` alone is no reason: neither blanks nor the line after it become one."""
+    assert blocked_reason("BLOCKED:   \nrm -rf everything") is None
+    assert blocked_reason("BLOCKED: real reason\nBLOCKED:\t \n") == "real reason"
+
+
 def test_summarise_bounds_and_flattens() -> None:
     """Summaries are one line of bounded length."""
     text = summarise("a\nb " + "x" * 500)
