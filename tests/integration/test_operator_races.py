@@ -7,12 +7,14 @@ put that commit exactly between the two.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from pipeline.store import Store
 
@@ -87,3 +89,40 @@ def test_cancel_of_a_busy_run_swept_back_to_the_queue_meanwhile_ends_it(
     assert [getattr(s, "recovered", None) for s in sweeps] == [[run_id]]
     assert (after.state, after.owner) == ("cancelled", None)
     assert daemon.claim_next("replica-b", max_concurrency=4, lease_s=LEASE_S) is None
+
+
+def _waiting_on_a_lock(store: Store) -> bool:
+    """True while some session of this database waits for a row lock."""
+    with store.engine.connect() as conn:
+        waiting = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar_one()
+    return bool(waiting)
+
+
+def test_an_operators_label_and_the_daemons_label_swap_both_stay(
+    replicas: tuple[Store, Store],
+) -> None:
+    """`pipeline issue label` racing the daemon's own label change on the same local issue
+    keeps both: the operator's ready label is not written over (nor the daemon's)."""
+    operator, daemon = replicas
+    issue = operator.add_local_issue("alpha", "t", "", author="alice", labels=("agent-working",))
+    swap = threading.Thread(
+        target=lambda: daemon.change_local_labels(issue.id, remove=("agent-working",))
+    )
+
+    def daemon_meanwhile() -> object:
+        swap.start()  # it either finishes (nothing held it) or waits for the operator's lock
+        while swap.is_alive() and not _waiting_on_a_lock(daemon):
+            time.sleep(0.01)
+        return True
+
+    with _just_before(operator, "UPDATE LOCAL_ISSUES", daemon_meanwhile):
+        said = operator.change_local_labels(issue.id, add=("ready-for-agent",), by="alice")
+    swap.join()
+    assert "ready-for-agent" in said.labels
+    final = operator.get_local_issue(issue.id)
+    assert final is not None and final.labels == ("ready-for-agent",)
