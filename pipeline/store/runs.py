@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.core.states import RETRYABLE_TERMINAL
+from pipeline.core.states import RESUMABLE_REASONS, RETRYABLE_TERMINAL, RunState
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
 from pipeline.store.history import run_from_row, runs_query
@@ -113,6 +113,28 @@ def ended_values(state: str, now: datetime) -> dict[str, object]:
         "finished_at": now,
         "updated_at": now,
     }
+
+
+def _retry_of(old: Run, by: str) -> tuple[dict[str, object], _Queued]:
+    """A retry's row values and ``queued`` event. A retried escalation the agent's question
+    ended (``blocked``, ``tests_red``) is linked to it, as re-adding the ready label links
+    it: the retry resumes that session with the replies posted since (ADR 28)."""
+    answers = (
+        old.kind == "issue"
+        and old.state == RunState.ESCALATED
+        and old.error_class in RESUMABLE_REASONS
+    )
+    values: dict[str, object] = {
+        "issue_id": old.issue_id,
+        "kind": old.kind,
+        "priority": old.priority,
+        "parent_id": old.id if answers else old.parent_id,
+        "max_attempts": old.max_attempts,
+        "timeout_s": old.timeout_s,
+        "requested_by": by,
+    }
+    said = f"queued by {by}: retry of run {old.id}" + (", answering it" if answers else "")
+    return values, _Queued(said)
 
 
 class RunsMixin(StoreBase):
@@ -260,16 +282,7 @@ class RunsMixin(StoreBase):
                 existing = self._active_for_issue(conn, old.issue_id)
                 if existing is not None:
                     return EnqueueResult(existing, created=False)
-                values = {
-                    "issue_id": old.issue_id,
-                    "kind": old.kind,
-                    "priority": old.priority,
-                    "parent_id": old.parent_id,
-                    "max_attempts": old.max_attempts,
-                    "timeout_s": old.timeout_s,
-                    "requested_by": by,
-                }
-                queued = _Queued(f"queued by {by}: retry of run {run_id}")
+                values, queued = _retry_of(old, by)
                 new_id = self._insert_run(conn, old.repo_id, values, queued)
                 self._append_event(
                     conn,
