@@ -74,11 +74,8 @@ def _open_store(settings: Settings) -> Store:
     store = Store(settings.database_url)
     if settings.run_migrations:
         store.upgrade()
-    elif not store.schema_current():
-        raise ConfigError(
-            f"{redact_url(settings.database_url)}: the schema is out of date and "
-            "run_migrations is off; run `pipeline db upgrade`"
-        )
+    elif (problem := store.schema_problem()) is not None:
+        raise ConfigError(f"{redact_url(settings.database_url)}: {problem} (run_migrations is off)")
     store.sync_repos(settings.repos)
     return store
 

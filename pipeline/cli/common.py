@@ -79,12 +79,10 @@ def open_store(args: argparse.Namespace, *, require_schema: bool = True) -> Stor
     settings = load(args)
     register_settings_secrets(settings)
     store = Store(settings.database_url)
-    if require_schema and not store.schema_current():
+    problem = store.schema_problem() if require_schema else None
+    if problem is not None:
         store.close()
-        raise CliError(
-            f"{redact_url(settings.database_url)}: the schema is missing or out of date; "
-            "run `pipeline db upgrade` first"
-        )
+        raise CliError(f"{redact_url(settings.database_url)}: {problem}")
     return store
 
 

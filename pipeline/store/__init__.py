@@ -78,6 +78,10 @@ class Store(
     def schema_current(self) -> bool:
         return migrate.current_revision(self.engine) == migrate.head_revision()
 
+    def schema_problem(self) -> str | None:
+        """None when the schema is this release's; else what is wrong and what to do."""
+        return migrate.schema_problem(self.engine)
+
 
 __all__ = [
     "Attempt",

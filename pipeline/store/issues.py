@@ -231,9 +231,14 @@ class IssuesMixin(StoreBase):
         remove: tuple[str, ...] = (),
         by: str = "",
     ) -> LocalIssue:
+        # Locked on PostgreSQL (SQLite's write transaction is exclusive already): an
+        # operator's `pipeline issue label` and the daemon's label swap read and write
+        # the same list, and neither may write over the other's change.
         with self._write() as conn:
             row = conn.execute(
-                select(LocalIssueRow.labels_json).where(LocalIssueRow.id == issue_id)
+                select(LocalIssueRow.labels_json)
+                .where(LocalIssueRow.id == issue_id)
+                .with_for_update()
             ).first()
             if row is None:
                 raise UnknownIssue(issue_id)

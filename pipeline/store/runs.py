@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from pipeline.core.states import RETRYABLE_TERMINAL
+from pipeline.core.states import RESUMABLE_REASONS, RETRYABLE_TERMINAL, RunState
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
 from pipeline.store.history import run_from_row, runs_query
@@ -23,6 +23,9 @@ from pipeline.store.records import Run
 from pipeline.store.repos import UnknownRepo
 
 QUEUE_FULL_RETRY_AFTER_S = 30.0
+# A cancel reads the run and writes on condition of the state it read; another replica's
+# claim or sweep may change that state in between (PostgreSQL), so it reads again.
+CANCEL_TRIES = 3
 
 
 class QueueFull(Exception):
@@ -112,6 +115,28 @@ def ended_values(state: str, now: datetime) -> dict[str, object]:
     }
 
 
+def _retry_of(old: Run, by: str) -> tuple[dict[str, object], _Queued]:
+    """A retry's row values and ``queued`` event. A retried escalation the agent's question
+    ended (``blocked``, ``tests_red``) is linked to it, as re-adding the ready label links
+    it: the retry resumes that session with the replies posted since (ADR 28)."""
+    answers = (
+        old.kind == "issue"
+        and old.state == RunState.ESCALATED
+        and old.error_class in RESUMABLE_REASONS
+    )
+    values: dict[str, object] = {
+        "issue_id": old.issue_id,
+        "kind": old.kind,
+        "priority": old.priority,
+        "parent_id": old.id if answers else old.parent_id,
+        "max_attempts": old.max_attempts,
+        "timeout_s": old.timeout_s,
+        "requested_by": by,
+    }
+    said = f"queued by {by}: retry of run {old.id}" + (", answering it" if answers else "")
+    return values, _Queued(said)
+
+
 class RunsMixin(StoreBase):
     """Domain verbs of the queue that are not claiming, sweeping or fenced writes."""
 
@@ -198,33 +223,51 @@ class RunsMixin(StoreBase):
     def cancel_run(self, run_id: int, by: str) -> Run:
         """Cancel: a waiting run ends at once, a busy one is flagged for its worker.
 
-        A run already terminal is returned unchanged (cancelling is idempotent).
+        A run already terminal is returned unchanged (cancelling is idempotent). Each
+        write is conditional on the state it was read in: on PostgreSQL another replica
+        may claim the run between the read and the write, and a claimed run is flagged
+        for its worker, never ended under it.
         """
         with self._write() as conn:
-            run = read_run(conn, run_id)
             now = db_now(conn)
-            if run.state in WAITING_STATES:
-                self._cancel_waiting(conn, run, by, now)
-            elif run.state in BUSY_STATES and not run.cancel_requested:
-                self._flag_cancel(conn, run, by, now)
+            for _ in range(CANCEL_TRIES):  # read again when a claim or a sweep came between
+                run = read_run(conn, run_id)
+                if run.state in WAITING_STATES:
+                    done = self._cancel_waiting(conn, run, by, now)
+                elif run.state in BUSY_STATES and not run.cancel_requested:
+                    done = self._flag_cancel(conn, run, by, now)
+                else:
+                    done = True  # ended, or its worker has been asked already
+                if done:
+                    break
             return read_run(conn, run_id)
 
-    def _cancel_waiting(self, conn: Connection, run: Run, by: str, now: datetime) -> None:
+    def _cancel_waiting(self, conn: Connection, run: Run, by: str, now: datetime) -> bool:
+        """End a waiting run cancelled; False when it is no longer waiting."""
         said = f"cancelled by {by}"
-        conn.execute(
+        ended = conn.execute(
             update(RunRow)
-            .where(RunRow.id == run.id)
+            .where(RunRow.id == run.id, RunRow.state.in_(WAITING_STATES))
             .values(**ended_values("cancelled", now), error_class="cancelled", error=said)
-        )
+        ).rowcount
+        if not ended:
+            return False
         data = {"state": "cancelled", "by": by}
         self._append_event(conn, (run.id, run.attempt), "state", said, data, now)
+        return True
 
-    def _flag_cancel(self, conn: Connection, run: Run, by: str, now: datetime) -> None:
-        conn.execute(
-            update(RunRow).where(RunRow.id == run.id).values(cancel_requested=True, updated_at=now)
-        )
+    def _flag_cancel(self, conn: Connection, run: Run, by: str, now: datetime) -> bool:
+        """Ask a busy run's worker to stop it; False when it is no longer busy."""
+        flagged = conn.execute(
+            update(RunRow)
+            .where(RunRow.id == run.id, RunRow.state.in_(BUSY_STATES))
+            .values(cancel_requested=True, updated_at=now)
+        ).rowcount
+        if not flagged:
+            return False
         said = f"cancel requested by {by}"
         self._append_event(conn, (run.id, run.attempt), "cancel", said, {"by": by}, now)
+        return True
 
     def retry_run(self, run_id: int, by: str) -> EnqueueResult:
         """Queue a new run like a failed/escalated/cancelled one (the old run stays as it is)."""
@@ -239,16 +282,7 @@ class RunsMixin(StoreBase):
                 existing = self._active_for_issue(conn, old.issue_id)
                 if existing is not None:
                     return EnqueueResult(existing, created=False)
-                values = {
-                    "issue_id": old.issue_id,
-                    "kind": old.kind,
-                    "priority": old.priority,
-                    "parent_id": old.parent_id,
-                    "max_attempts": old.max_attempts,
-                    "timeout_s": old.timeout_s,
-                    "requested_by": by,
-                }
-                queued = _Queued(f"queued by {by}: retry of run {run_id}")
+                values, queued = _retry_of(old, by)
                 new_id = self._insert_run(conn, old.repo_id, values, queued)
                 self._append_event(
                     conn,

@@ -145,6 +145,21 @@ def test_a_cancelled_run_is_unlabelled_but_not_blocked(world: World) -> None:
     assert len(world.inbox.sent) == 1
 
 
+def test_a_run_cancelled_after_its_push_does_not_ask_for_a_retry(world: World) -> None:
+    """Cancelled while its pushed commit was watched: the comment names the commit, says its
+    CI and deploy went unwatched, and offers no retry (that would implement the issue again)."""
+    number, run = world.issue_run()
+    sha = "ab" * 20
+    world.store.update_run(run.id, "w", run.attempt, pushed_sha=sha)
+    ended = world.finish(run, "cancelled", "cancelled", "cancelled while running")
+    world.endings.announce(ended)
+    assert world.labels(number) == ()
+    (comment,) = world.comments(number)
+    assert sha in comment and "were not watched" in comment
+    assert f"pipeline runs retry {run.id}" not in comment
+    assert f"pipeline runs show {run.id}" in comment
+
+
 def test_a_frozen_ending_names_the_unfreeze(world: World) -> None:
     """Escalated with the repo frozen by this run: the next step is the unfreeze command."""
     number, run = world.issue_run()

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import io
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
+from pipeline.cli.main import main
+from pipeline.core.errors import ConfigError
 from pipeline.store import Store, migrate
 from pipeline.store.models import Base
 
@@ -63,3 +68,25 @@ def test_downgrade_base_removes_every_table(database_url: str) -> None:
         assert _diff(store) == []
     finally:
         store.close()
+
+
+def test_a_schema_a_newer_release_wrote_is_refused_by_name(database_url: str) -> None:
+    """After a newer release migrated the database (a replica upgraded first), this release's
+    daemon start (`db upgrade`, the same migration step) and its history commands exit 2
+    saying so, instead of alembic's traceback or a false 'run `pipeline db upgrade`'."""
+    store = Store(database_url)
+    try:
+        store.upgrade()
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '0099_from_the_future'"))
+        with pytest.raises(ConfigError, match=r"0099_from_the_future.*newer release"):
+            store.upgrade()
+    finally:
+        store.close()
+    for args in (["db", "upgrade"], ["runs", "list"]):
+        out, err = io.StringIO(), io.StringIO()
+        status = main([*args, "--database-url", database_url], out, err)
+        said = err.getvalue()
+        assert status == 2, (args, said)
+        assert "a newer release has migrated it" in said
+        assert "run `pipeline db upgrade`" not in said

@@ -264,6 +264,26 @@ def test_retry_run_queues_a_new_run_for_ended_runs_only(store: Store) -> None:
     assert any(e.kind == "retry" for e in store.run_events(run_id))
 
 
+def test_retry_of_a_blocked_run_answers_it_as_relabelling_does(store: Store) -> None:
+    """`runs retry` of a run the agent's question escalated links the new run to it, so the
+    new run resumes that session with the replies (as re-adding the label does); a retry of
+    any other ending starts afresh."""
+    from pipeline.run.resume import answered_run
+
+    blocked = store.enqueue("alpha", EnqueueOptions(issue_id=_issue(store, 4))).run.id
+    failed = store.enqueue("beta", EnqueueOptions(issue_id=_issue(store, 5, "beta"))).run.id
+    _claim(store)
+    _claim(store)
+    store.finish(blocked, "w1", 1, "escalated", error_class="blocked", error="which port?")
+    store.finish(failed, "w1", 1, "failed", error_class="fatal", error="bad config")
+    answering = store.retry_run(blocked, by="carol").run
+    assert answering.parent_id == blocked
+    found = answered_run(store, answering)
+    assert found is not None and found.id == blocked
+    afresh = store.retry_run(failed, by="carol").run
+    assert afresh.parent_id is None and answered_run(store, afresh) is None
+
+
 def test_cost_and_counts(store: Store) -> None:
     """repo_cost_since sums the repo's cost; counts follow the states."""
     run_id = store.enqueue("alpha").run.id
