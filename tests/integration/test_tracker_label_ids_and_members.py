@@ -1,11 +1,11 @@
-"""Label ids that change under the daemon (Gitea)."""
+"""Label ids that change under the daemon (Gitea) and trust beyond the first page (GitLab)."""
 
 from __future__ import annotations
 
 import pytest
 
 from pipeline.core.errors import FatalError
-from pipeline.testing.forges import FakeGitea
+from pipeline.testing.forges import FakeGitea, FakeGitLab
 from pipeline.testing.forges.clients import client_for
 
 SLUG = "acme/widgets"
@@ -57,3 +57,19 @@ def test_gitea_label_the_forge_keeps_refusing_fails_naming_label_and_repo() -> N
     assert READY in message and SLUG in message
     label_reads = [r for r in fake.requests if r.method == "GET" and r.path.endswith("/labels")]
     assert len(label_reads) == 2  # the first fill, then one refresh; no loop
+
+
+def test_gitlab_maintainer_beyond_the_first_page_of_members_is_trusted() -> None:
+    """A maintainer listed after 100 other matching members is still trusted."""
+    fake = FakeGitLab(token="t")
+    fake.add_repo(SLUG)
+    for n in range(120):  # their usernames contain the maintainer's, so a search finds them first
+        fake.set_permission(SLUG, f"dev{n:03d}", "10")
+    fake.set_permission(SLUG, "dev", "40")
+    fake.set_permission(SLUG, "guest-dev", "10")
+    with fake:
+        client = client_for(fake)
+        assert client.is_trusted(SLUG, "dev")
+        assert not client.is_trusted(SLUG, "guest-dev")
+        assert not client.is_trusted(SLUG, "dev001")
+        assert not client.is_trusted(SLUG, "nobody")
