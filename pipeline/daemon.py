@@ -109,7 +109,9 @@ class Daemon:
         self.finals = ProgressFinals(settings, self.store, self.trackers)
         self.flow = self._flow()
         self.scheduler = self._scheduler()
-        self.intake = Intake(self.store, settings, self.trackers, self.lifecycle)
+        self.intake = Intake(
+            self.store, settings, self.trackers, self.lifecycle, notifier=self.notifier
+        )
         self.periodic = Periodic(name="daemon")
         self.server: Any = None
         self._stopped = threading.Event()
@@ -261,7 +263,27 @@ class Daemon:
             log.warning("[http] public_url is not set: issue comments link to no dashboard")
 
     def _health(self) -> dict[str, object]:
-        return {"sandbox": self.sandbox.mode, "sandbox_detail": self.sandbox.description}
+        """The sandbox, and every repo whose tracker refuses the token (then ``degraded``)."""
+        health: dict[str, object] = {
+            "sandbox": self.sandbox.mode,
+            "sandbox_detail": self.sandbox.description,
+        }
+        refused = [
+            {
+                "tracker": r.tracker,
+                "repo": r.repo,
+                "slug": r.slug,
+                "status": r.status,
+                "since": r.since,
+                "failures": r.failures,
+                "error": r.error,
+            }
+            for r in self.intake.access.refusals()
+        ]
+        health["trackers_refused"] = refused
+        if refused:
+            health["status"] = "degraded"
+        return health
 
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         if self._stopped.is_set():

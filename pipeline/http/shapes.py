@@ -138,6 +138,18 @@ class RepoListJson(TypedDict):
     repos: list[RepoJson]
 
 
+class TrackerRefusedJson(TypedDict):
+    """A repo whose tracker refuses the daemon's token (401, or 403 without a rate limit)."""
+
+    tracker: str
+    repo: str
+    slug: str
+    status: str
+    since: Timestamp
+    failures: int
+    error: str
+
+
 class HealthJson(TypedDict):
     status: Literal["ok", "degraded"]
     database: Literal["ok", "unreachable"]
@@ -146,6 +158,7 @@ class HealthJson(TypedDict):
     queued: int
     capacity: int
     frozen_repos: list[str]
+    trackers_refused: NotRequired[list[TrackerRefusedJson]]
 
 
 class ErrorJson(TypedDict):
@@ -177,6 +190,7 @@ SHAPES: dict[str, type] = {
     "Repo": RepoJson,
     "RepoList": RepoListJson,
     "Health": HealthJson,
+    "TrackerRefused": TrackerRefusedJson,
     "Error": ErrorJson,
     "WebhookAnswer": WebhookJson,
 }

@@ -7,7 +7,9 @@ dedupes on the issue so labelling twice enqueues once. Accepting a label
 also keeps a snapshot of the title and body it vouched for.
 
 A failing tracker backs off on its own (``retry-after`` or reset when the
-forge says, else exponential) without stopping the others or the daemon.
+forge says, else exponential) without stopping the others or the daemon. A
+repo whose forge refuses the token (401, or 403 without a rate limit) backs
+off too, and a human is told once (``pipeline.intake.access``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from typing import TypeVar
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
+from pipeline.intake.access import MAX_POLL_BACKOFF_S, AccessWatch
 from pipeline.intake.commands import ResumeCommands, answered_run
 from pipeline.intake.dependencies import DependencyCheck, report_problem
 from pipeline.intake.lifecycle import OPEN_STATES, VIA_LABEL, Lifecycle
 from pipeline.intake.lists import Lazy, Listed, fetch_lists
 from pipeline.intake.records import IntakeMetrics, PollReport, TrackerHealth, Vouch, seen
+from pipeline.notify.escalation import Notifies
 from pipeline.store import Issue
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
@@ -35,7 +39,6 @@ from pipeline.trackers.webhooks import WebhookPayloadError, parse_event, verify
 
 log = logging.getLogger(__name__)
 
-MAX_POLL_BACKOFF_S = 900.0
 T = TypeVar("T")
 
 
@@ -50,6 +53,7 @@ class Intake:
         lifecycle: Lifecycle,
         *,
         clock: Callable[[], float] = time.monotonic,
+        notifier: Notifies | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -76,9 +80,14 @@ class Intake:
         self.on_poll_error: Callable[[str], None] | None = None
         self.on_webhook_rejected: Callable[[str, str], None] | None = None
         self.commands = ResumeCommands(store, settings, trackers, lifecycle)
+        self.access = AccessWatch(self.poll_interval_s, clock, notifier, store)
 
     def repos_of(self, tracker: str) -> list[RepoSettings]:
         return [r for r in self.settings.repos if r.tracker == tracker]
+
+    def poll_interval_s(self, tracker: str) -> float:
+        cfg = self.settings.tracker(tracker)
+        return (cfg.poll_interval_s if cfg else None) or self.settings.poll_interval_s
 
     def repo_for(self, tracker: str, slug: str) -> RepoSettings | None:
         return next((r for r in self.repos_of(tracker) if r.slug.lower() == slug.lower()), None)
@@ -94,9 +103,14 @@ class Intake:
         A transient error (5xx, timeout, rate limit, full queue) ends this
         tracker's cycle and backs it off; a repo-scoped one (a missing repo, no
         permission) is counted and logged, and the other repos are still polled.
+        A repo whose token is refused is backed off on its own, and what changed
+        in such refusals is told to a human at the end of the poll.
         """
         with self._poll_locks.setdefault(tracker_name, threading.Lock()):
-            return self._poll(tracker_name)
+            try:
+                return self._poll(tracker_name)
+            finally:
+                self.access.tell(tracker_name)
 
     def _poll(self, tracker_name: str) -> PollReport:
         health = self.health.setdefault(tracker_name, TrackerHealth())
@@ -105,9 +119,8 @@ class Intake:
         seen = enqueued = unchanged = 0
         repo_error: str | None = None
         in_queue = Lazy(self.store.issues_in_queue)  # read once per cycle, only if needed
-        repos = self.repos_of(tracker_name)
-        cfg = self.settings.tracker(tracker_name)
-        lists = fetch_lists(self.trackers[tracker_name], repos, cfg.poll_concurrency if cfg else 1)
+        repos = [r for r in self.repos_of(tracker_name) if not self.access.waiting(r)]
+        lists = fetch_lists(self.trackers[tracker_name], repos, self._concurrency(tracker_name))
         for index, (repo, listed) in enumerate(zip(repos, lists, strict=True)):
             try:
                 counts = self._poll_repo(repo, in_queue, listed)
@@ -117,14 +130,16 @@ class Intake:
             except (FatalError, ConfigError) as exc:
                 repo_error = f"{repo.name}: {exc}"
                 self._count_poll_error(tracker_name)
-                log.warning("tracker %s: poll of %s failed: %s", tracker_name, repo.name, exc)
+                if self.access.refused(repo, exc) is None:
+                    log.warning("tracker %s: poll of %s failed: %s", tracker_name, repo.name, exc)
                 continue
+            self.access.answered(repo)
             if counts is None:
                 unchanged += 1
             else:
                 seen, enqueued = seen + counts[0], enqueued + counts[1]
         try:  # `/afk resume` on escalated issues (not in the ready list): one read per cycle
-            enqueued += self.commands.check(self.repos_of(tracker_name))
+            enqueued += self.commands.check([r for r in repos if not self.access.waiting(r)])
         except (RetryableError, QueueFull) as exc:
             return self._poll_failed(tracker_name, health, exc, seen, enqueued)
         except (FatalError, ConfigError) as exc:
@@ -134,6 +149,10 @@ class Intake:
         return PollReport(
             tracker_name, seen=seen, enqueued=enqueued, unchanged=unchanged, error=repo_error
         )
+
+    def _concurrency(self, tracker: str) -> int:
+        cfg = self.settings.tracker(tracker)
+        return cfg.poll_concurrency if cfg else 1
 
     def _poll_repo(
         self, repo: RepoSettings, in_queue: Lazy[set[tuple[str, int]]], listed: Listed
@@ -192,9 +211,7 @@ class Intake:
         self, name: str, health: TrackerHealth, exc: Exception, seen: int, enqueued: int
     ) -> PollReport:
         health.failures += 1
-        cfg = self.settings.tracker(name)
-        interval = (cfg.poll_interval_s if cfg else None) or self.settings.poll_interval_s
-        base = min(MAX_POLL_BACKOFF_S, interval * 2 ** (health.failures - 1))
+        base = min(MAX_POLL_BACKOFF_S, self.poll_interval_s(name) * 2 ** (health.failures - 1))
         wait = max(base, getattr(exc, "retry_after_s", None) or 0.0)
         if isinstance(exc, QueueFull):
             wait = max(wait, exc.retry_after_s)

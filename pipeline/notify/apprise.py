@@ -30,13 +30,19 @@ from pipeline.store.outbox import NotificationDraft
 if TYPE_CHECKING:
     import apprise
 
-Kind = Literal["escalation", "freeze", "success"]
+Kind = Literal["escalation", "freeze", "success", "recovered"]
 
 log = logging.getLogger(__name__)
 
 # apprise's ``NotifyType`` values. apprise itself is imported at the first send: a
 # daemon that never sends (or not yet) does not carry it in memory.
-_TYPES: dict[str, str] = {"escalation": "failure", "freeze": "warning", "success": "success"}
+# "recovered" answers an earlier escalation (a tracker answers again): always sent.
+_TYPES: dict[str, str] = {
+    "escalation": "failure",
+    "freeze": "warning",
+    "success": "success",
+    "recovered": "success",
+}
 
 _load_lock = threading.Lock()
 _loaded = False

@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 
 from pipeline.core.events import EventSink
 
-NotifyKind = Literal["escalation", "freeze", "success"]
+NotifyKind = Literal["escalation", "freeze", "success", "recovered"]
 
 
 class Notifies(Protocol):

@@ -102,6 +102,10 @@ class IntakeStore(Protocol):
 
     def list_runs(self, flt: RunFilter | None = None) -> list[Run]: ...
 
+    def add_escalation(
+        self, repo: str, reason: str, detail: str, run_id: int | None = None, *, once: str = ""
+    ) -> int | None: ...
+
 
 class ApiStore(Protocol):
     """The HTTP API and dashboard: read the history, and the few operator writes."""

@@ -8,7 +8,10 @@ Quirks handled here, from Gitea's swagger description:
 - the issues endpoint returns pull requests too unless ``type=issues``, and a
   pull request carries a non-null ``pull_request``;
 - issue labels are set by id, so names are resolved through the repo's labels
-  (cached) and a missing label is created;
+  (cached) and a missing label is created; an id the forge no longer knows (a label
+  deleted and made again) is dropped from an add without a word and refused with 422
+  on a remove, so either reads the repo's labels again once, then fails naming the
+  label and the repo;
 - the labeller is the ``user`` of the newest ``label`` timeline entry for that
   label whose ``body`` is ``"1"`` (Gitea writes ``"1"`` for added, ``""`` for removed);
 - a commit's statuses carry their state under ``status``, the combined one under ``state``;
@@ -25,7 +28,7 @@ from typing import Any
 import httpx
 
 from pipeline.config.settings import TrackerSettings
-from pipeline.core.errors import ConfigError
+from pipeline.core.errors import ConfigError, FatalError
 from pipeline.trackers.base import (
     CiState,
     Comment,
@@ -120,16 +123,34 @@ class GiteaTracker:
         return permission_trusted(self.http, self.settings, _repo(slug), actor, WRITE_PERMISSIONS)
 
     def add_labels(self, slug: str, number: int, labels: Sequence[str]) -> None:
-        ids = [self._label_id(slug, name, create=True) for name in labels]
-        path = f"{_repo(slug)}/issues/{number}/labels"
-        self.http.mutate("POST", path, {"labels": ids}, not_found="missing_issue")
+        """Add by id; Gitea drops an id it does not know without a word (a label deleted
+        and made again has a new id), so the answer is checked and the ids read again once."""
+        if self._try_add(slug, number, labels, fresh=False):
+            return
+        if not self._try_add(slug, number, labels, fresh=True):
+            raise FatalError(
+                "forge_label",
+                f"gitea {slug}#{number}: labels {', '.join(map(repr, labels))} were not applied "
+                "although the repo's labels were read again; check the repo's labels",
+            )
 
     def remove_label(self, slug: str, number: int, label: str) -> None:
-        label_id = self._label_id(slug, label, create=False)
-        if label_id is None:
-            return  # no such label in the repo, so not on the issue either
-        path = f"{_repo(slug)}/issues/{number}/labels/{label_id}"
-        self.http.mutate("DELETE", path, not_found="missing_issue")
+        """Remove by id; an id the forge does not know (422) is read again once."""
+        for fresh in (False, True):
+            if fresh:
+                self._label_ids.pop(slug, None)
+            label_id = self._label_id(slug, label, create=False)
+            if label_id is None:
+                return  # no such label in the repo, so not on the issue either
+            path = f"{_repo(slug)}/issues/{number}/labels/{label_id}"
+            try:
+                self.http.mutate("DELETE", path, not_found="missing_issue")
+                return
+            except FatalError as exc:
+                if exc.kind != "forge_request":
+                    raise
+                if fresh:
+                    raise _label_error(exc, slug, label) from None
 
     def comment(self, slug: str, number: int, body: str) -> str:
         path = f"{_repo(slug)}/issues/{number}/comments"
@@ -198,9 +219,28 @@ class GiteaTracker:
             path, first, _next_page, conditional=conditional, not_found=not_found
         )
 
+    def _try_add(self, slug: str, number: int, labels: Sequence[str], *, fresh: bool) -> bool:
+        """POST the labels' ids (read afresh with ``fresh``); True when the issue now has them."""
+        if fresh:
+            self._label_ids.pop(slug, None)
+        ids = [self._label_id(slug, name, create=True) for name in labels]
+        path = f"{_repo(slug)}/issues/{number}/labels"
+        try:
+            page = self.http.mutate("POST", path, {"labels": ids}, not_found="missing_issue")
+        except FatalError as exc:
+            if exc.kind != "forge_request" or fresh:  # a forge that refuses an unknown id
+                raise
+            return False
+        if not isinstance(page.data, list):
+            return True  # nothing to check against
+        applied = {as_dict(lab, path).get("name") for lab in page.data}
+        return all(name in applied for name in labels)
+
     def _label_id(self, slug: str, name: str, *, create: bool) -> int | None:
+        """The repo label's id from the cache; a name the cache lacks is read again (the
+        label may have been made since), and created if still missing and ``create``."""
         ids = self._label_ids.get(slug)
-        if ids is None or (name not in ids and create):
+        if ids is None or name not in ids:
             ids = self._load_labels(slug)
         if name not in ids and create:
             page = self.http.mutate(
@@ -225,6 +265,14 @@ def _repo(slug: str) -> str:
     if "/" in owner:
         raise ConfigError(f"repo slug {slug!r}: Gitea slugs are owner/name")
     return f"/repos/{owner}/{name}"
+
+
+def _label_error(exc: FatalError, slug: str, label: str) -> FatalError:
+    return FatalError(
+        "forge_label",
+        f"gitea {slug}: label {label!r} could not be removed although the repo's labels "
+        f"were read again ({exc})",
+    )
 
 
 def _branch(pull: dict[str, Any], side: str) -> str | None:

@@ -5,7 +5,9 @@ issue by its ``iid``. Open issues are ``state=opened``; lists page by
 ``x-next-page``; labels are plain strings, changed with ``add_labels`` /
 ``remove_labels`` on ``PUT issues/:iid``; comments are notes (system notes left
 out); the labeller comes from ``resource_label_events``; CI is the newest
-pipeline for the SHA. Trust by permission means Developer (30) or above.
+pipeline for the SHA. Trust by permission means Developer (30) or above, read for
+the one user (``/users?username=``, then ``members/all/:user_id``), never from a
+list of members, which pages.
 
 Who edited an issue comes from its system notes: GitLab writes one, authored
 by the editor, for every description change ("changed the description") and
@@ -137,14 +139,27 @@ class GitLabTracker:
             return True
         if not self.settings.trust_write_permission:
             return False
-        path = f"{_project(slug)}/members/all"
-        page = self.http.get(path, {"query": actor, "per_page": "100"})
-        for raw in as_list(page.data, path):
-            member = as_dict(raw, path)
-            if member.get("username") == actor:
-                level: int = field(member, "access_level", path, int)
-                return level >= DEVELOPER_ACCESS
-        return False
+        user_id = self._user_id(actor)
+        if user_id is None:
+            return False
+        # One member, inherited or direct, by id: a list (even searched) pages, and the
+        # labeller may be anywhere in it. 404: not a member.
+        page = self.http.get_optional(f"{_project(slug)}/members/all/{user_id}")
+        if page is None:
+            return False
+        level: int = field(as_dict(page.data, page.url), "access_level", page.url, int)
+        return level >= DEVELOPER_ACCESS
+
+    def _user_id(self, username: str) -> int | None:
+        """``GET /users?username=``: the id of the user with exactly this (case-insensitive)
+        username. Read each time: a username freed by a rename may be taken by someone else."""
+        page = self.http.get("/users", {"username": username})
+        for raw in as_list(page.data, page.url):
+            user = as_dict(raw, page.url)
+            if str(user.get("username", "")).lower() == username.lower():
+                user_id: int = field(user, "id", page.url, int)
+                return user_id
+        return None
 
     def add_labels(self, slug: str, number: int, labels: Sequence[str]) -> None:
         body = {"add_labels": ",".join(labels)}

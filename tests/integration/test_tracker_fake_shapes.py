@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -248,6 +249,8 @@ GITLAB_ANSWERS = [
         ("action", "label.name", "created_at", "user.username"),
     ),
     ("/projects/{project}/members/all", "MemberSchema", ("username", "access_level")),
+    ("/projects/{project}/members/all/{octocat_id}", "MemberSchema", ("access_level",)),
+    ("/users?username=octocat", "SimpleUserSchema", ("id", "username")),
     ("/projects/{project}/pipelines", "PipelineSchema", ("id", "status", "web_url")),
     ("/projects/{project}/merge_requests", "MergeRequestSchema", ("web_url",)),
 ]
@@ -336,7 +339,9 @@ def _gitea_answer(fake: FakeGitea, path: str) -> Any:
 
 
 def _gitlab_answer(fake: FakeGitLab, path: str) -> Any:
-    url = fake.url + fake.api_prefix + path.format(project=SLUG.replace("/", "%2F"))
+    octocat_id = zlib.crc32(b"octocat") % 10**6  # the fake's user ids
+    where = path.format(project=SLUG.replace("/", "%2F"), octocat_id=octocat_id)
+    url = fake.url + fake.api_prefix + where
     response = httpx.get(url, headers={"PRIVATE-TOKEN": "t"}, params={"state": "all"})
     assert response.status_code == 200, response.text
     return response.json()

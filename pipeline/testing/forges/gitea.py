@@ -187,21 +187,26 @@ class FakeGitea(FakeForge):
         return Reply(200, self._render_comment(_slug(m), issue.number, comment))
 
     def _add_labels(self, _r: Request, m: re.Match[str], body: Any) -> Reply:
+        """Gitea's ``AddIssueLabels``: ids it does not know (a deleted label's) are dropped
+        without a word (``GetLabelsByIDs`` finds only existing ones); the answer is the
+        issue's labels."""
         slug, issue = _slug(m), self._issue(m)
         ids = body.get("labels") if isinstance(body, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            return Reply(422, {"message": "labels must be a list of label ids"})
         by_id = {label_id: name for name, label_id in self.repos[slug].labels.items()}
-        if not isinstance(ids, list) or not all(i in by_id for i in ids):
-            return Reply(422, {"message": "labels must be existing label ids"})
         for label_id in ids:
-            self.apply_label(slug, issue.number, by_id[label_id], self.bot)
+            if label_id in by_id:
+                self.apply_label(slug, issue.number, by_id[label_id], self.bot)
         return Reply(200, [self.render_label(slug, n) for n in issue.labels])
 
     def _remove_label(self, _r: Request, m: re.Match[str], _: Any) -> Reply:
+        """Gitea's ``DeleteIssueLabel``: an unknown label id is 422 (``IsErrLabelNotExist``)."""
         slug, issue = _slug(m), self._issue(m)
         by_id = {label_id: name for name, label_id in self.repos[slug].labels.items()}
         name = by_id.get(int(m["label_id"]))
         if name is None:
-            return Reply(404, {"message": "label not found"})
+            return Reply(422, {"message": "label does not exist"})
         self.unlabel(slug, issue.number, name, self.bot)
         return Reply(204, None)
 

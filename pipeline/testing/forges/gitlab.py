@@ -46,6 +46,8 @@ class FakeGitLab(FakeForge):
         self.route("PUT", ISSUE + r"/notes/(?P<note>\d+)", self._edit_note)
         self.route("GET", ISSUE + "/resource_label_events", self._label_events)
         self.route("GET", PROJECT + "/members/all", self._members)
+        self.route("GET", PROJECT + r"/members/all/(?P<user_id>\d+)", self._member)
+        self.route("GET", "/users", self._users)
         self.route("GET", PROJECT + "/pipelines", self._pipelines)
         self.route("GET", PROJECT + "/merge_requests", self._list_merge_requests)
         self.route("POST", PROJECT + "/merge_requests", self._create_merge_request)
@@ -248,6 +250,28 @@ class FakeGitLab(FakeForge):
             if query in user
         ]
         return self._paged(request, members)
+
+    def _member(self, _r: Request, m: re.Match[str], _: Any) -> Reply:
+        """``GET /projects/:id/members/all/:user_id``: one member (gitbeaker
+        ``ProjectMembers.show`` with ``includeInherited``), 404 for a non-member."""
+        for user, level in self.repos[_slug(m)].permissions.items():
+            if _user(user)["id"] == int(m["user_id"]):
+                return Reply(200, {**_user(user), "access_level": int(level)})
+        return Reply(404, {"message": "404 Not found"})
+
+    def _users(self, request: Request, _m: re.Match[str], _: Any) -> Reply:
+        """``GET /users?username=``: the user with that username (case-insensitive), if any;
+        here every name a repo, issue or permission mentions is a user."""
+        wanted = request.query_params.get("username", "").lower()
+        with self.lock:
+            known = {self.bot}
+            for repo in self.repos.values():
+                known.update(repo.permissions)
+                for issue in repo.issues.values():
+                    known.add(issue.author)
+                    known.update(e.actor for e in issue.events)
+        found = [_user(name) for name in sorted(known) if name.lower() == wanted]
+        return self._paged(request, found)
 
     def _pipelines(self, request: Request, m: re.Match[str], _: Any) -> Reply:
         sha = request.query_params.get("sha")

@@ -203,6 +203,20 @@ class ForgeState:
                 labels[name] = self.next_id()
             return labels[name]
 
+    def delete_label(self, slug: str, name: str) -> None:
+        """An admin deletes the repo's label: it leaves every issue; made again, it has a new id."""
+        with self.lock:
+            repo = self.repos[slug]
+            repo.labels.pop(name, None)
+            for issue in repo.issues.values():
+                if name in issue.labels:
+                    issue.labels.remove(name)
+
+    def create_label(self, slug: str, name: str) -> int:
+        """An admin makes a label (a fresh id, as forges give)."""
+        with self.lock:
+            return self.label_id(slug, name)
+
     def apply_label(self, slug: str, number: int, label: str, actor: str) -> None:
         with self.lock:
             issue = self.issue(slug, number)
