@@ -50,6 +50,35 @@ class StopToken:
         """Sleep up to ``timeout_s``; True as soon as a stop was requested."""
         return self._event.wait(timeout_s)
 
+    def ignoring(self, *reasons: str) -> StopToken:
+        """This token as seen by work that must not be cut short for ``reasons``."""
+        return _StopView(self, reasons)
+
+
+class _StopView(StopToken):
+    """A token that stops when its source does, unless for one of the ignored reasons."""
+
+    def __init__(self, source: StopToken, ignored: tuple[str, ...]) -> None:
+        super().__init__()
+        self.source, self.ignored = source, ignored
+
+    def stop(self, reason: str) -> None:
+        self.source.stop(reason)
+
+    @property
+    def stopped(self) -> bool:
+        self.reason = self.source.reason
+        return self.source.stopped and self.reason not in self.ignored
+
+    def wait(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.stopped:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, 0.05))
+        return True
+
 
 @dataclass(frozen=True)
 class CommandResult:

@@ -270,7 +270,12 @@ class _Publisher:
             self.before_push()
         self.mirror.adopt(self.tree, sha, self.run_id, self.target, self.stop)
         args = [] if lease is None else [f"--force-with-lease=refs/heads/{branch}:{lease}"]
-        result = self.mirror.push(self.stop, *args, f"{sha}:refs/heads/{branch}")
+        # A cancel (or the run's time limit) waits for a push under way: killed, the push
+        # may still land on the remote (the server goes on) unrecorded, and a retry of the
+        # cancelled run would push the issue again. A lost lease or a shutdown still stops
+        # it: the run goes on under its own id, which finds its pushed commit.
+        shielded = self.stop.ignoring("cancelled", "timeout") if self.stop else None
+        result = self.mirror.push(shielded, *args, f"{sha}:refs/heads/{branch}")
         if not result.ok:
             self.classify_push_failure(result)
         self.mirror.adopted(self.run_id, sha, branch)
