@@ -90,9 +90,9 @@ def _enqueue_request() -> Schema:
     }
     return {
         "type": "object",
-        "required": ["repo"],
+        "required": ["repo", "issue"],
         "additionalProperties": False,
-        "properties": {"repo": repo, "issue": _opt(issue), "priority": priority},
+        "properties": {"repo": repo, "issue": issue, "priority": priority},
     }
 
 

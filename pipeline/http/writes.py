@@ -53,26 +53,25 @@ async def enqueue_run(request: Request) -> Response:
     if "repo" not in body:
         return error(422, "repo: required (the name of an enrolled repo)", field="repo")
     repo = check_name("repo", body["repo"])
-    issue = check_int("issue", body["issue"], 1, MAX_ID) if body.get("issue") is not None else None
     priority = check_int("priority", body.get("priority", 0), *PRIORITY_RANGE)
+    if body.get("issue") is None:  # a run without an issue would have no task to work on
+        return error(422, "issue: required (the number of an issue intake has seen)", field="issue")
+    issue = check_int("issue", body["issue"], 1, MAX_ID)
     return await run_in_threadpool(_enqueue, context(request), repo, issue, priority)
 
 
-def _enqueue(ctx: ApiContext, repo: str, issue: int | None, priority: int) -> Response:
+def _enqueue(ctx: ApiContext, repo: str, issue: int, priority: int) -> Response:
     store = ctx.store
-    issue_id = None
-    if issue is not None:
-        found = store.find_issue(repo, issue)
-        if found is None:
-            return error(
-                404,
-                f"issue #{issue} of repo {repo!r} has not been seen by intake; label it "
-                "ready-for-agent on its tracker, or enqueue without 'issue'",
-            )
-        issue_id = found.id
+    found = store.find_issue(repo, issue)
+    if found is None:
+        return error(
+            404,
+            f"issue #{issue} of repo {repo!r} has not been seen by intake; label it "
+            "ready-for-agent on its tracker",
+        )
     try:
         options = EnqueueOptions(
-            issue_id=issue_id,
+            issue_id=found.id,
             priority=priority,
             requested_by=ACTOR,
             max_queue_depth=ctx.settings.max_queue_depth,

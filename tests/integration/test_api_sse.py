@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.http.app import AppOptions, create_app, serve
 from pipeline.http.sse import EVENT_MAPPING, event_name
-from pipeline.store import RunEvent, Store
+from pipeline.store import RunEvent, SeenIssue, Store
 from tests.integration.api_harness import (
     AUTH,
     ApiHarness,
@@ -43,8 +43,12 @@ def open_stream(api: ApiHarness, **headers: str) -> Iterator[SseReader]:
 
 def test_events_arrive_in_order_with_names(api: ApiHarness) -> None:
     """A run's life arrives in order: queued, started, progress, succeeded; then cancelled."""
+    api.store.upsert_issue(
+        "alpha", SeenIssue(tracker="gh", number=1, title="Fix it", author="a", url="u")
+    )
     with open_stream(api) as reader:
-        assert api.client.post("/api/runs", json={"repo": "alpha"}, headers=AUTH).is_success
+        body = {"repo": "alpha", "issue": 1}
+        assert api.client.post("/api/runs", json=body, headers=AUTH).is_success
         api.store.enqueue("beta")
         api.finish(api.claim())
         api.client.post("/api/runs/2/cancel", headers=AUTH)

@@ -57,12 +57,22 @@ def test_writes_refused_when_no_token_is_configured(
     assert "api_token_env" in resp.json()["error"]
 
 
+def _seen(api: ApiHarness, repo: str, *numbers: int) -> None:
+    for number in numbers:
+        api.store.upsert_issue(
+            repo, SeenIssue(tracker="gh", number=number, title="Fix it", author="a", url="u")
+        )
+
+
 def test_enqueue_returns_202_with_the_run(api: ApiHarness) -> None:
-    """POST /api/runs queues a run for the repo and answers 202 with it."""
-    resp = api.client.post("/api/runs", json={"repo": "beta", "priority": 5}, headers=AUTH)
+    """POST /api/runs queues a run for the repo's issue and answers 202 with it."""
+    _seen(api, "beta", 4)
+    body = {"repo": "beta", "issue": 4, "priority": 5}
+    resp = api.client.post("/api/runs", json=body, headers=AUTH)
     assert resp.status_code == 202
     run = resp.json()
     assert run["repo"] == "beta" and run["state"] == "queued" and run["priority"] == 5
+    assert run["issue_number"] == 4 and run["kind"] == "issue"
     assert run["created"] is True and run["requested_by"] == "api"
     stored = api.store.get_run(run["id"])
     assert stored is not None and stored.repo_name == "beta"
@@ -82,7 +92,7 @@ def test_enqueue_an_issue_dedupes_on_the_active_run(api: ApiHarness) -> None:
 
 def test_enqueue_unknown_repo_or_issue_is_404(api: ApiHarness) -> None:
     """An unknown repo, or an issue intake never saw, answers 404 naming it."""
-    repo = api.client.post("/api/runs", json={"repo": "nope"}, headers=AUTH)
+    repo = api.client.post("/api/runs", json={"repo": "nope", "issue": 1}, headers=AUTH)
     issue = api.client.post("/api/runs", json={"repo": "alpha", "issue": 77}, headers=AUTH)
     assert repo.status_code == 404 and "'nope'" in repo.json()["error"]
     assert issue.status_code == 404 and "#77" in issue.json()["error"]
@@ -101,6 +111,8 @@ def test_enqueue_unknown_repo_or_issue_is_404(api: ApiHarness) -> None:
         (b'{"repo": "alpha", "priority": true}', "priority"),
         (b'{"repo": "alpha", "priority": 5000}', "priority"),
         (b'{"repo": "alpha", "issue": 0}', "issue"),
+        (b'{"repo": "alpha"}', "issue"),  # a run without an issue would have no task
+        (b'{"repo": "alpha", "issue": null}', "issue"),
         (b'{"repo": "alpha", "colour": "red"}', "colour"),
         (b'{"repo": "al\\ud800pha"}', "repo"),
         (b'{"repo": "alpha", "x": "' + b"y" * 70_000 + b'"}', "body"),
@@ -121,8 +133,10 @@ def test_enqueue_bad_body_is_422_naming_the_field(
 def test_enqueue_when_queue_full_is_429_with_retry_after(sqlite_url: str, tmp_path: Path) -> None:
     """At max_queue_depth, POST /api/runs answers 429 with Retry-After and queues nothing."""
     with running_api(sqlite_url, tmp_path, max_queue_depth=2) as api:
+        _seen(api, "alpha", 1, 2, 3)
         codes = [
-            api.client.post("/api/runs", json={"repo": "alpha"}, headers=AUTH) for _ in range(3)
+            api.client.post("/api/runs", json={"repo": "alpha", "issue": n}, headers=AUTH)
+            for n in (1, 2, 3)
         ]
         total = api.store.count_runs()
     assert [r.status_code for r in codes] == [202, 202, 429]
