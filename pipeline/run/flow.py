@@ -318,6 +318,7 @@ class RunFlow:
                 VerdictState.HEALTHY, "no deploy probes configured", ci_text, "not configured"
             )
         deploy = watch_deploy(repo.deploy, sha, ctx.events, ctx.stop)
+        ctx.check()  # a stopped deploy watch is no verdict: a probe killed by it did not fail
         deploy_text = f"{deploy.verdict} after {deploy.measurements} measurement(s)"
         return Verdict(deploy.verdict, deploy.evidence, ci_text, deploy_text)
 

@@ -184,6 +184,7 @@ class _Analysis:
     sleep: Callable[[float], None]
     runner: ProbeRunner
     started: float = field(init=False)
+    attempts: int = 0  # measurements recorded, those of a deploy not rolled out yet too
     taken: int = 0
     failures: int = 0
     last_output: str = ""
@@ -197,15 +198,20 @@ class _Analysis:
     def stopped(self) -> bool:
         return self.stop is not None and self.stop.stopped
 
-    def observe(self, attempt: int) -> None:
+    def observe(self) -> bool:
+        """Take one measurement; False when a stop came while it was taken: not counted,
+        since a command probe the stop killed says nothing about the deploy."""
         status, output = measure(self.deploy.probes, self.sha, self.runner)
+        if self.stopped():
+            return False
+        self.attempts += 1
         self.last_output = output
         if status != "not_rolled_out":
             self.taken += 1
             self.failures += status == "failed"
         self.events(
             "deploy",
-            f"measurement {attempt}: {status}",
+            f"measurement {self.attempts}: {status}",
             {
                 "status": status,
                 "measurement": self.taken,
@@ -213,6 +219,7 @@ class _Analysis:
                 "output": output,
             },
         )
+        return True
 
     def outcome(self, verdict: VerdictState, why: str) -> DeployOutcome:
         evidence = f"{why}\nlast probe output:\n{self.last_output}".strip()
@@ -227,10 +234,7 @@ class _Analysis:
             )
         if deploy.initial_delay_s > 0:
             self.sleep(deploy.initial_delay_s)
-        attempt = 0
-        while not self.stopped():
-            attempt += 1
-            self.observe(attempt)
+        while not self.stopped() and self.observe():
             if self.failures > deploy.failure_limit:
                 return self.outcome(
                     VerdictState.BROKEN,
@@ -249,7 +253,7 @@ class _Analysis:
             VerdictState.INCONCLUSIVE,
             f"{why} after {self.taken} of {deploy.count} "
             f"measurements ({self.failures} failed, "
-            f"{attempt - self.taken} not rolled out yet)",
+            f"{self.attempts - self.taken} not rolled out yet)",
         )
 
 

@@ -112,6 +112,28 @@ def test_stop_ends_the_analysis_inconclusive() -> None:
     assert outcome.verdict == "inconclusive" and "stopped" in outcome.evidence
 
 
+def test_a_probe_killed_by_a_stop_is_not_a_failed_measurement() -> None:
+    """A stop (cancel, shutdown) that kills a command probe mid-measurement: no verdict of
+    broken, and no failed measurement on the timeline, however low the failure limit."""
+    stop, sink = StopToken(), RecordingSink()
+
+    def killed(probe: ProbeSettings, sha: str) -> ProbeResult:
+        stop.stop("shutdown")  # the probe's command is killed by the stop, so it "fails"
+        return ProbeResult("failed", "$ ./probe -> exit None")
+
+    outcome = watch_deploy(
+        DeploySettings(probes=(PROBE,), failure_limit=0),
+        SHA,
+        sink,
+        stop,
+        pacing=Pacing(sleep=lambda s: None),
+        probe_runner=killed,
+    )
+    assert outcome.verdict == "inconclusive" and "stopped" in outcome.evidence
+    assert (outcome.measurements, outcome.failures) == (0, 0)
+    assert not any(message.startswith("measurement") for _, message, _ in sink.events)
+
+
 def test_version_matching_accepts_abbreviations() -> None:
     """A reported version equal to the SHA or a 7+ digit prefix of it matches."""
     assert version_matches(SHA, SHA) and version_matches(SHA[:7], SHA)
