@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import httpx
+
 from pipeline.config.settings import DeploySettings, ProbeSettings
 from pipeline.core.proc import StopToken
 from pipeline.testing.clock import ManualClock
 from pipeline.testing.sinks import RecordingSink
 from pipeline.watch.deploy import (
     DeployOutcome,
+    DescendantVersions,
     ProbeResult,
     ProbeRunner,
     ProbeStatus,
+    _judge_http,
     version_matches,
     watch_deploy,
 )
@@ -138,3 +142,26 @@ def test_version_matching_accepts_abbreviations() -> None:
     """A reported version equal to the SHA or a 7+ digit prefix of it matches."""
     assert version_matches(SHA, SHA) and version_matches(SHA[:7], SHA)
     assert not version_matches(SHA[:6], SHA) and not version_matches("v1.2", SHA)
+
+
+def test_a_later_commit_holding_the_sha_is_rolled_out() -> None:
+    """Someone pushed on top of the run's commit and that is deployed: the commit is live.
+    Each reported version is looked up once; an unrelated one is still not rolled out."""
+    later, older = "a" * 40, "b" * 40
+    probe = ProbeSettings(kind="http", url="http://127.0.0.1:9/health", json_field="version")
+    asked: list[str] = []
+
+    def ask(version: str) -> bool:
+        asked.append(version)
+        return version == later
+
+    holds = DescendantVersions(ask)
+    for _ in range(2):
+        result = _judge_http(probe, SHA, httpx.Response(200, json={"version": later}), holds)
+        assert result.status == "ok" and "holding 4b825dc642cb" in result.output
+    assert asked == [later]
+    result = _judge_http(probe, SHA, httpx.Response(200, json={"version": older}), holds)
+    assert result.status == "not_rolled_out"
+    assert _judge_http(probe, SHA, httpx.Response(200, json={"version": later})).status == (
+        "not_rolled_out"
+    )
