@@ -227,7 +227,11 @@ class RunsMixin(StoreBase):
         self._append_event(conn, (run.id, run.attempt), "cancel", said, {"by": by}, now)
 
     def retry_run(self, run_id: int, by: str) -> EnqueueResult:
-        """Queue a new run like a failed/escalated/cancelled one (the old run stays as it is)."""
+        """Queue a new run like a failed/escalated/cancelled one (the old run stays as it is).
+
+        A run that pushed hands its commit on: the new run watches it again and implements
+        nothing (the change is on the default branch; doing it again would push it twice).
+        """
         try:
             with self._write() as conn:
                 old = read_run(conn, run_id)
@@ -239,17 +243,8 @@ class RunsMixin(StoreBase):
                 existing = self._active_for_issue(conn, old.issue_id)
                 if existing is not None:
                     return EnqueueResult(existing, created=False)
-                values = {
-                    "issue_id": old.issue_id,
-                    "kind": old.kind,
-                    "priority": old.priority,
-                    "parent_id": old.parent_id,
-                    "max_attempts": old.max_attempts,
-                    "timeout_s": old.timeout_s,
-                    "requested_by": by,
-                }
                 queued = _Queued(f"queued by {by}: retry of run {run_id}")
-                new_id = self._insert_run(conn, old.repo_id, values, queued)
+                new_id = self._insert_run(conn, old.repo_id, _retry_values(old, by), queued)
                 self._append_event(
                     conn,
                     (run_id, old.attempt),
@@ -285,3 +280,18 @@ class RunsMixin(StoreBase):
                 )
             ).scalar_one()
             return float(total)
+
+
+def _retry_values(old: Run, by: str) -> dict[str, object]:
+    """The columns a retry of ``old`` starts with; a pushed commit is carried on."""
+    return {
+        "issue_id": old.issue_id,
+        "kind": old.kind,
+        "priority": old.priority,
+        "parent_id": old.parent_id,
+        "max_attempts": old.max_attempts,
+        "timeout_s": old.timeout_s,
+        "requested_by": by,
+        "pushed_sha": old.pushed_sha,
+        "base_sha": old.base_sha if old.pushed_sha else None,
+    }

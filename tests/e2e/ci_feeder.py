@@ -23,6 +23,7 @@ class CheckPlan:
 
     pending_s: float = 0.0
     conclusion: str = "success"
+    silent: bool = False  # CI never reports on the commit (a broken CI setup)
 
 
 class CiFeeder:
@@ -67,7 +68,9 @@ class CiFeeder:
             for sha, subject in commits.items():
                 if sha not in self.seen:
                     self.seen.add(sha)
-                    pending.append(self._report(slug, sha, self.plan(slug, sha, subject)))
+                    plan = self.plan(slug, sha, subject)
+                    if not plan.silent:
+                        pending.append(self._report(slug, sha, plan))
         now = time.monotonic()
         for item in [p for p in pending if p[0] <= now]:
             pending.remove(item)
