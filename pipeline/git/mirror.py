@@ -42,6 +42,7 @@ RUN_REFS = "refs/afk/runs"
 # mirror path -> object format; a repository's hash never changes after its clone
 _OBJECT_FORMATS: dict[Path, str] = {}
 SEARCH_DEPTH = 200
+_HEX = re.compile(r"[0-9a-f]{7,64}")
 AUTH_FAILURE = re.compile(
     r"Authentication failed|Permission denied \(publickey|could not read (Username|Password)|"
     r"The requested URL returned error: 40[13]|Host key verification failed"
@@ -147,6 +148,21 @@ class Mirror:
 
     def find_pushed(self, ref: str, run_id: int, since: str | None = None) -> str | None:
         return find_pushed(self.path, ref, run_id, since)
+
+    def holds(self, version: str, sha: str, stop: StopToken | None = None) -> bool:
+        """Whether commit ``version`` (a SHA, maybe abbreviated) has ``sha`` in its history.
+
+        A version the mirror does not know yet is looked for on the remote (one fetch).
+        """
+        if not _HEX.fullmatch(version):
+            return False
+        if self.sha(version) is None:
+            self.fetch(stop)
+        found = self.sha(version)
+        return (
+            found is not None
+            and self.runner(stop).run("merge-base", "--is-ancestor", sha, found).ok
+        )
 
     # -- the checkout -------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from pipeline.config.settings import RepoSettings, TrackerSettings
 from pipeline.core.events import EventSink
 from pipeline.core.faults import checkpoint
 from pipeline.core.masking import mask
+from pipeline.intake.sanitize import inert_comments
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker, TrackerIssue, carries_mark
 
@@ -129,7 +130,7 @@ class Lifecycle:
         tracker, tag = self.trackers[repo.tracker], marker(key)
         if any(carries_mark(c, tag) for c in tracker.list_comments(repo.slug, number)):
             return False
-        tracker.comment(repo.slug, number, f"{mask(body)}\n\n{tag}")
+        tracker.comment(repo.slug, number, f"{inert_comments(mask(body))}\n\n{tag}")
         return True
 
     def claimed(self, run: Run, repo: RepoSettings, events: EventSink) -> None:

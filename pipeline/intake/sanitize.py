@@ -5,7 +5,9 @@ HTML comments, zero-width characters, bidirectional controls that reorder
 what is displayed, Unicode tag characters (U+E0000 block, invisible ASCII
 look-alikes that models still read) and other invisible formatting. A
 maintainer labels what they saw, so only what they saw may reach the agent;
-``strip_hidden`` removes the rest and counts what it removed.
+``strip_hidden`` removes the rest and counts what it removed. The other way,
+``inert_comments`` keeps words the daemon quotes in its own comments from hiding
+the rest of the comment or passing for one of its markers.
 """
 
 from __future__ import annotations
@@ -70,3 +72,20 @@ def strip_hidden(text: str) -> Stripped:
         if not found:
             return Stripped(visible, html_comments=comments, invisible_chars=removed)
         comments += found
+
+
+def inert_comments(text: str) -> str:
+    """``text`` to quote in a comment the daemon posts, each HTML comment opening shown as
+    text (``&lt;!--``, invisible characters inside it too).
+
+    The daemon quotes words it did not write (an agent's question, CI check names, an
+    error): a ``<!--`` in them would hide the rest of the comment (the next step), and a
+    look-alike of a marker (``<!-- afk-pipeline:run=13:ended -->``) on the daemon's own
+    comment would pass for that run's, so its real comment would never be posted.
+    """
+    parts = text.split("<")
+    shown = [parts[0]]
+    for part in parts[1:]:
+        visible = "".join(char for char in part[:16] if not is_invisible(char))
+        shown.append(("&lt;" if visible.startswith("!--") else "<") + part)
+    return "".join(shown)

@@ -143,7 +143,7 @@ class Endings:
             what_happened=_what_happened(run),
             kept=self._kept(run),
             frozen=frozen and run.state != RunState.SUCCEEDED,
-            retryable=run.state != RunState.SUCCEEDED and not _cancelled_after_push(run),
+            retryable=run.state != RunState.SUCCEEDED,
             ready_label=self.lifecycle.ready_label(repo) if root.issue_number else None,
             issue_url=root.issue_url,
             sha=run.pushed_sha,
@@ -320,7 +320,7 @@ def _what_happened(run: Run) -> str:
         return (
             f"The run was {error or 'cancelled'} after it had pushed {run.pushed_sha}: that "
             "commit stays where it was pushed, and its CI and deploy were not watched to the "
-            "end. Check them yourself; a retry would implement the issue again on top of it."
+            "end."
         )
     if run.state == RunState.CANCELLED:
         return f"The run was {error or 'cancelled'}."
@@ -328,7 +328,7 @@ def _what_happened(run: Run) -> str:
 
 
 def _cancelled_after_push(run: Run) -> bool:
-    """A cancel that stopped the watch of a pushed commit: nothing is left to retry."""
+    """A cancel that stopped the watch of a pushed commit (a retry watches it again)."""
     return run.state == RunState.CANCELLED and bool(run.pushed_sha)
 
 

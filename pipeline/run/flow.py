@@ -43,7 +43,7 @@ from pipeline.run.withdrawn import STARTING, IssueGuard, watching
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
 from pipeline.watch.ci import ci_source, watch_ci
-from pipeline.watch.deploy import watch_deploy
+from pipeline.watch.deploy import DescendantVersions, default_probe_runner, watch_deploy
 from pipeline.workspace.repo_settings import repo_settings
 from pipeline.workspace.setup import run_setup
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
@@ -317,7 +317,11 @@ class RunFlow:
             return Verdict(
                 VerdictState.HEALTHY, "no deploy probes configured", ci_text, "not configured"
             )
-        deploy = watch_deploy(repo.deploy, sha, ctx.events, ctx.stop)
+        mirror = self.deps.workspaces.mirror(repo)
+        holds = DescendantVersions(lambda version: mirror.holds(version, sha, ctx.stop))
+        runner = default_probe_runner(stop=ctx.stop, holds=holds)
+        deploy = watch_deploy(repo.deploy, sha, ctx.events, ctx.stop, probe_runner=runner)
+        ctx.check()  # a stopped deploy watch is no verdict: a probe killed by it did not fail
         deploy_text = f"{deploy.verdict} after {deploy.measurements} measurement(s)"
         return Verdict(deploy.verdict, deploy.evidence, ci_text, deploy_text)
 

@@ -37,6 +37,7 @@ from pipeline.core.errors import (
 from pipeline.core.masking import mask
 from pipeline.core.states import TERMINAL_STATES, Outcome, RunState
 from pipeline.intake.issue_text import PROGRESS_MARK
+from pipeline.intake.sanitize import inert_comments
 from pipeline.trackers.base import Tracker, carries_mark
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class ProgressView:
             lines.append(f"- Review: {self.review}")
         lines.append(f"- Cost so far: ${self.cost_usd:.2f}")
         lines.append(f"- Run page: {self.link}")
-        return "\n".join(lines) + "\n\n" + progress_marker(self.run_id)
+        return inert_comments("\n".join(lines)) + "\n\n" + progress_marker(self.run_id)
 
     def _tests_line(self) -> str:
         if not self.tests_last:

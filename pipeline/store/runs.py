@@ -132,6 +132,9 @@ def _retry_of(old: Run, by: str) -> tuple[dict[str, object], _Queued]:
         "max_attempts": old.max_attempts,
         "timeout_s": old.timeout_s,
         "requested_by": by,
+        # a run that pushed hands its commit on: the retry watches it, implements nothing
+        "pushed_sha": old.pushed_sha,
+        "base_sha": old.base_sha if old.pushed_sha else None,
     }
     said = f"queued by {by}: retry of run {old.id}" + (", answering it" if answers else "")
     return values, _Queued(said)
@@ -270,7 +273,11 @@ class RunsMixin(StoreBase):
         return True
 
     def retry_run(self, run_id: int, by: str) -> EnqueueResult:
-        """Queue a new run like a failed/escalated/cancelled one (the old run stays as it is)."""
+        """Queue a new run like a failed/escalated/cancelled one (the old run stays as it is).
+
+        A run that pushed hands its commit on: the new run watches it again and implements
+        nothing (the change is on the default branch; doing it again would push it twice).
+        """
         try:
             with self._write() as conn:
                 old = read_run(conn, run_id)

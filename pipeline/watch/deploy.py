@@ -6,9 +6,10 @@ probe fails; more than ``failure_limit`` failed measurements make the deploy
 ``broken``. One refinement: a measurement whose only fault is that a probe's
 ``json_field`` still reports another version is *not rolled out yet* — it is
 retried without counting, because an old version still serving is no evidence
-that the new commit is broken. When ``progress_deadline_s`` passes before
-enough measurements are in, the verdict is ``inconclusive`` (a human looks;
-only ``broken`` leads to a fix-forward).
+that the new commit is broken; a version that is a later commit holding the pushed
+one (someone pushed on top of it meanwhile) is rolled out, since the commit is live.
+When ``progress_deadline_s`` passes before enough measurements are in, the verdict
+is ``inconclusive`` (a human looks; only ``broken`` leads to a fix-forward).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Literal
 import httpx
 
 from pipeline.config.settings import DeploySettings, ProbeSettings
+from pipeline.core.errors import PipelineError
 from pipeline.core.events import EventSink
 from pipeline.core.masking import mask
 from pipeline.core.proc import StopToken, run_command
@@ -54,6 +56,26 @@ class DeployOutcome:
 
 
 ProbeRunner = Callable[[ProbeSettings, str], ProbeResult]
+# Whether the commit a deploy reports as its version holds the pushed SHA (a later commit
+# on the default branch, a colleague's say, pushed on top of it while it was watched).
+Holds = Callable[[str], bool]
+
+
+@dataclass
+class DescendantVersions:
+    """``holds(version)`` asked of the repo once per reported version; a look-up that
+    fails (the remote unreachable just now) is asked again at the next measurement."""
+
+    ask: Holds
+    answers: dict[str, bool] = field(default_factory=dict)
+
+    def __call__(self, version: str) -> bool:
+        if version not in self.answers:
+            try:
+                self.answers[version] = self.ask(version)
+            except PipelineError:
+                return False
+        return self.answers[version]
 
 
 def _bounded(text: str, limit: int = OUTPUT_LIMIT) -> str:
@@ -79,7 +101,9 @@ def version_matches(reported: object, sha: str) -> bool:
     return text == sha or (len(text) >= 7 and sha.startswith(text))
 
 
-def _judge_http(probe: ProbeSettings, sha: str, response: httpx.Response) -> ProbeResult:
+def _judge_http(
+    probe: ProbeSettings, sha: str, response: httpx.Response, holds: Holds | None = None
+) -> ProbeResult:
     line = f"GET {probe.url} -> {response.status_code}: {_bounded(response.text, 500)}"
     if response.status_code != probe.expect_status:
         return ProbeResult("failed", f"{line} (expected {probe.expect_status})")
@@ -90,15 +114,20 @@ def _judge_http(probe: ProbeSettings, sha: str, response: httpx.Response) -> Pro
             reported = _dig(response.json(), probe.json_field)
         except (ValueError, KeyError):
             return ProbeResult("failed", f"{line} (no JSON field {probe.json_field})")
-        if not version_matches(reported, sha):
+        if version_matches(reported, sha):
+            return ProbeResult("ok", line)
+        version = str(reported).strip()
+        if holds is None or not holds(version):
             return ProbeResult(
                 "not_rolled_out", f"{line} ({probe.json_field}={reported!s:.60}, want {sha[:12]})"
             )
+        line += f" ({probe.json_field}={version:.12}, a later commit holding {sha[:12]})"
     return ProbeResult("ok", line)
 
 
-def http_probe(probe: ProbeSettings, sha: str) -> ProbeResult:
-    """GET the probe's URL and judge status, body regex and version field."""
+def http_probe(probe: ProbeSettings, sha: str, holds: Holds | None = None) -> ProbeResult:
+    """GET the probe's URL and judge status, body regex and version field (the pushed SHA,
+    or with ``holds`` a commit that holds it)."""
     if not probe.url:
         return ProbeResult("failed", "http probe has no url")
     try:
@@ -106,7 +135,7 @@ def http_probe(probe: ProbeSettings, sha: str) -> ProbeResult:
             response = client.get(probe.url)
     except httpx.HTTPError as exc:
         return ProbeResult("failed", f"GET {probe.url} -> {type(exc).__name__}: {exc}")
-    return _judge_http(probe, sha, response)
+    return _judge_http(probe, sha, response, holds)
 
 
 def command_probe(
@@ -148,11 +177,15 @@ def probe_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def default_probe_runner(
-    *, cwd: Path | None = None, env: Mapping[str, str] | None = None, stop: StopToken | None = None
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stop: StopToken | None = None,
+    holds: Holds | None = None,
 ) -> ProbeRunner:
     def run(probe: ProbeSettings, sha: str) -> ProbeResult:
         if probe.kind == "http":
-            return http_probe(probe, sha)
+            return http_probe(probe, sha, holds)
         if probe.kind == "command":
             return command_probe(probe, sha, cwd=cwd, env=env, stop=stop)
         return ProbeResult("failed", f"unknown probe kind {probe.kind!r}")
@@ -184,6 +217,7 @@ class _Analysis:
     sleep: Callable[[float], None]
     runner: ProbeRunner
     started: float = field(init=False)
+    attempts: int = 0  # measurements recorded, those of a deploy not rolled out yet too
     taken: int = 0
     failures: int = 0
     last_output: str = ""
@@ -197,15 +231,20 @@ class _Analysis:
     def stopped(self) -> bool:
         return self.stop is not None and self.stop.stopped
 
-    def observe(self, attempt: int) -> None:
+    def observe(self) -> bool:
+        """Take one measurement; False when a stop came while it was taken: not counted,
+        since a command probe the stop killed says nothing about the deploy."""
         status, output = measure(self.deploy.probes, self.sha, self.runner)
+        if self.stopped():
+            return False
+        self.attempts += 1
         self.last_output = output
         if status != "not_rolled_out":
             self.taken += 1
             self.failures += status == "failed"
         self.events(
             "deploy",
-            f"measurement {attempt}: {status}",
+            f"measurement {self.attempts}: {status}",
             {
                 "status": status,
                 "measurement": self.taken,
@@ -213,6 +252,7 @@ class _Analysis:
                 "output": output,
             },
         )
+        return True
 
     def outcome(self, verdict: VerdictState, why: str) -> DeployOutcome:
         evidence = f"{why}\nlast probe output:\n{self.last_output}".strip()
@@ -227,10 +267,7 @@ class _Analysis:
             )
         if deploy.initial_delay_s > 0:
             self.sleep(deploy.initial_delay_s)
-        attempt = 0
-        while not self.stopped():
-            attempt += 1
-            self.observe(attempt)
+        while not self.stopped() and self.observe():
             if self.failures > deploy.failure_limit:
                 return self.outcome(
                     VerdictState.BROKEN,
@@ -249,7 +286,7 @@ class _Analysis:
             VerdictState.INCONCLUSIVE,
             f"{why} after {self.taken} of {deploy.count} "
             f"measurements ({self.failures} failed, "
-            f"{attempt - self.taken} not rolled out yet)",
+            f"{self.attempts - self.taken} not rolled out yet)",
         )
 
 

@@ -7,7 +7,8 @@ prompt, making real edits the pipeline then tests, commits and ships:
 
 - a rebase conflict handed over -> ``BLOCKED`` (it cannot choose between two wordings)
 - ``Fix-forward:`` in the prompt -> heals ``lib.status`` (``fix_mode`` ``heal``)
-  or makes a change that leaves it broken (``fail``)
+  or makes a change that leaves it broken (``fail``; ``fail-when-released`` first waits
+  for the ``release`` file described below)
 - ``afk-task: feature NAME`` -> ``NAME.py`` and ``test_NAME.py``
 - ``afk-task: break`` -> ``lib.status()`` raises; the tests stay green
 - ``afk-task: race-clean NAME`` -> a feature, while a commit on another file
@@ -75,6 +76,9 @@ def push_to_remote(remote: str, files: dict[str, str], message: str) -> None:
 
 
 def fix_forward(wd: Path, mode: str, run_id: int | None) -> str:
+    if mode == "fail-when-released":
+        wait_for_release()
+        mode = "fail"
     lib = wd / "lib.py"
     text = lib.read_text()
     if mode == "heal":

@@ -84,6 +84,7 @@ class Tuning:
     public_url: str | None = None  # [http] public_url: where issue comments link to
     review: bool = False  # the review gate on every repo
     tracker_poll_interval_s: float | None = None  # the fake GitHub's own poll interval
+    deploy_probes: tuple[dict[str, Any], ...] | None = None  # default: the target's /health
 
 
 @dataclass(frozen=True)
@@ -411,6 +412,6 @@ def _repo(spec: RepoSpec, max_fix_forwards: int, tuning: Tuning) -> dict[str, An
             "count": 2,
             "failure_limit": 0,
             "progress_deadline_s": 30,
-            "probes": [probe],
+            "probes": [probe] if tuning.deploy_probes is None else list(tuning.deploy_probes),
         },
     }

@@ -145,9 +145,10 @@ def test_a_cancelled_run_is_unlabelled_but_not_blocked(world: World) -> None:
     assert len(world.inbox.sent) == 1
 
 
-def test_a_run_cancelled_after_its_push_does_not_ask_for_a_retry(world: World) -> None:
+def test_a_run_cancelled_after_its_push_offers_a_retry_that_only_watches(world: World) -> None:
     """Cancelled while its pushed commit was watched: the comment names the commit, says its
-    CI and deploy went unwatched, and offers no retry (that would implement the issue again)."""
+    CI and deploy went unwatched, and offers a retry that watches it (never relabelling,
+    which would implement the issue again)."""
     number, run = world.issue_run()
     sha = "ab" * 20
     world.store.update_run(run.id, "w", run.attempt, pushed_sha=sha)
@@ -156,7 +157,8 @@ def test_a_run_cancelled_after_its_push_does_not_ask_for_a_retry(world: World) -
     assert world.labels(number) == ()
     (comment,) = world.comments(number)
     assert sha in comment and "were not watched" in comment
-    assert f"pipeline runs retry {run.id}" not in comment
+    assert f"pipeline runs retry {run.id}" in comment and "it implements nothing" in comment
+    assert "label the issue" not in comment
     assert f"pipeline runs show {run.id}" in comment
 
 

@@ -284,6 +284,22 @@ def test_retry_of_a_blocked_run_answers_it_as_relabelling_does(store: Store) -> 
     assert afresh.parent_id is None and answered_run(store, afresh) is None
 
 
+def test_retry_of_a_run_that_pushed_carries_its_commit(store: Store) -> None:
+    """A retried run that had pushed starts with that commit: it watches, never pushes again."""
+    pushed = store.enqueue("alpha", EnqueueOptions(issue_id=_issue(store, 4))).run.id
+    assert _claim(store) == pushed
+    store.update_run(pushed, "w1", 1, base_sha="b" * 40, pushed_sha="a" * 40)
+    store.finish(pushed, "w1", 1, "escalated", error_class="deploy_inconclusive", error="no CI")
+    unpushed = store.enqueue("beta", EnqueueOptions(issue_id=_issue(store, 5, "beta"))).run.id
+    assert _claim(store) == unpushed
+    store.update_run(unpushed, "w1", 1, base_sha="c" * 40)
+    store.finish(unpushed, "w1", 1, "failed", error_class="fatal", error="bad config")
+    again = store.retry_run(pushed, by="carol").run
+    assert (again.pushed_sha, again.base_sha) == ("a" * 40, "b" * 40)
+    fresh = store.retry_run(unpushed, by="carol").run
+    assert (fresh.pushed_sha, fresh.base_sha) == (None, None)
+
+
 def test_cost_and_counts(store: Store) -> None:
     """repo_cost_since sums the repo's cost; counts follow the states."""
     run_id = store.enqueue("alpha").run.id

@@ -74,6 +74,24 @@ def test_ending_message_for_a_run() -> None:
     assert "  - branch: afk/run-9" in body and "`ready-for-agent` again" in body
 
 
+def test_ending_message_after_a_push_offers_a_rewatch_not_a_relabel() -> None:
+    """A run that pushed: the retry watches its commit again; labelling the issue again
+    (a new implementation of a change already on the branch) is not offered."""
+    _, body = ending_message(
+        EndingText(
+            repo="api",
+            run_id=9,
+            headline="escalated",
+            reason="deploy_inconclusive",
+            what_happened="The watch of 0123456789ab was inconclusive: no CI appeared.",
+            ready_label="ready-for-agent",
+            sha="0123456789abcdef",
+        )
+    )
+    assert "pipeline runs retry 9" in body and "watches 0123456789ab again" in body
+    assert "`ready-for-agent` again" not in body
+
+
 def test_success_is_not_sent_unless_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
     """Success notifications are opt-in: nothing is sent or recorded by default."""
     monkeypatch.setenv("AFK_NOTIFY_URLS", "json://127.0.0.1:9/x")

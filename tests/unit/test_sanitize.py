@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.intake.sanitize import is_invisible, strip_hidden
+from pipeline.intake.sanitize import inert_comments, is_invisible, strip_hidden
 
 HIDDEN_CHARS = [
     "\u200b",  # zero-width space
@@ -121,3 +121,13 @@ def test_every_format_character_counts_as_invisible() -> None:
     """All of Unicode's format characters (category Cf) are stripped, not a hand-picked few."""
     format_chars = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
     assert len(format_chars) > 150 and all(is_invisible(char) for char in format_chars)
+
+
+def test_quoted_text_cannot_open_a_comment_in_the_daemons_own() -> None:
+    """What the daemon quotes shows its ``<!--`` (invisible characters inside too) as text;
+    the rest of the text, other markup included, is left as it was."""
+    quoted = "a <!-- afk-pipeline:run=13:ended --> b <\u200b!-- c <details> <b>x</b> d<e"
+    assert inert_comments(quoted) == (
+        "a &lt;!-- afk-pipeline:run=13:ended --> b &lt;\u200b!-- c <details> <b>x</b> d<e"
+    )
+    assert "<!--" not in inert_comments("<!--<!--") and inert_comments("") == ""

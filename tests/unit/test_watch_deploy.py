@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import httpx
+
 from pipeline.config.settings import DeploySettings, ProbeSettings
 from pipeline.core.proc import StopToken
 from pipeline.testing.clock import ManualClock
 from pipeline.testing.sinks import RecordingSink
 from pipeline.watch.deploy import (
     DeployOutcome,
+    DescendantVersions,
     ProbeResult,
     ProbeRunner,
     ProbeStatus,
+    _judge_http,
     version_matches,
     watch_deploy,
 )
@@ -112,7 +116,52 @@ def test_stop_ends_the_analysis_inconclusive() -> None:
     assert outcome.verdict == "inconclusive" and "stopped" in outcome.evidence
 
 
+def test_a_probe_killed_by_a_stop_is_not_a_failed_measurement() -> None:
+    """A stop (cancel, shutdown) that kills a command probe mid-measurement: no verdict of
+    broken, and no failed measurement on the timeline, however low the failure limit."""
+    stop, sink = StopToken(), RecordingSink()
+
+    def killed(probe: ProbeSettings, sha: str) -> ProbeResult:
+        stop.stop("shutdown")  # the probe's command is killed by the stop, so it "fails"
+        return ProbeResult("failed", "$ ./probe -> exit None")
+
+    outcome = watch_deploy(
+        DeploySettings(probes=(PROBE,), failure_limit=0),
+        SHA,
+        sink,
+        stop,
+        pacing=Pacing(sleep=lambda s: None),
+        probe_runner=killed,
+    )
+    assert outcome.verdict == "inconclusive" and "stopped" in outcome.evidence
+    assert (outcome.measurements, outcome.failures) == (0, 0)
+    assert not any(message.startswith("measurement") for _, message, _ in sink.events)
+
+
 def test_version_matching_accepts_abbreviations() -> None:
     """A reported version equal to the SHA or a 7+ digit prefix of it matches."""
     assert version_matches(SHA, SHA) and version_matches(SHA[:7], SHA)
     assert not version_matches(SHA[:6], SHA) and not version_matches("v1.2", SHA)
+
+
+def test_a_later_commit_holding_the_sha_is_rolled_out() -> None:
+    """Someone pushed on top of the run's commit and that is deployed: the commit is live.
+    Each reported version is looked up once; an unrelated one is still not rolled out."""
+    later, older = "a" * 40, "b" * 40
+    probe = ProbeSettings(kind="http", url="http://127.0.0.1:9/health", json_field="version")
+    asked: list[str] = []
+
+    def ask(version: str) -> bool:
+        asked.append(version)
+        return version == later
+
+    holds = DescendantVersions(ask)
+    for _ in range(2):
+        result = _judge_http(probe, SHA, httpx.Response(200, json={"version": later}), holds)
+        assert result.status == "ok" and "holding 4b825dc642cb" in result.output
+    assert asked == [later]
+    result = _judge_http(probe, SHA, httpx.Response(200, json={"version": older}), holds)
+    assert result.status == "not_rolled_out"
+    assert _judge_http(probe, SHA, httpx.Response(200, json={"version": later})).status == (
+        "not_rolled_out"
+    )

@@ -1,0 +1,76 @@
+"""The retry a human is told to run after a watch that found no verdict.
+
+CI never reported on the pushed commit, so the run escalated and its ending said
+``pipeline runs retry N``. The change is already on the default branch: the
+retry must watch that commit again, not hand the issue to an agent a second
+time (which would do the change again on top of itself and push it twice).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.store import Run
+
+from .ci_feeder import CheckPlan
+from .conftest import ENDED
+from .world import BLOCKED, ship_world
+
+pytestmark = pytest.mark.deploy_e2e
+
+
+def _silent_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
+    return CheckPlan(silent="[no-ci]" in subject)
+
+
+def _issue_runs(runs: list[Run], number: int) -> list[Run]:
+    return [r for r in runs if r.issue_number == number and r.kind == "issue"]
+
+
+@pytest.mark.timeout(300)
+def test_retry_of_a_pushed_run_watches_its_commit_again(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Escalated after its push (no CI appeared); CI fixed, retried: the same commit is
+    watched, the issue closes, the agent ran once and the change was pushed once."""
+    with ship_world(tmp_path, cli_env, plan=_silent_ci_plan) as world:
+        number = world.label("web", "Add a reports helper [no-ci]", "feature reports")
+        world.start()
+        runs = world.wait(
+            "the watch escalates",
+            lambda rs: [r.state for r in _issue_runs(rs, number)] == ["escalated"],
+            90,
+        )
+        first = _issue_runs(runs, number)[0]
+        assert first.error_class == "deploy_inconclusive" and first.pushed_sha, world.describe(runs)
+        slug = world.repos["web"].slug
+        marker = f"afk-pipeline:run={first.id}:ended"
+
+        def endings() -> list[str]:
+            return [c.body for c in world.fake.issue(slug, number).comments if marker in c.body]
+
+        world.wait("the ending is told on the issue", lambda rs: bool(endings()))
+        ending = endings()[0]
+        assert f"pipeline runs retry {first.id}" in ending
+        assert "label the issue" not in ending, ending  # a new run would do the change again
+        # A human fixes CI, which now reports on the commit; then retries as told.
+        world.fake.add_check_run(slug, first.pushed_sha, "build", "completed", "success")
+        world.cli("runs", "retry", str(first.id))
+        runs = world.wait(
+            "the retry ends",
+            lambda rs: (
+                len(_issue_runs(rs, number)) == 2 and _issue_runs(rs, number)[1].state in ENDED
+            ),
+            90,
+        )
+        retried = _issue_runs(runs, number)[1]
+        assert retried.state == "succeeded", world.describe(runs)
+        assert retried.pushed_sha == first.pushed_sha
+        assert len(world.agent_calls()) == 1, world.agent_calls()
+        assert world.commits_of_run("web", first.id) == [first.pushed_sha]
+        assert world.commits_of_run("web", retried.id) == []
+        assert world.remote_log("web")[0] == first.pushed_sha
+        issue = world.fake.issue(slug, number)
+        assert issue.state == "closed" and BLOCKED not in issue.labels
