@@ -120,6 +120,7 @@ def cmd_issue_unlabel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
 def _relabel(args: argparse.Namespace, out: TextIO, *, add: bool) -> int:
     store = open_store(args)
     try:
+        before = store.get_local_issue(args.id)
         if add:
             issue = store.change_local_labels(args.id, add=(args.label,), by=who())
         else:
@@ -129,7 +130,11 @@ def _relabel(args: argparse.Namespace, out: TextIO, *, add: bool) -> int:
     if args.json:
         out.write(render.to_json(issue) + "\n")
         return EXIT_OK
-    done = "labelled" if add else "unlabelled"
+    had = before is not None and args.label in before.labels
+    if add:
+        done = "already labelled" if had else "labelled"
+    else:
+        done = "unlabelled" if had else "already has no label"
     out.write(f"issue {issue.id} {done} {args.label}: [{', '.join(issue.labels)}]\n")
     return EXIT_OK
 
@@ -138,14 +143,14 @@ def cmd_issue_close(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Close a local issue; a run of it not yet pushed ends cancelled."""
     store = open_store(args)
     try:
-        store.close_local_issue(args.id)
+        closed = store.close_local_issue(args.id)
         issue = store.get_local_issue(args.id)
     finally:
         store.close()
     if args.json:
         out.write(render.to_json(issue) + "\n")
         return EXIT_OK
-    out.write(f"issue {args.id} closed\n")
+    out.write(f"issue {args.id} {'closed' if closed else 'already closed'}\n")
     return EXIT_OK
 
 

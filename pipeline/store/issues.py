@@ -254,15 +254,22 @@ class IssuesMixin(StoreBase):
         assert issue is not None
         return issue
 
-    def close_local_issue(self, issue_id: int) -> None:
+    def close_local_issue(self, issue_id: int) -> bool:
+        """Close local issue ``issue_id``: True if this closed it, False if it was closed."""
         with self._write() as conn:
-            closed = conn.execute(
+            state = conn.execute(
+                select(LocalIssueRow.state).where(LocalIssueRow.id == issue_id).with_for_update()
+            ).scalar_one_or_none()
+            if state is None:
+                raise UnknownIssue(issue_id)
+            if state == "closed":
+                return False
+            conn.execute(
                 update(LocalIssueRow)
                 .where(LocalIssueRow.id == issue_id)
                 .values(state="closed", updated_at=db_now(conn))
             )
-            if closed.rowcount == 0:
-                raise UnknownIssue(issue_id)
+            return True
 
     def add_local_comment(self, issue_id: int, body: str, author: str) -> int:
         """Add a comment to local issue ``issue_id``; the new comment's id."""

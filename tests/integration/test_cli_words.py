@@ -197,3 +197,17 @@ def test_run_text_cannot_steer_the_terminal(cli: Pipeline, tmp_path: Path) -> No
     indent = len(agent_line) - len("ok")
     assert "\n" + " " * indent + "  10:00:00 UTC  #1 state" in out  # under the message, not a line
     assert "boom\\x1b[8m" in out and "[None]" not in out
+
+
+def test_unlabel_and_close_say_when_nothing_changed(cli: Pipeline) -> None:
+    """Taking off a label the issue does not carry, or closing a closed issue, exits 0 saying
+    it was already so, instead of claiming a change that did not happen."""
+    cli("db", "upgrade")
+    cli(*ADD, "Greet")
+    status, out, _ = cli("issue", "unlabel", "1", "ready-for-agent")
+    assert (status, out) == (0, "issue 1 already has no label ready-for-agent: []\n")
+    cli("issue", "label", "1", "ready-for-agent")
+    status, out, _ = cli("issue", "label", "1", "ready-for-agent")
+    assert (status, out) == (0, "issue 1 already labelled ready-for-agent: [ready-for-agent]\n")
+    assert cli("issue", "close", "1")[:2] == (0, "issue 1 closed\n")
+    assert cli("issue", "close", "1")[:2] == (0, "issue 1 already closed\n")
