@@ -18,7 +18,7 @@ from pipeline.cli.common import (
     who,
 )
 from pipeline.cli.history import json_flag
-from pipeline.core.states import TERMINAL_STATES
+from pipeline.core.states import TERMINAL_STATES, WAITING_STATES
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -187,20 +187,27 @@ def cmd_runs_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_runs_retry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.notify.escalation import frozen_wait
     from pipeline.store.runs import RunNotRetryable
 
     store = open_store(args)
     try:
         result = store.retry_run(args.id, by=who())
+        repo = store.get_repo(result.run.repo_name)
     except RunNotRetryable as exc:  # queued, running or succeeded: nothing to retry
         raise CliError(str(exc)) from None
     finally:
         store.close()
+    waiting = result.run.state in WAITING_STATES and repo is not None and repo.frozen
+    note = frozen_wait(result.run.repo_name) if waiting else None
     if args.json:
-        out.write(render.to_json({"run": result.run, "created": result.created}) + "\n")
+        answer = {"run": result.run, "created": result.created, "note": note}
+        out.write(render.to_json(answer) + "\n")
         return EXIT_OK
     verb = "queued as" if result.created else "already active as"
     out.write(f"run {args.id} {verb} run {result.run.id}\n")
+    if note is not None:  # nothing starts in a frozen repo: say so, or the retry looks lost
+        out.write(f"{note}\n")
     return EXIT_OK
 
 

@@ -24,6 +24,7 @@ from pipeline.http.common import (
     check_int,
     check_token,
     context,
+    frozen_note,
     json_object,
     run_json,
 )
@@ -86,9 +87,12 @@ def _retry(ctx: ApiContext, run_id: int) -> BatchResultJson:
     except RunNotRetryable as exc:
         return {"run_id": run_id, "ok": False, "outcome": "refused", "message": str(exc)}
     new = result.run
+    note = frozen_note(ctx.store, new)
+    waits = f"; {note}" if note else ""
     if result.created:
-        return _result(run_id, "retried", f"queued again as run {new.id}", new)
-    return _result(run_id, "already_active", f"its issue already has run {new.id} under way", new)
+        return _result(run_id, "retried", f"queued again as run {new.id}{waits}", new)
+    said = f"its issue already has run {new.id} under way{waits}"
+    return _result(run_id, "already_active", said, new)
 
 
 def _cancel(ctx: ApiContext, run_id: int) -> BatchResultJson:

@@ -20,10 +20,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from pipeline.config.settings import Settings
+from pipeline.core.states import WAITING_STATES
 from pipeline.core.when import BadTime, parse_when
 from pipeline.http.metrics import Metrics
 from pipeline.http.session import Session, csrf_ok, request_session
 from pipeline.http.shapes import EventJson, RepoJson, RunJson, Timestamp
+from pipeline.notify.escalation import frozen_wait
 from pipeline.store import Repo, Run, RunEvent
 from pipeline.store.roles import ApiStore
 
@@ -100,6 +102,14 @@ def iso(value: datetime | None) -> str | None:
 
 def _jsonable(value: Any) -> Any:
     return iso(value) if isinstance(value, datetime) else value
+
+
+def frozen_note(store: ApiStore, run: Run) -> str | None:
+    """What ``run`` waits for when it is queued in a frozen repo (an unfreeze), else None."""
+    if run.state not in WAITING_STATES:
+        return None
+    found = store.get_repo(run.repo_name)
+    return frozen_wait(run.repo_name) if found is not None and found.frozen else None
 
 
 def run_json(run: Run) -> RunJson:

@@ -23,7 +23,7 @@ from pipeline.core.states import REPO_STATES, RUN_KINDS
 from pipeline.core.when import utc_now
 from pipeline.http import timeline
 from pipeline.http.budgets import budget_lines, midnight_utc
-from pipeline.http.common import BadInput, context, path_id
+from pipeline.http.common import BadInput, context, frozen_note, path_id
 from pipeline.http.metrics import RUN_STATES
 from pipeline.http.runs import NoSuchRepo, check_repo, run_filter
 from pipeline.http.session import request_session
@@ -231,6 +231,7 @@ def _run_values(request: Request) -> dict[str, Any] | None:
         "phases": timeline.group(events, run),
         "pushed_to": timeline.pushed_to(run, events),
         "budget": timeline.run_budget(context(request).settings, run),
+        "frozen_note": frozen_note(store, run),  # a retry queued in a frozen repo waits
     }
 
 

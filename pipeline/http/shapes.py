@@ -87,6 +87,7 @@ class RunWithEventsJson(RunJson):
 
 class EnqueuedJson(RunJson):
     created: bool
+    note: str | None  # set when the repo is frozen: the run waits for an unfreeze
 
 
 class RunListJson(TypedDict):

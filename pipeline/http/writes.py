@@ -25,12 +25,14 @@ from pipeline.http.common import (
     check_token,
     context,
     error,
+    frozen_note,
     json_object,
     path_id,
     repo_json,
     run_json,
 )
 from pipeline.store import UnknownRepo
+from pipeline.store.roles import ApiStore
 from pipeline.store.runs import (
     EnqueueOptions,
     EnqueueResult,
@@ -84,12 +86,14 @@ def _enqueue(ctx: ApiContext, repo: str, issue: int, priority: int) -> Response:
         return error(
             429, str(exc), depth=exc.depth, limit=exc.limit, headers={"Retry-After": retry_after}
         )
-    return _enqueued(result)
+    return _enqueued(store, result)
 
 
-def _enqueued(result: EnqueueResult) -> Response:
+def _enqueued(store: ApiStore, result: EnqueueResult) -> Response:
+    """The run, whether it is new, and, in a frozen repo, that it waits for an unfreeze."""
+    note = frozen_note(store, result.run)
     return JSONResponse(
-        {**run_json(result.run), "created": result.created},
+        {**run_json(result.run), "created": result.created, "note": note},
         status_code=202 if result.created else 200,
     )
 
@@ -110,7 +114,7 @@ def _cancel(ctx: ApiContext, run_id: int) -> Response:
 
 def _retry(ctx: ApiContext, run_id: int) -> Response:
     try:
-        return _enqueued(ctx.store.retry_run(run_id, ACTOR))
+        return _enqueued(ctx.store, ctx.store.retry_run(run_id, ACTOR))
     except RunNotRetryable as exc:
         return error(409, str(exc))
 

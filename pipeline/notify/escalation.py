@@ -54,6 +54,11 @@ def unfreeze_command(repo: str) -> str:
     return f'pipeline repos unfreeze {shlex.quote(repo)} --note "what you found and fixed"'
 
 
+def frozen_wait(repo: str) -> str:
+    """What a run queued in frozen ``repo`` waits for: a human's unfreeze."""
+    return f"repo {repo} is frozen: the run waits until `{unfreeze_command(repo)}`"
+
+
 def next_step(text: EndingText) -> str:
     """The exact command a human runs next, in one line."""
     if text.frozen:

@@ -208,3 +208,26 @@ def test_freeze_unknown_repo_is_404_and_bad_note_422(api: ApiHarness) -> None:
     bad = api.client.post("/api/repos/alpha/freeze", json={"note": 5}, headers=AUTH)
     assert missing.status_code == 404 and "'zeta'" in missing.json()["error"]
     assert bad.status_code == 422 and bad.json()["field"] == "note"
+
+
+def test_retry_in_a_frozen_repo_says_it_waits_for_an_unfreeze(api: ApiHarness) -> None:
+    """A retry in a frozen repo is queued (202) with a note naming the freeze and the
+    unfreeze; the batch retry's message says the same; unfrozen, the note is null."""
+    api.client.post("/api/runs/1/cancel", headers=AUTH)
+    api.client.post("/api/repos/alpha/freeze", json={"note": "deploy broken"}, headers=AUTH)
+    resp = api.client.post("/api/runs/1/retry", headers=AUTH)
+    assert resp.status_code == 202
+    note = resp.json()["note"]
+    assert "repo alpha is frozen" in note and "pipeline repos unfreeze alpha" in note
+    api.client.post("/api/runs/2/cancel", headers=AUTH)
+    batch = api.client.post(
+        "/api/runs/batch", json={"action": "retry", "runs": [2]}, headers=AUTH
+    ).json()
+    [result] = batch["results"]
+    assert result["outcome"] == "retried" and "repo alpha is frozen" in result["message"]
+    page = api.client.get(f"/runs/{result['run']['id']}")
+    assert "repo alpha is frozen" in page.text
+    api.client.post("/api/repos/alpha/unfreeze", json={"note": "fixed"}, headers=AUTH)
+    api.client.post(f"/api/runs/{result['run']['id']}/cancel", headers=AUTH)
+    again = api.client.post(f"/api/runs/{result['run']['id']}/retry", headers=AUTH)
+    assert again.status_code == 202 and again.json()["note"] is None

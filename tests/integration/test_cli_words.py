@@ -211,3 +211,24 @@ def test_unlabel_and_close_say_when_nothing_changed(cli: Pipeline) -> None:
     assert (status, out) == (0, "issue 1 already labelled ready-for-agent: [ready-for-agent]\n")
     assert cli("issue", "close", "1")[:2] == (0, "issue 1 closed\n")
     assert cli("issue", "close", "1")[:2] == (0, "issue 1 already closed\n")
+
+
+def test_retry_in_a_frozen_repo_says_the_run_waits_for_an_unfreeze(
+    cli: Pipeline, tmp_path: Path
+) -> None:
+    """A retry queued in a frozen repo says the repo is frozen and how to unfreeze it, in
+    words and in JSON; once unfrozen, a retry says nothing of it."""
+    cli("db", "upgrade")
+    store = Store(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        store.ensure_repo("alpha", tracker="local", slug="org/alpha")
+        first = store.enqueue("alpha").run.id
+        store.cancel_run(first, by="alice")
+        store.freeze_repo("alpha", "deploy broken", by="alice")
+    finally:
+        store.close()
+    status, out, _ = cli("runs", "retry", str(first))
+    assert status == 0 and out.startswith(f"run {first} queued as run ")
+    assert "repo alpha is frozen" in out and "pipeline repos unfreeze alpha" in out
+    status, out, _ = cli("runs", "retry", str(first), "--json")
+    assert "pipeline repos unfreeze alpha" in json.loads(out)["note"]
