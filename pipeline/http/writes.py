@@ -141,7 +141,7 @@ async def freeze_repo(request: Request) -> Response:
 
 
 async def unfreeze_repo(request: Request) -> Response:
-    """POST /api/repos/{repo}/unfreeze: its queue runs again; escalations acknowledged."""
+    """POST /api/repos/{repo}/unfreeze: its queue runs again; its freeze's escalations acked."""
     return await _repo_action(request, frozen=False)
 
 

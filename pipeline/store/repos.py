@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.config.settings import RepoSettings
-from pipeline.core.states import Outcome, RunState
+from pipeline.core.states import FROZEN_REASON, Outcome, RunState
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
 from pipeline.store.models import EscalationRow, RepoRow, SideEffectRow
@@ -79,11 +79,28 @@ def freeze_in(
     if not changed:
         return False
     if freeze.escalation is not None:
-        values = {"run_id": run_id, "repo_id": repo_id, "reason": "frozen", "created_at": now}
+        values = {"run_id": run_id, "repo_id": repo_id, "reason": FROZEN_REASON, "created_at": now}
         conn.execute(insert(EscalationRow).values(**values, detail=freeze.escalation))
     data = {"repo": name, "frozen": True, "by": freeze.by}
     _repo_event(conn, run_id, f"repo {name} frozen by {freeze.by}: {freeze.reason}", data, now)
     return True
+
+
+def _acknowledge_freeze(
+    conn: Connection, repo_id: int, frozen_run_id: int | None, by: str, now: datetime
+) -> None:
+    """Acknowledge the open escalations of the repo's freeze (see ``unfreeze_repo``)."""
+    own = and_(EscalationRow.reason == FROZEN_REASON, EscalationRow.run_id.is_(None))
+    of_freeze = own if frozen_run_id is None else or_(own, EscalationRow.run_id == frozen_run_id)
+    conn.execute(
+        update(EscalationRow)
+        .where(
+            EscalationRow.repo_id == repo_id,
+            EscalationRow.acknowledged_at.is_(None),
+            of_freeze,
+        )
+        .values(acknowledged_by=by, acknowledged_at=now)
+    )
 
 
 def _repo_event(
@@ -197,7 +214,12 @@ class ReposMixin(StoreBase):
             return freeze_in(conn, (repo_id, name), run_id, freeze, db_now(conn))
 
     def unfreeze_repo(self, name: str, note: str, by: str) -> bool:
-        """Unfreeze a repo and acknowledge its open escalations. False if it was not frozen."""
+        """Unfreeze a repo and acknowledge its freeze's escalations. False if it was not frozen.
+
+        The freeze's escalations are its own row (reason ``frozen``, without a run when a
+        person froze the repo) and those of the run that froze it; others (a blocked run's
+        question, a refused token) stay open: the unfreeze answers none of them.
+        """
         with self._write() as conn:
             repo_id = self._known_repo(conn, name)
             now = db_now(conn)
@@ -220,11 +242,7 @@ class ReposMixin(StoreBase):
                     updated_at=now,
                 )
             )
-            conn.execute(
-                update(EscalationRow)
-                .where(EscalationRow.repo_id == repo_id, EscalationRow.acknowledged_at.is_(None))
-                .values(acknowledged_by=f"{by}: {note}", acknowledged_at=now)
-            )
+            _acknowledge_freeze(conn, repo_id, frozen_run[0], f"{by}: {note}", now)
             data = {"repo": name, "frozen": False, "by": by}
             said = f"repo {name} unfrozen by {by}: {note}"
             _repo_event(conn, frozen_run[0], said, data, now)

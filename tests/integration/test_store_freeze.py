@@ -88,3 +88,29 @@ def test_a_retry_freezes_only_when_it_ends_the_run(store: Store) -> None:
     repo = store.get_repo("alpha")
     assert run.state == "failed" and repo is not None and repo.frozen_run_id == run_id
     assert [e.reason for e in store.list_escalations("alpha")] == ["frozen"]
+
+
+def test_an_unfreeze_acknowledges_the_freezes_escalations_only(store: Store) -> None:
+    """Unfreezing acknowledges the freeze's own escalation and those of the run that froze the
+    repo; a blocked run's question and a refused token stay open for their humans."""
+    blocked = store.enqueue("alpha").run.id
+    store.cancel_run(blocked, by="alice")  # ended: the next run may be the fix-forward
+    store.add_escalation("alpha", "blocked", "which colour?", blocked)
+    store.add_escalation("alpha", "tracker_refused", "401 on the ready list")
+    fix = store.enqueue("alpha", EnqueueOptions(kind="fix_forward")).run.id
+    store.add_escalation("alpha", "frozen", "deploy still broken", fix)
+    store.freeze_repo("alpha", "deploy still broken", by="afk-pipeline", run_id=fix)
+    store.add_escalation("alpha", "failed", "fix-forward ended failed", fix)
+    assert store.unfreeze_repo("alpha", "fixed by hand", by="alice")
+    acknowledged = {e.reason: e.acknowledged_by for e in store.list_escalations("alpha")}
+    assert acknowledged == {
+        "blocked": None,
+        "tracker_refused": None,
+        "frozen": "alice: fixed by hand",
+        "failed": "alice: fixed by hand",
+    }
+
+    store.freeze_repo("alpha", "looking", by="bob", escalation="frozen by bob: looking")
+    assert store.unfreeze_repo("alpha", "done", by="bob")
+    still_open = [e.reason for e in store.list_escalations("alpha") if e.acknowledged_at is None]
+    assert sorted(still_open) == ["blocked", "tracker_refused"]
