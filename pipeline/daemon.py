@@ -263,7 +263,7 @@ class Daemon:
             log.warning("[http] public_url is not set: issue comments link to no dashboard")
 
     def _health(self) -> dict[str, object]:
-        """The sandbox, and every repo whose tracker refuses the token (then ``degraded``)."""
+        """The sandbox, and every repo whose tracker refuses its ready list (then ``degraded``)."""
         health: dict[str, object] = {
             "sandbox": self.sandbox.mode,
             "sandbox_detail": self.sandbox.description,

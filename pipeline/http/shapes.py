@@ -140,7 +140,8 @@ class RepoListJson(TypedDict):
 
 
 class TrackerRefusedJson(TypedDict):
-    """A repo whose tracker refuses the daemon's token (401, or 403 without a rate limit)."""
+    """A repo whose tracker refuses its ready list: 401 or 403 (not a rate limit), the
+    token; 404, the repo is missing or the token cannot see it."""
 
     tracker: str
     repo: str

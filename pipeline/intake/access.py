@@ -1,9 +1,11 @@
-"""A forge that refuses the daemon's token: poll less, and tell a human once.
+"""A forge that refuses the daemon's token or cannot find the repo: poll less, tell a human once.
 
-A 401 (the token is missing, wrong, expired or revoked) or a 403 that is not a
-rate limit (the token lacks a permission or a scope) is not fixed by asking
-again, so polling at full rate only repeats the same failure. A repo whose ready
-list is refused so is polled again after a back-off that doubles from the poll
+A 401 (the token is missing, wrong, expired or revoked), a 403 that is not a
+rate limit (the token lacks a permission or a scope) or a 404 (the repo is gone
+or renamed, its slug is wrong, or the token cannot see it: GitHub and GitLab
+answer a private repo the token has no access to 404, not 403) is not fixed by
+asking again, so polling at full rate only repeats the same failure. A repo
+whose ready list is refused so is polled again after a back-off that doubles from the poll
 interval up to ``MAX_POLL_BACKOFF_S`` (the other repos of the tracker keep their
 pace); the first refusal raises one escalation per repo (a row, as the repo's
 escalations are kept) and one notification per tracker and poll naming the
@@ -29,8 +31,14 @@ from pipeline.notify.escalation import Notifies, NotifyKind
 log = logging.getLogger(__name__)
 
 MAX_POLL_BACKOFF_S = 900.0
-# FatalError kinds of ``pipeline.trackers.http`` that say the token was refused.
-REFUSED_STATUS = {"forge_auth": "401", "forge_forbidden": "403"}
+# FatalError kinds of ``pipeline.trackers.http`` that say the ready list was refused.
+REFUSED_STATUS = {"forge_auth": "401", "forge_forbidden": "403", "missing_repo": "404"}
+# What each status says, in a human's words.
+MEANING = {
+    "401": "the token is missing, wrong, expired or revoked",
+    "403": "the token lacks a permission or a scope",
+    "404": "the repo is missing or the token cannot see it",
+}
 
 
 class Escalates(Protocol):
@@ -48,7 +56,7 @@ class Refusal:
     tracker: str
     repo: str
     slug: str
-    status: str  # "401" | "403"
+    status: str  # "401" | "403" | "404"
     error: str
     since: str  # ISO 8601 UTC: the first refusal of this episode
     failures: int = 1
@@ -102,10 +110,11 @@ class AccessWatch:
             )
             refusal.not_before = self.clock() + wait
         log.warning(
-            "tracker %s refuses the token for %s (%s); next poll of it in %.0fs: %s",
+            "tracker %s refuses the ready list of %s (%s: %s); next poll of it in %.0fs: %s",
             repo.tracker,
             repo.slug,
             status,
+            MEANING[status],
             wait,
             refusal.error,
         )
@@ -156,25 +165,41 @@ class AccessWatch:
 
 def refused_message(tracker: str, refusals: list[Refusal]) -> tuple[str, str]:
     """Title and body of the escalation: which tracker, which repos, which status, what next."""
-    statuses = "/".join(sorted({r.status for r in refusals}))
+    statuses = sorted({r.status for r in refusals})
     slugs = ", ".join(r.slug for r in refusals)
-    lines = [f"Tracker {tracker} refuses the daemon's token ({statuses}):", ""]
-    lines += [
-        f"  - {r.slug} (repo {r.repo}): {r.status}, since {r.since}: {r.error}" for r in refusals
+    lines = [f"Tracker {tracker} refuses the ready list of these repos ({'/'.join(statuses)}):"]
+    lines += [""] + [
+        f"  - {r.slug} (repo {r.repo}): {r.status}, {MEANING[r.status]}, since {r.since}: {r.error}"
+        for r in refusals
     ]
-    lines += [
-        "",
-        "Ready issues of these repos are not picked up until the token or its permissions "
-        f"are fixed (trackers.{tracker}.token_env or token_file). Polling backs off meanwhile "
-        "and resumes by itself when the forge answers again.",
-    ]
-    return f"[afk-pipeline] tracker {tracker}: {statuses} for {slugs}", "\n".join(lines)
+    lines += ["", *_what_to_fix(tracker, statuses)]
+    lines.append(
+        "Ready issues of these repos are not picked up until then. Polling backs off "
+        "meanwhile and resumes by itself when the forge answers again."
+    )
+    title = f"[afk-pipeline] tracker {tracker}: {'/'.join(statuses)} for {slugs}"
+    return title, "\n".join(lines)
+
+
+def _what_to_fix(tracker: str, statuses: list[str]) -> list[str]:
+    fixes = []
+    if {"401", "403"} & set(statuses):
+        fixes.append(
+            f"Fix the token or its permissions (trackers.{tracker}.token_env or token_file)."
+        )
+    if "404" in statuses:
+        fixes.append(
+            "Check the repo's slug in the config (repos.<name>.slug: renamed, moved or "
+            "deleted on the forge?) and that the token can see the repo (a token without "
+            "access to a private repo gets 404)."
+        )
+    return fixes
 
 
 def answers_again(tracker: str, refusals: list[Refusal]) -> tuple[str, str]:
     slugs = ", ".join(r.slug for r in refusals)
     body = (
-        f"Tracker {tracker} accepts the daemon's token again for {slugs}; polling is back "
+        f"Tracker {tracker} answers the ready list of {slugs} again; polling is back "
         "to its interval and ready issues are picked up."
     )
     return f"[afk-pipeline] tracker {tracker}: answers again for {slugs}", body

@@ -8,8 +8,9 @@ also keeps a snapshot of the title and body it vouched for.
 
 A failing tracker backs off on its own (``retry-after`` or reset when the
 forge says, else exponential) without stopping the others or the daemon. A
-repo whose forge refuses the token (401, or 403 without a rate limit) backs
-off too, and a human is told once (``pipeline.intake.access``).
+repo whose forge refuses its ready list (401, 403 without a rate limit, or 404:
+the repo is missing or the token cannot see it) backs off too, and a human is
+told once (``pipeline.intake.access``).
 """
 
 from __future__ import annotations

@@ -60,3 +60,35 @@ def test_a_revoked_token_is_told_once_shown_in_health_and_recovers(
     assert "answers again" in back and SLUG in back
     assert health["trackers_refused"] == [] and health["status"] == "ok"
     assert sum("401" in n for n in _notices(world)) == 1
+
+
+def test_a_repo_the_token_cannot_see_is_told_once_shown_in_health_and_recovers(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The repo out of the token's sight (404 on its ready list): one notification saying the
+    repo is missing or the token cannot see it, /health degraded with the repo and 404; back
+    in sight, one all-clear and the waiting issue is done."""
+    with forge_world(tmp_path, cli_env, "gitlab") as world:
+        world.start()
+        world.wait("the first poll", lambda: _listings(world) > 0)
+        with world.fake.lock:
+            hidden = world.fake.repos.pop(SLUG)
+        world.wait("the alarm", lambda: any("404" in n for n in _notices(world)), timeout_s=30)
+        [alarm] = _notices(world)
+        assert "forge" in alarm and SLUG in alarm
+        assert "the repo is missing or the token cannot see it" in alarm
+        health = _health(world)
+        assert health["status"] == "degraded"
+        [refused] = health["trackers_refused"]
+        assert (refused["tracker"], refused["slug"], refused["status"]) == ("forge", SLUG, "404")
+
+        with world.fake.lock:
+            world.fake.repos[SLUG] = hidden
+        world.issue("Write notes")
+        world.wait("the run succeeded", lambda: [r.state for r in world.runs()] == ["succeeded"])
+        world.wait("the all-clear", lambda: len(_notices(world)) >= 2, timeout_s=30)
+        health = _health(world)
+        assert world.stop() == 0, world.log.read_text()[-3000:]
+    assert "answers again" in _notices(world)[1] and SLUG in _notices(world)[1]
+    assert health["trackers_refused"] == [] and health["status"] == "ok"
+    assert sum("404" in n for n in _notices(world)) == 1

@@ -138,7 +138,8 @@ def test_a_label_by_a_configured_trusted_actor_is_queued(
 def test_a_missing_repo_does_not_stop_the_others_on_its_tracker(
     fake: FakeForge, database_url: str, tmp_path: Path
 ) -> None:
-    """A repo the forge answers 404 for is reported; the next repo is still polled, no back-off."""
+    """A repo the forge answers 404 for is reported and backed off alone (ADR 33); the next
+    repo is still polled and the tracker keeps its pace."""
     number = fake.add_issue(SLUG, "ready", labels=[READY])
     built = IntakeWorld.build(
         database_url,
@@ -151,7 +152,9 @@ def test_a_missing_repo_does_not_stop_the_others_on_its_tracker(
         assert report.error is not None and "acme-gone" in report.error
         assert queued_numbers(built) == [number]
         assert not built.intake.poll(fake.forge).skipped
-        assert built.intake.metrics.poll_errors[fake.forge] == 2
+        assert built.intake.metrics.poll_errors[fake.forge] == 1  # the gone repo waits
+        [refused] = built.intake.access.refusals()
+        assert (refused.slug, refused.status) == ("acme/gone", "404")
     finally:
         built.close()
 

@@ -169,3 +169,42 @@ def test_a_403_rate_limit_calls_nobody(tmp_path: Path) -> None:
         assert report.error is not None and "rate limit" in report.error
         assert w.intake.access.refusals() == [] and w.inbox.sent == []
         assert w.store.list_escalations("widgets") == []
+
+
+@pytest.mark.parametrize("kind", ["github", "gitea", "gitlab"])
+def test_a_repo_the_token_cannot_see_backs_off_tells_once_and_recovers(
+    tmp_path: Path, kind: str
+) -> None:
+    """404 on the ready list (the repo is gone, renamed, or private to the token, which GitHub
+    answers 404, not 403): backed off like a refusal, one escalation saying the repo is missing
+    or invisible to the token, naming tracker, slug and status; visible again, one all-clear."""
+    with world(tmp_path, kind) as w:
+        with w.fake.lock:
+            hidden = w.fake.repos.pop(SLUG)
+        report = w.intake.poll("forge")
+        assert report.error is not None and "404" in report.error
+        [alarm] = w.inbox.sent
+        assert alarm.kind == "escalation"
+        assert all(word in alarm.title for word in ("forge", SLUG, "404"))
+        assert "missing or the token cannot see it" in alarm.body and SLUG in alarm.body
+        [escalation] = w.store.list_escalations("widgets")
+        assert escalation.reason == "tracker_refused" and "cannot see it" in escalation.detail
+        [refusal] = w.intake.access.refusals()
+        assert refusal.status == "404"
+
+        asked = w.asked()
+        w.intake.poll("forge")  # inside the back-off: nothing is asked, nobody told again
+        assert w.asked() == asked and len(w.inbox.sent) == 1
+        w.clock.advance(w.wait_s() + 0.1)
+        w.intake.poll("forge")
+        assert w.asked() == asked + 1 and w.wait_s() == pytest.approx(10.0, abs=0.2)
+        assert len(w.inbox.sent) == 1
+
+        with w.fake.lock:
+            w.fake.repos[SLUG] = hidden
+        w.clock.advance(w.wait_s() + 0.1)
+        w.intake.poll("forge")
+        assert [r.state for r in w.store.list_runs()] == ["queued"]
+        assert w.intake.access.refusals() == []
+        assert [s.kind for s in w.inbox.sent] == ["escalation", "recovered"]
+        assert SLUG in w.inbox.sent[1].body and "404" not in w.inbox.sent[1].title
