@@ -178,6 +178,8 @@ def refused_message(tracker: str, refusals: list[Refusal]) -> tuple[str, str]:
         "meanwhile and resumes by itself when the forge answers again."
     )
     title = f"[afk-pipeline] tracker {tracker}: {'/'.join(statuses)} for {slugs}"
+    if len(statuses) == 1:  # the subject line alone says what is wrong
+        title += f": {MEANING[statuses[0]]}"
     return title, "\n".join(lines)
 
 

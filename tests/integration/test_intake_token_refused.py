@@ -185,7 +185,7 @@ def test_a_repo_the_token_cannot_see_backs_off_tells_once_and_recovers(
         assert report.error is not None and "404" in report.error
         [alarm] = w.inbox.sent
         assert alarm.kind == "escalation"
-        assert all(word in alarm.title for word in ("forge", SLUG, "404"))
+        assert all(word in alarm.title for word in ("forge", SLUG, "404", "cannot see it"))
         assert "missing or the token cannot see it" in alarm.body and SLUG in alarm.body
         [escalation] = w.store.list_escalations("widgets")
         assert escalation.reason == "tracker_refused" and "cannot see it" in escalation.detail
