@@ -42,7 +42,7 @@ from pipeline.run.scope import RunScope, WorktreeLease
 from pipeline.run.withdrawn import STARTING, IssueGuard, watching
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
-from pipeline.watch.ci import ci_source, watch_ci
+from pipeline.watch.ci import CiWatchAids, ci_source, watch_ci
 from pipeline.watch.deploy import DescendantVersions, default_probe_runner, watch_deploy
 from pipeline.workspace.repo_settings import repo_settings
 from pipeline.workspace.setup import run_setup
@@ -302,9 +302,10 @@ class RunFlow:
         return self.deps.recovery.decide(scope, ctx.run, sha, verdict)
 
     def _watch(self, ctx: RunContext, repo: RepoSettings, sha: str) -> Verdict:
-        tracker = self.deps.trackers.get(repo.tracker)
-        source = ci_source(repo.ci, tracker=tracker, slug=repo.slug)
-        ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop)
+        source = ci_source(repo.ci, tracker=self.deps.trackers.get(repo.tracker), slug=repo.slug)
+        mirror = self.deps.workspaces.mirror(repo)
+        later = CiWatchAids(later=lambda judged: mirror.later_head(judged, ctx.stop))
+        ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop, later)
         ctx.check()  # a stop (cancel, lost lease, timeout) ended the watch early
         if ci.state == "failure":
             return Verdict(
@@ -317,7 +318,6 @@ class RunFlow:
             return Verdict(
                 VerdictState.HEALTHY, "no deploy probes configured", ci_text, "not configured"
             )
-        mirror = self.deps.workspaces.mirror(repo)
         holds = DescendantVersions(lambda version: mirror.holds(version, sha, ctx.stop))
         runner = default_probe_runner(stop=ctx.stop, holds=holds)
         deploy = watch_deploy(repo.deploy, sha, ctx.events, ctx.stop, probe_runner=runner)

@@ -44,8 +44,10 @@ from pipeline.trackers.identity import TokenUser
 GITHUB_API = "https://api.github.com"
 WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
 FAILED_CONCLUSIONS = frozenset(
-    {"failure", "timed_out", "cancelled", "action_required", "startup_failure", "stale"}
+    {"failure", "timed_out", "action_required", "startup_failure", "stale"}
 )
+# A check cancelled (``concurrency: cancel-in-progress`` when a newer push came) said nothing.
+CANCELLED_CONCLUSIONS = frozenset({"cancelled"})
 
 
 class GitHubTracker:
@@ -217,7 +219,7 @@ def summarise_ci(runs: list[Any], statuses: list[Any], where: str) -> CiState:
     """Failure beats pending beats success; nothing at all is ``none``."""
     details: list[str] = []
     failed: list[str] = []
-    pending = False
+    pending = cancelled = False
     for run in (as_dict(r, where) for r in runs):
         name, status, conclusion = run.get("name"), run.get("status"), run.get("conclusion")
         details.append(f"check {name}: {conclusion or status}")
@@ -225,6 +227,8 @@ def summarise_ci(runs: list[Any], statuses: list[Any], where: str) -> CiState:
             pending = True
         elif conclusion in FAILED_CONCLUSIONS:
             failed.append(str(run.get("details_url") or run.get("html_url") or ""))
+        elif conclusion in CANCELLED_CONCLUSIONS:
+            cancelled = True
     for status_item in (as_dict(s, where) for s in statuses):
         state = status_item.get("state")
         details.append(f"status {status_item.get('context')}: {state}")
@@ -236,4 +240,6 @@ def summarise_ci(runs: list[Any], statuses: list[Any], where: str) -> CiState:
         return CiState("none")
     if failed:
         return CiState("failure", tuple(details), next((url for url in failed if url), ""))
-    return CiState("pending" if pending else "success", tuple(details))
+    if pending:
+        return CiState("pending", tuple(details))
+    return CiState("cancelled" if cancelled else "success", tuple(details))

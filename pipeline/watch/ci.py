@@ -6,18 +6,23 @@ The forge's own CI comes through the tracker (``TrackerCiSource``); Woodpecker
 is asked directly over its REST API; ``NoCi`` is for repos without CI.
 ``watch_ci`` polls a source until a verdict, a timeout for CI to appear at
 all, or the overall timeout; the last two are inconclusive.
+
+CI ``cancelled`` on the watched commit (``concurrency: cancel-in-progress``
+when a newer push came) is no verdict on it: when the default branch has moved
+on to a commit that holds it (``later``), that commit's CI is watched instead;
+otherwise the watch goes on, and at its deadline says the CI was cancelled.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import httpx
 
 from pipeline.config.settings import CiSettings, SecretRef
-from pipeline.core.errors import FatalError, RetryableError
+from pipeline.core.errors import FatalError, PipelineError, RetryableError
 from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
 from pipeline.trackers.base import CiState, CiStatus
@@ -28,6 +33,7 @@ __all__ = [
     "CiSource",
     "CiState",
     "CiStatus",
+    "CiWatchAids",
     "NoCi",
     "TrackerCiSource",
     "WoodpeckerCiSource",
@@ -38,7 +44,8 @@ __all__ = [
 
 # GitHub check-run conclusions (octokit openapi ``check-run.conclusion``).
 _GH_OK = frozenset({"success", "neutral", "skipped"})
-_GH_FAILED = frozenset({"failure", "timed_out", "cancelled", "action_required", "startup_failure"})
+_GH_FAILED = frozenset({"failure", "timed_out", "action_required", "startup_failure"})
+_GH_CANCELLED = frozenset({"cancelled"})
 # Woodpecker ``StatusValue`` (server/model/const.go).
 _WP_OK = frozenset({"success", "skipped"})
 _WP_FAILED = frozenset({"failure", "error", "killed", "declined", "canceled"})
@@ -104,12 +111,14 @@ def judge_github(check_runs: Mapping[str, Any], combined: Mapping[str, Any]) -> 
     """
     details: list[str] = []
     failed: list[str] = []
-    pending, hint = False, ""
+    pending, cancelled, hint = False, False, ""
     for run in _latest_by_name(check_runs.get("check_runs") or []):
         name, status, conclusion = run.get("name"), run.get("status"), run.get("conclusion")
         details.append(f"check {name}: {conclusion or status}")
-        if status != "completed" or conclusion not in _GH_OK | _GH_FAILED:
+        if status != "completed" or conclusion not in _GH_OK | _GH_FAILED | _GH_CANCELLED:
             pending = True
+        elif conclusion in _GH_CANCELLED:
+            cancelled = True
         elif conclusion in _GH_FAILED:
             failed.append(str(name))
             hint = hint or str(run.get("html_url") or run.get("details_url") or "")
@@ -121,7 +130,12 @@ def judge_github(check_runs: Mapping[str, Any], combined: Mapping[str, Any]) -> 
             hint = hint or str(status.get("target_url") or "")
         elif state != "success":
             pending = True
-    return _sum(failed, pending, details, hint)
+    verdict = _sum(failed, pending, details, hint)
+    return (
+        CiState("cancelled", verdict.details)
+        if cancelled and verdict.state == "success"
+        else verdict
+    )
 
 
 def judge_woodpecker(
@@ -228,6 +242,8 @@ def ci_source(ci: CiSettings, *, tracker: SupportsCommitCiState | None, slug: st
 
 
 OutcomeState = Literal["success", "failure", "skipped", "none_appeared", "timeout", "stopped"]
+# The default branch's head when it is a later commit holding the given one, else None.
+Later = Callable[[str], str | None]
 
 
 @dataclass(frozen=True)
@@ -241,13 +257,21 @@ class CiOutcome:
         return self.state in ("none_appeared", "timeout")
 
 
+@dataclass(frozen=True)
+class CiWatchAids:
+    """What a watch may lean on: its pacing, and ``later`` for a cancelled CI."""
+
+    pacing: Pacing = field(default_factory=Pacing)
+    later: Later | None = None
+
+
 def watch_ci(
     source: CiSource,
     sha: str,
     ci: CiSettings,
     events: EventSink,
     stop: StopToken | None,
-    pacing: Pacing | None = None,
+    aids: CiWatchAids | None = None,
 ) -> CiOutcome:
     """Poll ``source`` for ``sha`` until a verdict or a timeout.
 
@@ -257,25 +281,31 @@ def watch_ci(
     if isinstance(source, NoCi):
         events("ci", "no CI configured; skipping", {"sha": sha})
         return CiOutcome("skipped", "no CI configured")
-    return _CiWatch(source, sha, ci, events, stop, pacing or Pacing()).run()
+    aids = aids or CiWatchAids()
+    return _CiWatch(source, sha, ci, events, stop, aids, judged=sha).run()
 
 
 @dataclass
 class _CiWatch:
-    """One watch of one SHA's CI: its polls and what it has seen so far."""
+    """One watch of one SHA's CI: its polls and what it has seen so far.
+
+    ``judged`` is the commit whose CI is read: ``sha``, or after a cancel a later
+    commit of the default branch that holds it.
+    """
 
     source: CiSource
     sha: str
     ci: CiSettings
     events: EventSink
     stop: StopToken | None
-    pacing: Pacing
+    aids: CiWatchAids
+    judged: str
     seen_any: bool = False
     last: str = ""
 
     def poll(self) -> CiState:
         try:
-            current = self.source.state(self.sha)
+            current = self.source.state(self.judged)
         except RetryableError as exc:
             self.events("ci", f"CI source error (will poll again): {exc}", {"kind": exc.kind})
             current = CiState("pending" if self.seen_any else "none")
@@ -283,35 +313,69 @@ class _CiWatch:
             self.last = current.state
             self.events(
                 "ci",
-                f"CI for {self.sha[:12]}: {current.state}",
+                f"CI for {self.judged[:12]}: {current.state}",
                 {
                     "state": current.state,
                     "details": list(current.details)[:20],
                     "log_hint": current.log_hint,
                 },
             )
-        self.seen_any = self.seen_any or current.state == "pending"
+        self.seen_any = self.seen_any or current.state in ("pending", "cancelled")
         return current
+
+    def follow(self) -> None:
+        """The judged commit's CI was cancelled: judge a later commit holding it, if any."""
+        try:
+            later = self.aids.later(self.judged) if self.aids.later else None
+        except PipelineError as exc:  # the remote unreachable just now: ask at the next poll
+            self.events("ci", f"could not look for a later commit (will ask again): {exc}")
+            return
+        if later:
+            self.events(
+                "ci",
+                f"CI for {self.judged[:12]} was cancelled; judged by {later[:12]}, "
+                f"a later commit of the default branch holding {self.sha[:12]}",
+                {"state": "cancelled", "judged_by": later},
+            )
+            self.judged, self.last = later, ""
+
+    def verdict(self, current: CiState) -> CiOutcome:
+        detail = "\n".join(current.details)
+        if self.judged != self.sha:
+            detail = (
+                f"judged by {self.judged[:12]}, a later commit holding {self.sha[:12]} "
+                f"(whose CI was cancelled):\n{detail}"
+            )
+        return CiOutcome(
+            "success" if current.state == "success" else "failure", detail, current.log_hint
+        )
 
     def given_up(self, elapsed: float, current: CiState) -> CiOutcome | None:
         ci, sha = self.ci, self.sha[:12]
         if not self.seen_any and elapsed >= ci.appear_timeout_s:
             detail = f"no CI appeared for {sha} within {ci.appear_timeout_s:.0f}s"
             return _give_up(self.events, "none_appeared", detail)
-        if elapsed >= ci.timeout_s:
-            detail = f"CI for {sha} still pending after {ci.timeout_s:.0f}s:\n" + "\n".join(
-                current.details
+        if elapsed < ci.timeout_s:
+            return None
+        if current.state == "cancelled":
+            detail = (
+                f"CI for {self.judged[:12]} was cancelled before it judged the commit, and "
+                f"no later commit of the default branch holds {sha} to judge it by "
+                f"(waited {ci.timeout_s:.0f}s for one):\n"
             )
-            return _give_up(self.events, "timeout", detail)
-        return None
+        else:
+            detail = f"CI for {sha} still pending after {ci.timeout_s:.0f}s:\n"
+        return _give_up(self.events, "timeout", detail + "\n".join(current.details))
 
     def run(self) -> CiOutcome:
-        pause, clock, stop = self.pacing.pause(self.stop), self.pacing.clock, self.stop
+        pause, clock, stop = self.aids.pacing.pause(self.stop), self.aids.pacing.clock, self.stop
         started = clock()
         while not (stop is not None and stop.stopped):
             current = self.poll()
             if current.state in ("success", "failure"):
-                return CiOutcome(current.state, "\n".join(current.details), current.log_hint)
+                return self.verdict(current)
+            if current.state == "cancelled":
+                self.follow()
             ended = self.given_up(clock() - started, current)
             if ended is not None:
                 return ended
