@@ -177,7 +177,9 @@ class RunFlow:
             try:
                 sha = self._implement_and_publish(ctx, scope, start, run_base)
             except EscalationError as exc:
-                return self.deps.recovery.escalate(scope, ctx.run, exc).outcome
+                return self.deps.recovery.escalate_unless_healed(
+                    scope, ctx.run, exc, lambda sha: self._watch_and_decide(ctx, scope, sha)
+                ).outcome
             return self._watch_and_decide(ctx, scope, sha).outcome
 
     def _with_repo_file(
@@ -341,7 +343,7 @@ class RunFlow:
         if a human withdraws the issue (``pipeline.run.withdrawn``), checked here first."""
         run = ctx.run
         if run.kind == "fix_forward" or run.issue_number is None:
-            return _Start(self._fix_forward_info(run, repo), None, None)
+            return _Start(self.deps.recovery.fix_forward_issue(run, repo), None, None)
         guard = None
         if not run.pushed_sha:  # pushed already: only the watch is left
             queued = self.deps.store.run_events(run.id, limit=1)
@@ -352,18 +354,6 @@ class RunFlow:
             guard = IssueGuard(self.deps.lifecycle, where, by_label, ctx.events, every)
         issue, resume = self._issue_info(run, repo, ctx.events, guard)
         return _Start(issue, resume, guard)
-
-    def _fix_forward_info(self, run: Run, repo: RepoSettings) -> IssueInfo:
-        root = self.deps.recovery.chain_root(run)
-        return IssueInfo(
-            ref=f"fix-{run.id}",
-            number=root.issue_number or 0,
-            title=f"Fix forward: the deploy of run {run.parent_id} is broken",
-            body=f"Heal the broken deploy of {repo.name} (chain started by run {root.id}).",
-            comments=(),
-            url=root.issue_url or "",
-            author="afk-pipeline",
-        )
 
     def _issue_info(
         self, run: Run, repo: RepoSettings, events: EventSink, guard: IssueGuard | None
