@@ -310,9 +310,8 @@ class RunFlow:
         ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop, later)
         ctx.check()  # a stop (cancel, lost lease, timeout) ended the watch early
         if ci.state == "failure":
-            return Verdict(
-                VerdictState.BROKEN, f"CI failed for {sha[:12]}: {ci.detail}", ci.detail, "-"
-            )
+            evidence = f"CI failed for {sha[:12]}: {ci.detail}"
+            return Verdict(VerdictState.BROKEN, evidence, ci.detail, "-", ci.log_hint)
         if ci.inconclusive and repo.ci.kind != "none":
             return Verdict(VerdictState.INCONCLUSIVE, f"CI: {ci.detail}", ci.detail, "not watched")
         ci_text = "no CI configured" if repo.ci.kind == "none" else f"green ({ci.detail})"

@@ -31,6 +31,7 @@ from pipeline.core.states import (
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
 from pipeline.intake.lifecycle import Lifecycle
+from pipeline.intake.sanitize import shown_url
 from pipeline.run.prompt import IssueInfo
 from pipeline.run.scope import RunScope
 from pipeline.store import EnqueueOptions, RepoFreeze, Run, Store
@@ -201,6 +202,7 @@ class Recovery:
                 "prompt": self._fix_prompt(scope, sha, verdict),
                 "broken_sha": sha,
                 "broken_by": BROKEN_BY_CI if _headline(verdict) == "CI failed" else "deploy",
+                "ci_log": verdict.log_hint,
             },
         )
         return child
@@ -217,6 +219,7 @@ class Recovery:
         exc = EscalationError(
             FROZEN_REASON,
             f"{reason}.\nLast evidence:\n{verdict.evidence[-EVIDENCE_CHARS:]}\n"
+            f"{_ci_log(verdict.log_hint)}"
             f"The repo's queue is stopped and nothing was reverted; fix "
             f"{scope.repo.default_branch} by hand, then unfreeze the repo.",
         )
@@ -229,6 +232,7 @@ class Recovery:
             f"({_headline(verdict)}).\n"
             "Do not revert it blindly: find the cause and fix it forward, test first.\n\n"
             f"Failure evidence (CI log tail or probe output):\n{verdict.evidence[-EVIDENCE_CHARS:]}"
+            f"\n{_ci_log(verdict.log_hint)}"
             f"\n\nThe commit that broke it:\n{diff}"
         )
 
@@ -296,6 +300,9 @@ class Recovery:
         queued issue must not ship on top of a deploy known to be broken.
         """
         frozen = exc.reason == FROZEN_REASON
+        log_line = self._parent_ci_log(run) if run.kind == "fix_forward" and not frozen else ""
+        if log_line:  # the human called after a fix-forward sees what it was shown
+            exc = EscalationError(exc.reason, f"{exc}\n{log_line}".rstrip())
         if run.kind == "fix_forward" and not frozen:
             self.freeze(scope.repo.name, f"fix-forward run {run.id} ended {exc.reason}", run.id)
             frozen = True
@@ -313,6 +320,11 @@ class Recovery:
         self.store.add_escalation(scope.repo.name, exc.reason, message, run.id)
         kind = DecisionKind.FROZEN if frozen else DecisionKind.ESCALATED
         return Decision(kind, Outcome(RunState.ESCALATED, exc.reason, str(exc)))
+
+    def _parent_ci_log(self, run: Run) -> str:
+        """The failing CI log of the commit a fix-forward was queued for, as a line."""
+        noted = [e.data for e in self.store.run_events(run.id) if e.kind == "evidence"]
+        return _ci_log(str(noted[0].get("ci_log") or "")) if noted else ""
 
     def freeze(self, repo: str, reason: str, run_id: int) -> None:
         """Freeze ``repo`` for ``run_id``; the caller records the escalation.
@@ -358,3 +370,8 @@ def _headline(verdict: Verdict) -> str:
     if verdict.evidence.startswith("CI failed"):
         return "CI failed"
     return "the deploy is broken"
+
+
+def _ci_log(log_hint: str) -> str:
+    """The failing CI log's address as a line of text (the CI chose it: never markup)."""
+    return f"The failing CI log: {shown_url(log_hint)}\n" if log_hint else ""
