@@ -311,10 +311,10 @@ class RunFlow:
         ctx.check()  # a stop (cancel, lost lease, timeout) ended the watch early
         if ci.state == "failure":
             evidence = f"CI failed for {sha[:12]}: {ci.detail}"
-            return Verdict(VerdictState.BROKEN, evidence, ci.detail, "-", ci.log_hint)
+            return Verdict(VerdictState.BROKEN, evidence, ci.summary, "-", ci.log_hint)
         if ci.inconclusive and repo.ci.kind != "none":
-            return Verdict(VerdictState.INCONCLUSIVE, f"CI: {ci.detail}", ci.detail, "not watched")
-        ci_text = "no CI configured" if repo.ci.kind == "none" else f"green ({ci.detail})"
+            return Verdict(VerdictState.INCONCLUSIVE, f"CI: {ci.detail}", ci.summary, "not watched")
+        ci_text = "no CI configured" if repo.ci.kind == "none" else f"green ({ci.summary})"
         if not repo.deploy.probes:
             return Verdict(
                 VerdictState.HEALTHY, "no deploy probes configured", ci_text, "not configured"

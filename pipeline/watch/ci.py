@@ -241,6 +241,7 @@ def ci_source(ci: CiSettings, *, tracker: SupportsCommitCiState | None, slug: st
     return TrackerCiSource(tracker, slug)
 
 
+SUMMARY_CHARS = 240
 OutcomeState = Literal["success", "failure", "skipped", "none_appeared", "timeout", "stopped"]
 # The default branch's head when it is a later commit holding the given one, else None.
 Later = Callable[[str], str | None]
@@ -255,6 +256,14 @@ class CiOutcome:
     @property
     def inconclusive(self) -> bool:
         return self.state in ("none_appeared", "timeout")
+
+    @property
+    def summary(self) -> str:
+        """``detail`` as one bounded line, for the issue's comments: check names are the
+        workflow's to choose (any length, any line breaks); the timeline keeps it whole."""
+        lines = (" ".join(line.split()) for line in self.detail.splitlines())
+        text = "; ".join(line for line in lines if line)
+        return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
 
 
 @dataclass(frozen=True)
