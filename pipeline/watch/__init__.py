@@ -11,7 +11,6 @@ from pipeline.watch.ci import (
     TrackerCiSource,
     WoodpeckerCiSource,
     ci_source,
-    judge_github,
     judge_woodpecker,
     watch_ci,
 )
@@ -36,7 +35,6 @@ __all__ = [
     "ci_source",
     "command_probe",
     "http_probe",
-    "judge_github",
     "judge_woodpecker",
     "watch_ci",
     "watch_deploy",

@@ -37,15 +37,10 @@ __all__ = [
     "NoCi",
     "TrackerCiSource",
     "WoodpeckerCiSource",
-    "judge_github",
     "judge_woodpecker",
     "watch_ci",
 ]
 
-# GitHub check-run conclusions (octokit openapi ``check-run.conclusion``).
-_GH_OK = frozenset({"success", "neutral", "skipped"})
-_GH_FAILED = frozenset({"failure", "timed_out", "action_required", "startup_failure"})
-_GH_CANCELLED = frozenset({"cancelled"})
 # Woodpecker ``StatusValue`` (server/model/const.go).
 _WP_OK = frozenset({"success", "skipped"})
 _WP_FAILED = frozenset({"failure", "error", "killed", "declined", "canceled"})
@@ -78,64 +73,6 @@ class TrackerCiSource:
 
     def state(self, sha: str) -> CiState:
         return self.tracker.commit_ci_state(self.slug, sha)
-
-
-def _sum(failed: list[str], pending: bool, details: list[str], hint: str) -> CiState:
-    """Failure beats pending beats success; nothing at all is ``none``."""
-    if failed:
-        return CiState("failure", tuple(details), hint)
-    if pending:
-        return CiState("pending", tuple(details), hint)
-    if not details:
-        return CiState("none")
-    return CiState("success", tuple(details), hint)
-
-
-def _latest_by_name(runs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """One check run per name, the newest (highest id): a re-run supersedes the first."""
-    newest: dict[str, Mapping[str, Any]] = {}
-    for run in runs:
-        name = str(run.get("name"))
-        if name not in newest or int(run.get("id") or 0) > int(newest[name].get("id") or 0):
-            newest[name] = run
-    return list(newest.values())
-
-
-def judge_github(check_runs: Mapping[str, Any], combined: Mapping[str, Any]) -> CiState:
-    """Judge GitHub's check runs and combined status together.
-
-    An Actions-only repo reports check runs and no statuses; its combined
-    status then says ``pending`` with ``total_count`` 0, which means "no
-    statuses", not "waiting" — so the combined state is read only when it has
-    statuses behind it.
-    """
-    details: list[str] = []
-    failed: list[str] = []
-    pending, cancelled, hint = False, False, ""
-    for run in _latest_by_name(check_runs.get("check_runs") or []):
-        name, status, conclusion = run.get("name"), run.get("status"), run.get("conclusion")
-        details.append(f"check {name}: {conclusion or status}")
-        if status != "completed" or conclusion not in _GH_OK | _GH_FAILED | _GH_CANCELLED:
-            pending = True
-        elif conclusion in _GH_CANCELLED:
-            cancelled = True
-        elif conclusion in _GH_FAILED:
-            failed.append(str(name))
-            hint = hint or str(run.get("html_url") or run.get("details_url") or "")
-    for status in combined.get("statuses") or []:
-        state, context = status.get("state"), status.get("context")
-        details.append(f"status {context}: {state}")
-        if state in ("failure", "error"):
-            failed.append(str(context))
-            hint = hint or str(status.get("target_url") or "")
-        elif state != "success":
-            pending = True
-    verdict = _sum(failed, pending, details, hint)
-    return (
-        CiState("cancelled", verdict.details)
-        if cancelled and verdict.state == "success"
-        else verdict
-    )
 
 
 def judge_woodpecker(

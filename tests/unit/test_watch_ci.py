@@ -15,13 +15,13 @@ from pipeline.testing.clock import ManualClock
 from pipeline.testing.receiver import Receiver
 from pipeline.testing.sinks import RecordingSink
 from pipeline.trackers.base import CiState
+from pipeline.trackers.github import summarise_ci
 from pipeline.watch.ci import (
     CiWatchAids,
     NoCi,
     TrackerCiSource,
     WoodpeckerCiSource,
     ci_source,
-    judge_github,
     judge_woodpecker,
     watch_ci,
 )
@@ -43,6 +43,11 @@ def check_run(conclusion: str | None, status: str = "completed", **extra: Any) -
     run: dict[str, Any] = copy.deepcopy(load("ci/github/check-run-completed.json"))
     run.update(status=status, conclusion=conclusion, **extra)
     return run
+
+
+def judge_github(check_runs: dict[str, Any], combined: dict[str, Any]) -> CiState:
+    """The GitHub judge the tracker uses, on the two documented payloads."""
+    return summarise_ci(check_runs["check_runs"], combined["statuses"], "test")
 
 
 NO_STATUSES = {"state": "pending", "statuses": [], "sha": GREEN, "total_count": 0}
@@ -89,6 +94,23 @@ def test_cancelled_run_is_no_verdict() -> None:
     assert state.state == "cancelled"
     failed = runs(check_run("failure", name="lint", id=1), check_run("cancelled", name="t", id=2))
     assert judge_github(failed, NO_STATUSES).state == "failure"
+
+
+@pytest.mark.parametrize("conclusion", ["some_future_conclusion", None])
+def test_unknown_conclusion_is_no_verdict(conclusion: str | None) -> None:
+    """A completed run with a conclusion GitHub may add one day is not read as green."""
+    state = judge_github(
+        runs(check_run("success", name="lint", id=1), check_run(conclusion, name="t", id=2)),
+        NO_STATUSES,
+    )
+    assert state.state == "pending"
+
+
+def test_unknown_status_state_is_no_verdict() -> None:
+    """A commit status in a state the judge does not know keeps the verdict open."""
+    combined = copy.deepcopy(load("ci/github/combined-status.json"))
+    combined["statuses"][0]["state"] = "some_future_state"
+    assert judge_github(NO_RUNS, combined).state == "pending"
 
 
 def test_in_progress_run_is_pending() -> None:
