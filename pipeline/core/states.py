@@ -78,6 +78,7 @@ class Verdict:
     evidence: str
     ci: str
     deploy: str
+    log_hint: str = ""  # where the failing CI log is, as CI reported it (not to trust)
 
 
 class DecisionKind(StrEnum):

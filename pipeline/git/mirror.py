@@ -164,6 +164,15 @@ class Mirror:
             and self.runner(stop).run("merge-base", "--is-ancestor", sha, found).ok
         )
 
+    def later_head(self, sha: str, stop: StopToken | None = None) -> str | None:
+        """The remote default branch's head when it is a later commit holding ``sha``."""
+        branch = f"refs/heads/{self.repo.default_branch}"
+        self.fetch(stop, f"+{branch}:{branch}", prune=False)
+        head = self.sha(branch)
+        if head is None or head == sha:
+            return None
+        return head if self.runner(stop).run("merge-base", "--is-ancestor", sha, head).ok else None
+
     # -- the checkout -------------------------------------------------------------------
 
     def checkout(self) -> GitRepo:

@@ -89,3 +89,19 @@ def inert_comments(text: str) -> str:
         visible = "".join(char for char in part[:16] if not is_invisible(char))
         shown.append(("&lt;" if visible.startswith("!--") else "<") + part)
     return "".join(shown)
+
+
+def shown_url(url: str, limit: int = 300) -> str:
+    """An address someone else chose (a CI's log link), to show as text: one code span.
+
+    No whitespace, backtick or invisible character survives, so it cannot end the span,
+    start a line of markup or hide anything; bounded to ``limit`` characters.
+    """
+    kept = "".join(
+        char
+        for char in url
+        if char.isprintable() and not char.isspace() and char != "`" and not is_invisible(char)
+    )
+    if len(kept) > limit:
+        kept = kept[:limit] + "..."
+    return f"`{kept}`" if kept else "(none)"

@@ -42,7 +42,7 @@ from pipeline.run.scope import RunScope, WorktreeLease
 from pipeline.run.withdrawn import STARTING, IssueGuard, watching
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker
-from pipeline.watch.ci import ci_source, watch_ci
+from pipeline.watch.ci import CiWatchAids, ci_source, watch_ci
 from pipeline.watch.deploy import DescendantVersions, default_probe_runner, watch_deploy
 from pipeline.workspace.repo_settings import repo_settings
 from pipeline.workspace.setup import run_setup
@@ -177,7 +177,9 @@ class RunFlow:
             try:
                 sha = self._implement_and_publish(ctx, scope, start, run_base)
             except EscalationError as exc:
-                return self.deps.recovery.escalate(scope, ctx.run, exc).outcome
+                return self.deps.recovery.escalate_unless_healed(
+                    scope, ctx.run, exc, lambda sha: self._watch_and_decide(ctx, scope, sha)
+                ).outcome
             return self._watch_and_decide(ctx, scope, sha).outcome
 
     def _with_repo_file(
@@ -302,22 +304,21 @@ class RunFlow:
         return self.deps.recovery.decide(scope, ctx.run, sha, verdict)
 
     def _watch(self, ctx: RunContext, repo: RepoSettings, sha: str) -> Verdict:
-        tracker = self.deps.trackers.get(repo.tracker)
-        source = ci_source(repo.ci, tracker=tracker, slug=repo.slug)
-        ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop)
+        source = ci_source(repo.ci, tracker=self.deps.trackers.get(repo.tracker), slug=repo.slug)
+        mirror = self.deps.workspaces.mirror(repo)
+        later = CiWatchAids(later=lambda judged: mirror.later_head(judged, ctx.stop))
+        ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop, later)
         ctx.check()  # a stop (cancel, lost lease, timeout) ended the watch early
         if ci.state == "failure":
-            return Verdict(
-                VerdictState.BROKEN, f"CI failed for {sha[:12]}: {ci.detail}", ci.detail, "-"
-            )
+            evidence = f"CI failed for {sha[:12]}: {ci.detail}"
+            return Verdict(VerdictState.BROKEN, evidence, ci.summary, "-", ci.log_hint)
         if ci.inconclusive and repo.ci.kind != "none":
-            return Verdict(VerdictState.INCONCLUSIVE, f"CI: {ci.detail}", ci.detail, "not watched")
-        ci_text = "no CI configured" if repo.ci.kind == "none" else f"green ({ci.detail})"
+            return Verdict(VerdictState.INCONCLUSIVE, f"CI: {ci.detail}", ci.summary, "not watched")
+        ci_text = "no CI configured" if repo.ci.kind == "none" else f"green ({ci.summary})"
         if not repo.deploy.probes:
             return Verdict(
                 VerdictState.HEALTHY, "no deploy probes configured", ci_text, "not configured"
             )
-        mirror = self.deps.workspaces.mirror(repo)
         holds = DescendantVersions(lambda version: mirror.holds(version, sha, ctx.stop))
         runner = default_probe_runner(stop=ctx.stop, holds=holds)
         deploy = watch_deploy(repo.deploy, sha, ctx.events, ctx.stop, probe_runner=runner)
@@ -341,7 +342,7 @@ class RunFlow:
         if a human withdraws the issue (``pipeline.run.withdrawn``), checked here first."""
         run = ctx.run
         if run.kind == "fix_forward" or run.issue_number is None:
-            return _Start(self._fix_forward_info(run, repo), None, None)
+            return _Start(self.deps.recovery.fix_forward_issue(run, repo), None, None)
         guard = None
         if not run.pushed_sha:  # pushed already: only the watch is left
             queued = self.deps.store.run_events(run.id, limit=1)
@@ -352,18 +353,6 @@ class RunFlow:
             guard = IssueGuard(self.deps.lifecycle, where, by_label, ctx.events, every)
         issue, resume = self._issue_info(run, repo, ctx.events, guard)
         return _Start(issue, resume, guard)
-
-    def _fix_forward_info(self, run: Run, repo: RepoSettings) -> IssueInfo:
-        root = self.deps.recovery.chain_root(run)
-        return IssueInfo(
-            ref=f"fix-{run.id}",
-            number=root.issue_number or 0,
-            title=f"Fix forward: the deploy of run {run.parent_id} is broken",
-            body=f"Heal the broken deploy of {repo.name} (chain started by run {root.id}).",
-            comments=(),
-            url=root.issue_url or "",
-            author="afk-pipeline",
-        )
 
     def _issue_info(
         self, run: Run, repo: RepoSettings, events: EventSink, guard: IssueGuard | None

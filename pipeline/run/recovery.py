@@ -12,7 +12,7 @@ human is called with the exact command to resume.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import EscalationError, FatalError, PipelineError, RetryableError
@@ -31,8 +31,11 @@ from pipeline.core.states import (
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
 from pipeline.intake.lifecycle import Lifecycle
+from pipeline.intake.sanitize import shown_url
+from pipeline.run.prompt import IssueInfo
 from pipeline.run.scope import RunScope
 from pipeline.store import EnqueueOptions, RepoFreeze, Run, Store
+from pipeline.watch.ci import ci_source
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,9 @@ FROZEN_BY = "afk-pipeline"
 # The key of the event data that holds a resolution the tracker refused at the time
 # (``Recovery.resolve``); the ending pass (``pipeline.run.endings``) carries it out.
 PENDING_RESOLUTION = "resolve"
+
+# The evidence event's note of what broke: a CI failure may turn green on a re-run.
+BROKEN_BY_CI = "ci"
 
 EVIDENCE_CHARS = 6_000
 DIFF_CHARS = 8_000
@@ -69,6 +75,19 @@ class Recovery:
 
     def chain_root(self, run: Run) -> Run:
         return self.chain(run)[-1]
+
+    def fix_forward_issue(self, run: Run, repo: RepoSettings) -> IssueInfo:
+        """What a fix-forward run works on, in place of an issue."""
+        root = self.chain_root(run)
+        return IssueInfo(
+            ref=f"fix-{run.id}",
+            number=root.issue_number or 0,
+            title=f"Fix forward: the deploy of run {run.parent_id} is broken",
+            body=f"Heal the broken deploy of {repo.name} (chain started by run {root.id}).",
+            comments=(),
+            url=root.issue_url or "",
+            author="afk-pipeline",
+        )
 
     def evidence_for(self, run: Run) -> str | None:
         for event in self.store.run_events(run.id):
@@ -108,7 +127,10 @@ class Recovery:
         # a fix-forward resolves the issue of the run at its chain's root.
         root, deploy = run, verdict.deploy
         if run.kind != "issue":
-            root, deploy = self.chain_root(run), f"{deploy} (healed by fix-forward run {run.id})"
+            healer = f"healed by fix-forward run {run.id}"
+            if not run.pushed_sha:  # it changed nothing: the broken commit's CI re-ran green
+                healer = f"CI re-run green; fix-forward run {run.id} found nothing to change"
+            root, deploy = self.chain_root(run), f"{deploy} ({healer})"
         if root.issue_number is not None:
             resolution = {"root": root.id, "number": root.issue_number, "sha": sha}
             self.resolve(scope, {**resolution, "ci": verdict.ci, "deploy": deploy})
@@ -176,7 +198,12 @@ class Recovery:
             child.id,
             "evidence",
             f"deploy of {sha[:12]} broken: fix forward",
-            {"prompt": self._fix_prompt(scope, sha, verdict), "broken_sha": sha},
+            {
+                "prompt": self._fix_prompt(scope, sha, verdict),
+                "broken_sha": sha,
+                "broken_by": BROKEN_BY_CI if _headline(verdict) == "CI failed" else "deploy",
+                "ci_log": verdict.log_hint,
+            },
         )
         return child
 
@@ -192,6 +219,7 @@ class Recovery:
         exc = EscalationError(
             FROZEN_REASON,
             f"{reason}.\nLast evidence:\n{verdict.evidence[-EVIDENCE_CHARS:]}\n"
+            f"{_ci_log(verdict.log_hint)}"
             f"The repo's queue is stopped and nothing was reverted; fix "
             f"{scope.repo.default_branch} by hand, then unfreeze the repo.",
         )
@@ -204,6 +232,7 @@ class Recovery:
             f"({_headline(verdict)}).\n"
             "Do not revert it blindly: find the cause and fix it forward, test first.\n\n"
             f"Failure evidence (CI log tail or probe output):\n{verdict.evidence[-EVIDENCE_CHARS:]}"
+            f"\n{_ci_log(verdict.log_hint)}"
             f"\n\nThe commit that broke it:\n{diff}"
         )
 
@@ -220,6 +249,44 @@ class Recovery:
 
     # Escalation -----------------------------------------------------------------
 
+    def escalate_unless_healed(
+        self,
+        scope: RunScope,
+        run: Run,
+        exc: EscalationError,
+        rewatch: Callable[[str], Decision],
+    ) -> Decision:
+        """``escalate``, unless a fix-forward that found nothing to change was called for a
+        red CI that is green now (a flaky check re-run): then the broken commit is watched
+        again (``rewatch``), and a healthy verdict ends the chain healed, not frozen."""
+        broken = self._green_again(scope, run) if exc.reason == "no_change" else None
+        if broken is None:
+            return self.escalate(scope, run, exc)
+        scope.events(
+            "recovery",
+            f"nothing to change, and the CI of {broken[:12]} is green now (re-run): "
+            "watching it again instead of freezing the repo",
+            {"broken_sha": broken},
+        )
+        return rewatch(broken)
+
+    def _green_again(self, scope: RunScope, run: Run) -> str | None:
+        """The commit a fix-forward was queued for, if CI broke it and is green on it now."""
+        if run.kind != "fix_forward":
+            return None
+        noted = [e.data for e in self.store.run_events(run.id) if e.kind == "evidence"]
+        if not noted or noted[0].get("broken_by") != BROKEN_BY_CI:
+            return None
+        sha = str(noted[0].get("broken_sha") or "")
+        tracker = self.lifecycle.trackers.get(scope.repo.tracker)
+        try:
+            source = ci_source(scope.repo.ci, tracker=tracker, slug=scope.repo.slug)
+            state = source.state(sha) if sha else None
+        except PipelineError as exc:
+            scope.events("recovery", f"could not read the CI of {sha[:12]} again: {exc}")
+            return None
+        return sha if state is not None and state.state == "success" else None
+
     def escalate(
         self,
         scope: RunScope,
@@ -233,6 +300,9 @@ class Recovery:
         queued issue must not ship on top of a deploy known to be broken.
         """
         frozen = exc.reason == FROZEN_REASON
+        log_line = self._parent_ci_log(run) if run.kind == "fix_forward" and not frozen else ""
+        if log_line:  # the human called after a fix-forward sees what it was shown
+            exc = EscalationError(exc.reason, f"{exc}\n{log_line}".rstrip())
         if run.kind == "fix_forward" and not frozen:
             self.freeze(scope.repo.name, f"fix-forward run {run.id} ended {exc.reason}", run.id)
             frozen = True
@@ -250,6 +320,11 @@ class Recovery:
         self.store.add_escalation(scope.repo.name, exc.reason, message, run.id)
         kind = DecisionKind.FROZEN if frozen else DecisionKind.ESCALATED
         return Decision(kind, Outcome(RunState.ESCALATED, exc.reason, str(exc)))
+
+    def _parent_ci_log(self, run: Run) -> str:
+        """The failing CI log of the commit a fix-forward was queued for, as a line."""
+        noted = [e.data for e in self.store.run_events(run.id) if e.kind == "evidence"]
+        return _ci_log(str(noted[0].get("ci_log") or "")) if noted else ""
 
     def freeze(self, repo: str, reason: str, run_id: int) -> None:
         """Freeze ``repo`` for ``run_id``; the caller records the escalation.
@@ -295,3 +370,8 @@ def _headline(verdict: Verdict) -> str:
     if verdict.evidence.startswith("CI failed"):
         return "CI failed"
     return "the deploy is broken"
+
+
+def _ci_log(log_hint: str) -> str:
+    """The failing CI log's address as a line of text (the CI chose it: never markup)."""
+    return f"The failing CI log: {shown_url(log_hint)}\n" if log_hint else ""

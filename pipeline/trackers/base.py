@@ -17,7 +17,8 @@ from typing import Any, Literal, Protocol
 
 from pipeline.core.errors import ConfigError, RetryableError
 
-CiStatus = Literal["pending", "success", "failure", "none"]
+# ``cancelled``: CI stopped without a verdict (a newer push superseded it, say); not a failure.
+CiStatus = Literal["pending", "success", "failure", "cancelled", "none"]
 
 _SLUG = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$")
 
@@ -99,7 +100,8 @@ class EditHistory:
 class CiState:
     """The CI verdict for one commit, summed over every check the forge knows.
 
-    ``state`` is ``none`` when no CI reported anything for the commit yet;
+    ``state`` is ``none`` when no CI reported anything for the commit yet, and
+    ``cancelled`` when its CI was stopped before judging it (no verdict on it);
     ``details`` has one human line per check; ``log_hint`` is a URL where a
     human (or the fix-forward prompt) finds the failing log, or ``""``.
     """

@@ -44,8 +44,13 @@ from pipeline.trackers.identity import TokenUser
 GITHUB_API = "https://api.github.com"
 WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
 FAILED_CONCLUSIONS = frozenset(
-    {"failure", "timed_out", "cancelled", "action_required", "startup_failure", "stale"}
+    {"failure", "timed_out", "action_required", "startup_failure", "stale"}
 )
+# A check cancelled (``concurrency: cancel-in-progress`` when a newer push came) said nothing.
+CANCELLED_CONCLUSIONS = frozenset({"cancelled"})
+# Check-run conclusions (octokit openapi ``check-run.conclusion``); any other is no verdict.
+OK_CONCLUSIONS = frozenset({"success", "neutral", "skipped"})
+KNOWN_CONCLUSIONS = OK_CONCLUSIONS | FAILED_CONCLUSIONS | CANCELLED_CONCLUSIONS
 
 
 class GitHubTracker:
@@ -213,27 +218,46 @@ def parse_comment(item: dict[str, Any], where: str) -> Comment:
     )
 
 
+def _latest_by_name(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One check run per name, the newest (highest id): a re-run supersedes the first."""
+    newest: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        name = str(run.get("name"))
+        if name not in newest or int(run.get("id") or 0) > int(newest[name].get("id") or 0):
+            newest[name] = run
+    return list(newest.values())
+
+
 def summarise_ci(runs: list[Any], statuses: list[Any], where: str) -> CiState:
-    """Failure beats pending beats success; nothing at all is ``none``."""
+    """GitHub's check runs and commit statuses for one commit, judged together.
+
+    Failure beats pending beats cancelled beats success; nothing at all is ``none``.
+    A conclusion or state this judge does not know is no verdict (pending), never green.
+    Of the check runs with one name only the newest counts (a re-run supersedes).
+    """
     details: list[str] = []
     failed: list[str] = []
-    pending = False
-    for run in (as_dict(r, where) for r in runs):
+    pending = cancelled = False
+    for run in _latest_by_name([as_dict(r, where) for r in runs]):
         name, status, conclusion = run.get("name"), run.get("status"), run.get("conclusion")
         details.append(f"check {name}: {conclusion or status}")
-        if status != "completed":
+        if status != "completed" or conclusion not in KNOWN_CONCLUSIONS:
             pending = True
-        elif conclusion in FAILED_CONCLUSIONS:
-            failed.append(str(run.get("details_url") or run.get("html_url") or ""))
+        elif conclusion in FAILED_CONCLUSIONS:  # GitHub's own page first, then the app's
+            failed.append(str(run.get("html_url") or run.get("details_url") or ""))
+        elif conclusion in CANCELLED_CONCLUSIONS:
+            cancelled = True
     for status_item in (as_dict(s, where) for s in statuses):
         state = status_item.get("state")
         details.append(f"status {status_item.get('context')}: {state}")
         if state in ("failure", "error"):
             failed.append(str(status_item.get("target_url") or ""))
-        elif state == "pending":
+        elif state != "success":
             pending = True
     if not details:
         return CiState("none")
     if failed:
         return CiState("failure", tuple(details), next((url for url in failed if url), ""))
-    return CiState("pending" if pending else "success", tuple(details))
+    if pending:
+        return CiState("pending", tuple(details))
+    return CiState("cancelled" if cancelled else "success", tuple(details))

@@ -48,7 +48,8 @@ DEVELOPER_ACCESS = 30
 PENDING = frozenset(
     {"created", "waiting_for_resource", "preparing", "pending", "running", "scheduled", "manual"}
 )
-FAILED = frozenset({"failed", "canceled"})
+FAILED = frozenset({"failed"})
+CANCELLED = frozenset({"canceled", "canceling"})  # stopped before a verdict: no failure
 
 
 class GitLabTracker:
@@ -213,6 +214,8 @@ class GitLabTracker:
             return CiState("failure", details, url)
         if status in PENDING:
             return CiState("pending", details, url)
+        if status in CANCELLED:
+            return CiState("cancelled", details, url)
         if status == "skipped":
             return CiState("none", details, url)
         return CiState("success", details, url)

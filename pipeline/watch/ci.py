@@ -6,18 +6,23 @@ The forge's own CI comes through the tracker (``TrackerCiSource``); Woodpecker
 is asked directly over its REST API; ``NoCi`` is for repos without CI.
 ``watch_ci`` polls a source until a verdict, a timeout for CI to appear at
 all, or the overall timeout; the last two are inconclusive.
+
+CI ``cancelled`` on the watched commit (``concurrency: cancel-in-progress``
+when a newer push came) is no verdict on it: when the default branch has moved
+on to a commit that holds it (``later``), that commit's CI is watched instead;
+otherwise the watch goes on, and at its deadline says the CI was cancelled.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import httpx
 
 from pipeline.config.settings import CiSettings, SecretRef
-from pipeline.core.errors import FatalError, RetryableError
+from pipeline.core.errors import FatalError, PipelineError, RetryableError
 from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
 from pipeline.trackers.base import CiState, CiStatus
@@ -28,17 +33,14 @@ __all__ = [
     "CiSource",
     "CiState",
     "CiStatus",
+    "CiWatchAids",
     "NoCi",
     "TrackerCiSource",
     "WoodpeckerCiSource",
-    "judge_github",
     "judge_woodpecker",
     "watch_ci",
 ]
 
-# GitHub check-run conclusions (octokit openapi ``check-run.conclusion``).
-_GH_OK = frozenset({"success", "neutral", "skipped"})
-_GH_FAILED = frozenset({"failure", "timed_out", "cancelled", "action_required", "startup_failure"})
 # Woodpecker ``StatusValue`` (server/model/const.go).
 _WP_OK = frozenset({"success", "skipped"})
 _WP_FAILED = frozenset({"failure", "error", "killed", "declined", "canceled"})
@@ -71,57 +73,6 @@ class TrackerCiSource:
 
     def state(self, sha: str) -> CiState:
         return self.tracker.commit_ci_state(self.slug, sha)
-
-
-def _sum(failed: list[str], pending: bool, details: list[str], hint: str) -> CiState:
-    """Failure beats pending beats success; nothing at all is ``none``."""
-    if failed:
-        return CiState("failure", tuple(details), hint)
-    if pending:
-        return CiState("pending", tuple(details), hint)
-    if not details:
-        return CiState("none")
-    return CiState("success", tuple(details), hint)
-
-
-def _latest_by_name(runs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """One check run per name, the newest (highest id): a re-run supersedes the first."""
-    newest: dict[str, Mapping[str, Any]] = {}
-    for run in runs:
-        name = str(run.get("name"))
-        if name not in newest or int(run.get("id") or 0) > int(newest[name].get("id") or 0):
-            newest[name] = run
-    return list(newest.values())
-
-
-def judge_github(check_runs: Mapping[str, Any], combined: Mapping[str, Any]) -> CiState:
-    """Judge GitHub's check runs and combined status together.
-
-    An Actions-only repo reports check runs and no statuses; its combined
-    status then says ``pending`` with ``total_count`` 0, which means "no
-    statuses", not "waiting" — so the combined state is read only when it has
-    statuses behind it.
-    """
-    details: list[str] = []
-    failed: list[str] = []
-    pending, hint = False, ""
-    for run in _latest_by_name(check_runs.get("check_runs") or []):
-        name, status, conclusion = run.get("name"), run.get("status"), run.get("conclusion")
-        details.append(f"check {name}: {conclusion or status}")
-        if status != "completed" or conclusion not in _GH_OK | _GH_FAILED:
-            pending = True
-        elif conclusion in _GH_FAILED:
-            failed.append(str(name))
-            hint = hint or str(run.get("html_url") or run.get("details_url") or "")
-    for status in combined.get("statuses") or []:
-        state, context = status.get("state"), status.get("context")
-        details.append(f"status {context}: {state}")
-        if state in ("failure", "error"):
-            failed.append(str(context))
-            hint = hint or str(status.get("target_url") or "")
-        elif state != "success":
-            pending = True
-    return _sum(failed, pending, details, hint)
 
 
 def judge_woodpecker(
@@ -227,7 +178,10 @@ def ci_source(ci: CiSettings, *, tracker: SupportsCommitCiState | None, slug: st
     return TrackerCiSource(tracker, slug)
 
 
+SUMMARY_CHARS = 240
 OutcomeState = Literal["success", "failure", "skipped", "none_appeared", "timeout", "stopped"]
+# The default branch's head when it is a later commit holding the given one, else None.
+Later = Callable[[str], str | None]
 
 
 @dataclass(frozen=True)
@@ -240,6 +194,22 @@ class CiOutcome:
     def inconclusive(self) -> bool:
         return self.state in ("none_appeared", "timeout")
 
+    @property
+    def summary(self) -> str:
+        """``detail`` as one bounded line, for the issue's comments: check names are the
+        workflow's to choose (any length, any line breaks); the timeline keeps it whole."""
+        lines = (" ".join(line.split()) for line in self.detail.splitlines())
+        text = "; ".join(line for line in lines if line)
+        return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True)
+class CiWatchAids:
+    """What a watch may lean on: its pacing, and ``later`` for a cancelled CI."""
+
+    pacing: Pacing = field(default_factory=Pacing)
+    later: Later | None = None
+
 
 def watch_ci(
     source: CiSource,
@@ -247,7 +217,7 @@ def watch_ci(
     ci: CiSettings,
     events: EventSink,
     stop: StopToken | None,
-    pacing: Pacing | None = None,
+    aids: CiWatchAids | None = None,
 ) -> CiOutcome:
     """Poll ``source`` for ``sha`` until a verdict or a timeout.
 
@@ -257,25 +227,31 @@ def watch_ci(
     if isinstance(source, NoCi):
         events("ci", "no CI configured; skipping", {"sha": sha})
         return CiOutcome("skipped", "no CI configured")
-    return _CiWatch(source, sha, ci, events, stop, pacing or Pacing()).run()
+    aids = aids or CiWatchAids()
+    return _CiWatch(source, sha, ci, events, stop, aids, judged=sha).run()
 
 
 @dataclass
 class _CiWatch:
-    """One watch of one SHA's CI: its polls and what it has seen so far."""
+    """One watch of one SHA's CI: its polls and what it has seen so far.
+
+    ``judged`` is the commit whose CI is read: ``sha``, or after a cancel a later
+    commit of the default branch that holds it.
+    """
 
     source: CiSource
     sha: str
     ci: CiSettings
     events: EventSink
     stop: StopToken | None
-    pacing: Pacing
+    aids: CiWatchAids
+    judged: str
     seen_any: bool = False
     last: str = ""
 
     def poll(self) -> CiState:
         try:
-            current = self.source.state(self.sha)
+            current = self.source.state(self.judged)
         except RetryableError as exc:
             self.events("ci", f"CI source error (will poll again): {exc}", {"kind": exc.kind})
             current = CiState("pending" if self.seen_any else "none")
@@ -283,35 +259,69 @@ class _CiWatch:
             self.last = current.state
             self.events(
                 "ci",
-                f"CI for {self.sha[:12]}: {current.state}",
+                f"CI for {self.judged[:12]}: {current.state}",
                 {
                     "state": current.state,
                     "details": list(current.details)[:20],
                     "log_hint": current.log_hint,
                 },
             )
-        self.seen_any = self.seen_any or current.state == "pending"
+        self.seen_any = self.seen_any or current.state in ("pending", "cancelled")
         return current
+
+    def follow(self) -> None:
+        """The judged commit's CI was cancelled: judge a later commit holding it, if any."""
+        try:
+            later = self.aids.later(self.judged) if self.aids.later else None
+        except PipelineError as exc:  # the remote unreachable just now: ask at the next poll
+            self.events("ci", f"could not look for a later commit (will ask again): {exc}")
+            return
+        if later:
+            self.events(
+                "ci",
+                f"CI for {self.judged[:12]} was cancelled; judged by {later[:12]}, "
+                f"a later commit of the default branch holding {self.sha[:12]}",
+                {"state": "cancelled", "judged_by": later},
+            )
+            self.judged, self.last = later, ""
+
+    def verdict(self, current: CiState) -> CiOutcome:
+        detail = "\n".join(current.details)
+        if self.judged != self.sha:
+            detail = (
+                f"judged by {self.judged[:12]}, a later commit holding {self.sha[:12]} "
+                f"(whose CI was cancelled):\n{detail}"
+            )
+        return CiOutcome(
+            "success" if current.state == "success" else "failure", detail, current.log_hint
+        )
 
     def given_up(self, elapsed: float, current: CiState) -> CiOutcome | None:
         ci, sha = self.ci, self.sha[:12]
         if not self.seen_any and elapsed >= ci.appear_timeout_s:
             detail = f"no CI appeared for {sha} within {ci.appear_timeout_s:.0f}s"
             return _give_up(self.events, "none_appeared", detail)
-        if elapsed >= ci.timeout_s:
-            detail = f"CI for {sha} still pending after {ci.timeout_s:.0f}s:\n" + "\n".join(
-                current.details
+        if elapsed < ci.timeout_s:
+            return None
+        if current.state == "cancelled":
+            detail = (
+                f"CI for {self.judged[:12]} was cancelled before it judged the commit, and "
+                f"no later commit of the default branch holds {sha} to judge it by "
+                f"(waited {ci.timeout_s:.0f}s for one):\n"
             )
-            return _give_up(self.events, "timeout", detail)
-        return None
+        else:
+            detail = f"CI for {sha} still pending after {ci.timeout_s:.0f}s:\n"
+        return _give_up(self.events, "timeout", detail + "\n".join(current.details))
 
     def run(self) -> CiOutcome:
-        pause, clock, stop = self.pacing.pause(self.stop), self.pacing.clock, self.stop
+        pause, clock, stop = self.aids.pacing.pause(self.stop), self.aids.pacing.clock, self.stop
         started = clock()
         while not (stop is not None and stop.stopped):
             current = self.poll()
             if current.state in ("success", "failure"):
-                return CiOutcome(current.state, "\n".join(current.details), current.log_hint)
+                return self.verdict(current)
+            if current.state == "cancelled":
+                self.follow()
             ended = self.given_up(clock() - started, current)
             if ended is not None:
                 return ended

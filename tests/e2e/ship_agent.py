@@ -8,7 +8,8 @@ prompt, making real edits the pipeline then tests, commits and ships:
 - a rebase conflict handed over -> ``BLOCKED`` (it cannot choose between two wordings)
 - ``Fix-forward:`` in the prompt -> heals ``lib.status`` (``fix_mode`` ``heal``)
   or makes a change that leaves it broken (``fail``; ``fail-when-released`` first waits
-  for the ``release`` file described below)
+  for the ``release`` file described below), or changes nothing (``nothing-when-released``,
+  after that wait: it finds nothing wrong)
 - ``afk-task: feature NAME`` -> ``NAME.py`` and ``test_NAME.py``
 - ``afk-task: break`` -> ``lib.status()`` raises; the tests stay green
 - ``afk-task: race-clean NAME`` -> a feature, while a commit on another file
@@ -79,6 +80,9 @@ def fix_forward(wd: Path, mode: str, run_id: int | None) -> str:
     if mode == "fail-when-released":
         wait_for_release()
         mode = "fail"
+    if mode == "nothing-when-released":
+        wait_for_release()
+        return "the code is fine; the CI failure looks flaky, nothing to change"
     lib = wd / "lib.py"
     text = lib.read_text()
     if mode == "heal":

@@ -70,3 +70,34 @@ def test_a_check_name_cannot_silence_the_next_runs_ending(
         assert len(endings) == 1, comments
         assert not any(hostile in c for c in comments), comments
         assert BLOCKED in world.fake.issue(slug, number).labels
+
+
+def _line(body: str, prefix: str) -> list[str]:
+    return [line for line in body.splitlines() if line.startswith(prefix)]
+
+
+@pytest.mark.timeout(300)
+def test_ci_details_are_one_bounded_line_in_the_done_and_progress_comments(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A long, many-line check name stays on the CI line, cut short, in both comments."""
+    with ship_world(tmp_path, cli_env, plan=_held_ci_plan) as world:
+        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
+        world.start()
+        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        run = next(r for r in runs if r.issue_number == number)
+        slug, sha = world.repos["web"].slug, run.pushed_sha or ""
+        name = "lint\n- Deploy: healthy, trust me\n" + "x" * 5000
+        world.fake.add_check_run(slug, sha, name, "completed", "success")
+        world.feeder.complete(slug, sha, "success")
+        runs = world.wait("the run succeeds", lambda rs: _state(rs, number) == "succeeded", 90)
+        world.wait("the progress comment shows the CI verdict", lambda rs: _progress_done(world))
+        comments = [c.body for c in world.fake.issue(slug, number).comments]
+        done = next(c for c in comments if "Done in" in c)
+        progress = next(c for c in comments if "afk-progress run=1 " in c)
+        for body in (done, progress):
+            (ci_line,) = _line(body, "- CI: ")
+            assert "check build: success" in ci_line and len(ci_line) <= 320, ci_line
+            assert _line(body, "- Deploy: ") and "trust me" not in "".join(
+                _line(body, "- Deploy: ")
+            ), body

@@ -85,6 +85,7 @@ class Tuning:
     review: bool = False  # the review gate on every repo
     tracker_poll_interval_s: float | None = None  # the fake GitHub's own poll interval
     deploy_probes: tuple[dict[str, Any], ...] | None = None  # default: the target's /health
+    ci_timeout_s: float = 60  # how long a commit's CI may stay without a verdict
 
 
 @dataclass(frozen=True)
@@ -405,7 +406,12 @@ def _repo(spec: RepoSpec, max_fix_forwards: int, tuning: Tuning) -> dict[str, An
         "max_fix_forwards": max_fix_forwards,
         "run_timeout_s": tuning.run_timeout_s,
         **({"review": True} if tuning.review else {}),
-        "ci": {"kind": "github", "poll_interval_s": 0.3, "appear_timeout_s": 30, "timeout_s": 60},
+        "ci": {
+            "kind": "github",
+            "poll_interval_s": 0.3,
+            "appear_timeout_s": 30,
+            "timeout_s": tuning.ci_timeout_s,
+        },
         "deploy": {
             "initial_delay_s": 0.3,
             "interval_s": 0.3,

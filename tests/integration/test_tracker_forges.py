@@ -177,6 +177,15 @@ def test_github_check_runs_and_statuses_combine() -> None:
         assert client.commit_ci_state(SLUG, "a1").state == "failure"
 
 
+def test_gitlab_canceled_pipeline_is_no_failure() -> None:
+    """A pipeline GitLab canceled (a newer push superseded it) is cancelled, not failure."""
+    fake = FakeGitLab(token="t")
+    with fake:
+        client = client_for(fake)
+        fake.add_pipeline(SLUG, "a1", "canceled")
+        assert client.commit_ci_state(SLUG, "a1").state == "cancelled"
+
+
 def test_github_enterprise_base_url() -> None:
     """A GitHub Enterprise ``/api/v3`` base URL is honoured."""
     fake = FakeGitHub(token="t", api_prefix="/api/v3")

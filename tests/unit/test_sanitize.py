@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.intake.sanitize import inert_comments, is_invisible, strip_hidden
+from pipeline.intake.sanitize import inert_comments, is_invisible, shown_url, strip_hidden
 
 HIDDEN_CHARS = [
     "\u200b",  # zero-width space
@@ -131,3 +131,15 @@ def test_quoted_text_cannot_open_a_comment_in_the_daemons_own() -> None:
         "a &lt;!-- afk-pipeline:run=13:ended --> b &lt;\u200b!-- c <details> <b>x</b> d<e"
     )
     assert "<!--" not in inert_comments("<!--<!--") and inert_comments("") == ""
+
+
+@given(st.text(max_size=400))
+def test_a_shown_url_is_one_bounded_code_span(url: str) -> None:
+    """Whatever a CI puts in a log link, it shows as one code span of at most 300 chars."""
+    shown = shown_url(url)
+    if shown == "(none)":
+        return
+    inner = shown[1:-1]
+    assert shown.startswith("`") and shown.endswith("`") and "`" not in inner
+    assert not any(c.isspace() or is_invisible(c) for c in inner)
+    assert len(inner) <= 303

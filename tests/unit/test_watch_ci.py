@@ -15,12 +15,13 @@ from pipeline.testing.clock import ManualClock
 from pipeline.testing.receiver import Receiver
 from pipeline.testing.sinks import RecordingSink
 from pipeline.trackers.base import CiState
+from pipeline.trackers.github import summarise_ci
 from pipeline.watch.ci import (
+    CiWatchAids,
     NoCi,
     TrackerCiSource,
     WoodpeckerCiSource,
     ci_source,
-    judge_github,
     judge_woodpecker,
     watch_ci,
 )
@@ -44,6 +45,11 @@ def check_run(conclusion: str | None, status: str = "completed", **extra: Any) -
     return run
 
 
+def judge_github(check_runs: dict[str, Any], combined: dict[str, Any]) -> CiState:
+    """The GitHub judge the tracker uses, on the two documented payloads."""
+    return summarise_ci(check_runs["check_runs"], combined["statuses"], "test")
+
+
 NO_STATUSES = {"state": "pending", "statuses": [], "sha": GREEN, "total_count": 0}
 NO_RUNS = {"total_count": 0, "check_runs": []}
 
@@ -63,7 +69,7 @@ def test_documented_examples_are_judged() -> None:
 
 
 @pytest.mark.parametrize(
-    "conclusion", ["failure", "timed_out", "cancelled", "action_required", "startup_failure"]
+    "conclusion", ["failure", "timed_out", "action_required", "startup_failure"]
 )
 def test_failing_conclusions_are_failure(conclusion: str) -> None:
     """Each failing check-run conclusion makes the commit's CI a failure with a log link."""
@@ -73,6 +79,38 @@ def test_failing_conclusions_are_failure(conclusion: str) -> None:
     )
     assert state.state == "failure"
     assert state.log_hint == "https://github.com/github/hello-world/runs/4"
+
+
+def test_cancelled_run_is_no_verdict() -> None:
+    """A cancelled check (a newer push superseded it) is neither failure nor success.
+
+    It used to count as a failure: a colleague's push under ``cancel-in-progress``
+    started a fix-forward of a healthy change (ADR 0008).
+    """
+    state = judge_github(
+        runs(check_run("success", name="lint", id=1), check_run("cancelled", name="test", id=2)),
+        NO_STATUSES,
+    )
+    assert state.state == "cancelled"
+    failed = runs(check_run("failure", name="lint", id=1), check_run("cancelled", name="t", id=2))
+    assert judge_github(failed, NO_STATUSES).state == "failure"
+
+
+@pytest.mark.parametrize("conclusion", ["some_future_conclusion", None])
+def test_unknown_conclusion_is_no_verdict(conclusion: str | None) -> None:
+    """A completed run with a conclusion GitHub may add one day is not read as green."""
+    state = judge_github(
+        runs(check_run("success", name="lint", id=1), check_run(conclusion, name="t", id=2)),
+        NO_STATUSES,
+    )
+    assert state.state == "pending"
+
+
+def test_unknown_status_state_is_no_verdict() -> None:
+    """A commit status in a state the judge does not know keeps the verdict open."""
+    combined = copy.deepcopy(load("ci/github/combined-status.json"))
+    combined["statuses"][0]["state"] = "some_future_state"
+    assert judge_github(NO_RUNS, combined).state == "pending"
 
 
 def test_in_progress_run_is_pending() -> None:
@@ -177,7 +215,7 @@ def test_watch_returns_the_verdict_once_ci_finishes() -> None:
         CiState("pending"),
         CiState("failure", ("check test: failure",), "https://ci/1"),
     )
-    outcome = watch_ci(source, GREEN, CI, sink, None, pacing=Pacing(clock, clock.sleep))
+    outcome = watch_ci(source, GREEN, CI, sink, None, CiWatchAids(Pacing(clock, clock.sleep)))
     assert (outcome.state, outcome.log_hint) == ("failure", "https://ci/1")
     assert clock.now == 30
     assert [data["state"] for _, _, data in sink.of_kind("ci")] == ["none", "pending", "failure"]
@@ -192,7 +230,7 @@ def test_no_ci_appearing_is_inconclusive() -> None:
         CI,
         RecordingSink(),
         None,
-        pacing=Pacing(clock, clock.sleep),
+        CiWatchAids(Pacing(clock, clock.sleep)),
     )
     assert outcome.state == "none_appeared" and outcome.inconclusive
     assert clock.now == 60
@@ -207,7 +245,7 @@ def test_ci_pending_forever_times_out_inconclusive() -> None:
         CI,
         RecordingSink(),
         None,
-        pacing=Pacing(clock, clock.sleep),
+        CiWatchAids(Pacing(clock, clock.sleep)),
     )
     assert outcome.state == "timeout" and outcome.inconclusive
     assert "check test: in_progress" in outcome.detail and clock.now == 600
@@ -217,7 +255,7 @@ def test_transient_errors_are_polled_through() -> None:
     """A retryable source error is recorded and the watch keeps polling."""
     clock, sink = ManualClock(now=0.0), RecordingSink()
     source = Scripted(RetryableError("ci_network", "connection reset"), CiState("success"))
-    outcome = watch_ci(source, GREEN, CI, sink, None, pacing=Pacing(clock, clock.sleep))
+    outcome = watch_ci(source, GREEN, CI, sink, None, CiWatchAids(Pacing(clock, clock.sleep)))
     assert outcome.state == "success"
     assert any("connection reset" in message for _, message, _ in sink.of_kind("ci"))
 
@@ -250,3 +288,38 @@ def test_woodpecker_200_without_json_is_a_retryable_bad_response() -> None:
         with pytest.raises(RetryableError) as caught:
             WoodpeckerCiSource(server.url, None, "7").state(GREEN)
     assert caught.value.kind == "ci_bad_response"
+
+
+def test_cancelled_ci_is_judged_by_a_later_commit_holding_it() -> None:
+    """Cancelled on the watched commit: the later commit's CI decides, and says so."""
+    later = "a" * 40
+    answers = {GREEN: CiState("cancelled", ("check test: cancelled",)), later: CiState("success")}
+    asked: list[str] = []
+
+    class BySha:
+        def state(self, sha: str) -> CiState:
+            asked.append(sha)
+            return answers[sha]
+
+    clock = ManualClock(now=0.0)
+    aids = CiWatchAids(
+        Pacing(clock, clock.sleep), later=lambda sha: later if sha == GREEN else None
+    )
+    outcome = watch_ci(BySha(), GREEN, CI, RecordingSink(), None, aids)
+    assert outcome.state == "success" and asked == [GREEN, later]
+    assert outcome.detail.startswith(f"judged by {later[:12]}")
+
+
+def test_cancelled_ci_with_nothing_later_waits_then_says_why() -> None:
+    """Cancelled and not superseded: no failure; at the deadline, inconclusive with the reason."""
+    clock = ManualClock(now=0.0)
+    outcome = watch_ci(
+        Scripted(CiState("cancelled", ("check test: cancelled",))),
+        GREEN,
+        CI,
+        RecordingSink(),
+        None,
+        CiWatchAids(Pacing(clock, clock.sleep), later=lambda sha: None),
+    )
+    assert outcome.state == "timeout" and outcome.inconclusive and clock.now == 600
+    assert "was cancelled" in outcome.detail and "no later commit" in outcome.detail

@@ -1,0 +1,102 @@
+"""CI cancelled on the run's commit: no verdict on it.
+
+With ``concurrency: cancel-in-progress`` a colleague's push cancels the CI of
+the commit under it. Read as a failure, that cancel started a fix-forward of a
+healthy change and could end with the repo frozen and a human called for
+nothing. A later commit of the default branch that holds the run's commit is
+judged instead; with none, the watch waits for its CI deadline and says why it
+could not judge.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.store import Run
+
+from .ci_feeder import CheckPlan
+from .conftest import ENDED
+from .world import BLOCKED, ShipWorld, Tuning, ship_world
+
+pytestmark = pytest.mark.deploy_e2e
+
+
+def _held_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
+    """The run's commit stays pending until the test completes its check run."""
+    return CheckPlan(pending_s=600.0 if "[held-ci]" in subject else 0.0)
+
+
+def _issue_run(runs: list[Run], number: int) -> Run | None:
+    return next((r for r in runs if r.issue_number == number and r.kind == "issue"), None)
+
+
+def _state(runs: list[Run], number: int) -> str | None:
+    run = _issue_run(runs, number)
+    return run.state if run else None
+
+
+def _frozen(world: ShipWorld) -> bool:
+    record = world.store.get_repo("web")
+    return record is not None and record.frozen
+
+
+def _ended_comment(world: ShipWorld, number: int, run_id: int) -> str:
+    """The run's ending comment on its issue, once the ending pass has written it."""
+    marker, deadline = f"afk-pipeline:run={run_id}:ended", time.monotonic() + 30
+    while time.monotonic() < deadline:
+        issue = world.fake.issue(world.repos["web"].slug, number)
+        found = [c.body for c in issue.comments if marker in c.body]
+        if found:
+            return found[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no ending comment on #{number}")
+
+
+def test_ci_cancelled_by_a_colleagues_push_is_judged_by_their_commit(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The run's CI is cancelled by a push on top; that commit's green CI judges the run."""
+    with ship_world(tmp_path, cli_env, plan=_held_ci_plan) as world:
+        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
+        world.start()
+        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        run = _issue_run(runs, number)
+        assert run is not None and run.pushed_sha
+        theirs = world.human_commit("web", {"NOTES.md": "Release notes.\n"}, "Add release notes")
+        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "cancelled")
+        runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
+        run = _issue_run(runs, number)
+        assert run is not None and run.state == "succeeded", world.describe(runs)
+        assert [r for r in runs if r.kind == "fix_forward"] == []
+        assert world.store.list_escalations("web") == []
+        assert not _frozen(world)
+        events = "\n".join(world.events(run.id))
+        assert f"judged by {theirs[:12]}" in events, events
+        issue = world.fake.issue(world.repos["web"].slug, number)
+        assert issue.state == "closed" and BLOCKED not in issue.labels
+
+
+def test_ci_cancelled_with_nothing_on_top_is_inconclusive_and_says_why(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Cancelled, and no later commit: no fix-forward, no freeze; the human is told why."""
+    tuning = Tuning(ci_timeout_s=8)
+    with ship_world(tmp_path, cli_env, plan=_held_ci_plan, tuning=tuning) as world:
+        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
+        world.start()
+        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        run = _issue_run(runs, number)
+        assert run is not None and run.pushed_sha
+        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "cancelled")
+        runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
+        run = _issue_run(runs, number)
+        assert run is not None and run.state == "escalated", world.describe(runs)
+        assert [r for r in runs if r.kind == "fix_forward"] == []
+        assert not _frozen(world)
+        (escalation,) = world.store.list_escalations("web")
+        assert "was cancelled" in escalation.detail and "no later commit" in escalation.detail
+        ended = _ended_comment(world, number, run.id)
+        assert "was cancelled" in ended and "no later commit" in ended, ended
