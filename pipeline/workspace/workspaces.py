@@ -353,13 +353,7 @@ class Workspaces:
             self._busy.discard(ws.path)
             if head_sha is None:
                 head_sha = GitRunner(ws.git).ok("rev-parse", "HEAD").strip()
-            freeze_tree(
-                ws.git,
-                strategy=ws.strategy,
-                checkout=checkout_repo(repo_dir),
-                target=evidence / TREE,
-                run_id=run_id,
-            )
+            freeze_tree(ws.git, strategy=ws.strategy, target=evidence / TREE, run_id=run_id)
         fields = run_manifest(ws, run_id=run_id, repo=repo, reason=reason, head_sha=head_sha)
         write_manifest(evidence, {**fields, "extra": dict(extra or {})})
         return evidence
