@@ -5,7 +5,8 @@ hooks, objects and refs, a worktree's admin dir (``commondir``, ``gitdir``,
 ``config.worktree``) and the worktree's ``.git`` file. So the daemon never
 lets git find a repository by itself: ``GitRepo.pins`` names ``GIT_DIR``,
 ``GIT_COMMON_DIR`` and ``GIT_WORK_TREE``, and ``GitRepo.reclaim`` puts the
-daemon's config and links back before each command (ADR 0010).
+daemon's config and links back before each command, and deletes the symlinks
+and special files the agent left in the git directory (ADR 0010).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class GitRepo:
         """Undo what the agent may have written into git's own files of this repository."""
         if self.owned or not self.common_dir.is_dir():
             return
+        drop_links(self.common_dir)  # a worktree's admin dir is inside it
         if self.config_source is not None:
             _write(self.common_dir / "config", self.config_source.read_bytes())
         for planted in (
@@ -76,6 +78,40 @@ class GitRepo:
         if self.work_tree is not None and self.work_tree.is_dir():
             _write(self.git_dir / "gitdir", f"{self.work_tree / '.git'}\n".encode())
             _write(self.work_tree / ".git", f"gitdir: {self.git_dir}\n".encode())
+
+
+def drop_links(git_dir: Path) -> list[Path]:
+    """Delete every symlink, FIFO, socket or device under ``git_dir``; return them.
+
+    Git makes none there, and the daemon's git follows what it finds: it opens
+    ``FETCH_HEAD`` and the reflogs to write them, walks ``worktrees/``, ``objects/``
+    and ``refs/`` to read, write and delete. A link the agent left would carry
+    those writes outside its sandbox; a FIFO would hang them. A symlinked ``HEAD``
+    of the repository or of a worktree stays: git only reads one (a legacy symbolic
+    ref) and replaces it to write; a reflog named ``HEAD`` (``logs/HEAD``) goes.
+    """
+    dropped: list[Path] = []
+    stack = [git_dir]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = list(os.scandir(current))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+            elif not entry.is_file(follow_symlinks=False):
+                if entry.name == "HEAD" and entry.is_symlink() and _holds_head(git_dir, current):
+                    continue
+                Path(entry.path).unlink(missing_ok=True)
+                dropped.append(Path(entry.path))
+    return dropped
+
+
+def _holds_head(git_dir: Path, directory: Path) -> bool:
+    """Whether ``directory`` is the repository's own git dir or a worktree's admin dir."""
+    return directory == git_dir or directory.parent == git_dir / "worktrees"
 
 
 def _remove(path: Path) -> None:

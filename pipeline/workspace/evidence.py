@@ -50,6 +50,7 @@ def freeze_tree(tree: GitRepo, *, strategy: str, target: Path, run_id: int) -> N
     if strategy == "clone":
         tree.where.rename(target)
         return
+    tree.reclaim()  # a ``worktrees`` link of the agent's must not take what follows elsewhere
     admin = tree.git_dir.with_name(f"frozen-{target.parent.name}")
     remove_tree(admin)  # ``target``'s name is new, so no kept tree owns this one: planted
     tree.where.rename(target)

@@ -266,6 +266,7 @@ class Workspaces:
             worktrees = repo_dir / "worktrees"
             worktrees.mkdir(exist_ok=True)
             stop_stragglers(repo, worktrees)
+            checkout_repo(repo_dir).reclaim()  # no link of the agent's steers what follows
             clone = repo.workspace == "clone"
             path = worktrees / CLONE if clone else free_slot(worktrees, self._busy)
             clear_leftovers(repo, path, self.git_limits, events)  # before a fetch needs room
