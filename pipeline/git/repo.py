@@ -12,9 +12,12 @@ and special files the agent left in the git directory (ADR 0010).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+_LOOSE = re.compile(r"[0-9a-f]{2}")
 
 
 @dataclass(frozen=True)
@@ -81,37 +84,52 @@ class GitRepo:
 
 
 def drop_links(git_dir: Path) -> list[Path]:
-    """Delete every symlink, FIFO, socket or device under ``git_dir``; return them.
+    """Delete the symlinks, FIFOs, sockets and devices git would meet in ``git_dir``.
 
     Git makes none there, and the daemon's git follows what it finds: it opens
     ``FETCH_HEAD`` and the reflogs to write them, walks ``worktrees/``, ``objects/``
     and ``refs/`` to read, write and delete. A link the agent left would carry
-    those writes outside its sandbox; a FIFO would hang them. A symlinked ``HEAD``
-    of the repository or of a worktree stays: git only reads one (a legacy symbolic
-    ref) and replaces it to write; a reflog named ``HEAD`` (``logs/HEAD``) goes.
+    those writes outside its sandbox; a FIFO would hang them. Only what git itself
+    walks is looked at (a directory of a million the agent made elsewhere costs
+    nothing). A symlinked ``HEAD`` of the repository or of a worktree stays: git
+    only reads one (a legacy symbolic ref) and replaces it to write.
     """
     dropped: list[Path] = []
-    stack = [git_dir]
+    stack: list[tuple[Path, tuple[str, ...]]] = [(git_dir, ())]
     while stack:
-        current = stack.pop()
+        current, parts = stack.pop()
         try:
             entries = list(os.scandir(current))
         except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
+            inner = (*parts, entry.name)
             if entry.is_dir(follow_symlinks=False):
-                stack.append(Path(entry.path))
+                if _git_walks(inner):
+                    stack.append((Path(entry.path), inner))
             elif not entry.is_file(follow_symlinks=False):
-                if entry.name == "HEAD" and entry.is_symlink() and _holds_head(git_dir, current):
+                if inner[-1] == "HEAD" and entry.is_symlink() and len(_own_part(inner)) == 1:
                     continue
                 Path(entry.path).unlink(missing_ok=True)
                 dropped.append(Path(entry.path))
     return dropped
 
 
-def _holds_head(git_dir: Path, directory: Path) -> bool:
-    """Whether ``directory`` is the repository's own git dir or a worktree's admin dir."""
-    return directory == git_dir or directory.parent == git_dir / "worktrees"
+def _own_part(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """``parts`` relative to its git dir: a worktree's admin dir is one of its own."""
+    return parts[2:] if parts[:1] == ("worktrees",) and len(parts) > 2 else parts
+
+
+def _git_walks(parts: tuple[str, ...]) -> bool:
+    """Whether git reads or writes in the directory at ``parts`` (from the git dir)."""
+    if parts in (("worktrees",), ("worktrees", parts[-1])):
+        return True
+    own = _own_part(parts)
+    if own[0] in ("refs", "logs"):
+        return True
+    if own[0] != "objects" or len(own) > 2:
+        return False
+    return len(own) == 1 or own[1] == "pack" or _LOOSE.fullmatch(own[1]) is not None
 
 
 def _remove(path: Path) -> None:
