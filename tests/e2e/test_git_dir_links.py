@@ -143,3 +143,52 @@ def test_a_linked_worktrees_dir_leaves_another_repos_slot_alone(
     assert (other / "slot-0" / "app" / "work.py").read_text() == PRECIOUS
     assert runs[0]["state"] == "succeeded", runs
     assert git(Path(remote), "show", "main:app/second.py").strip() == "X = 1"
+
+
+# The first run writes garbage over the persistent checkout's HEAD (its worktree's
+# HEAD is a file of its own; that one is the checkout's); the later runs add modules.
+HEAD_BREAKER = """
+import os, pathlib, sys
+wd = pathlib.Path(sys.argv[2])
+state = pathlib.Path(os.environ["HOME"]) / "runs"
+count = len(state.read_text()) if state.exists() else 0
+state.write_text("x" * (count + 1))
+(wd / "app" / f"m{count}.py").write_text("X = 1\\n")
+if count == 0:
+    admin = pathlib.Path((wd / ".git").read_text().split(":", 1)[1].strip())
+    try:
+        (admin.parent.parent / "HEAD").write_text("garbage\\n")
+        print("overwrote the checkout's HEAD")
+    except OSError as exc:
+        print(f"could not overwrite the checkout's HEAD: {exc}")
+"""
+
+
+def test_the_checkouts_head_is_out_of_the_agents_reach(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """An agent cannot overwrite the persistent checkout's HEAD, so its run and the
+    repo's later runs ship. Before, git called the checkout "not a git repository":
+    that run failed at publish and every later run of the repo at its preparation."""
+    remote = make_remote(tmp_path, PROJECT)
+    agent = tmp_path / "agent.py"
+    agent.write_text(HEAD_BREAKER)
+    argv = [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
+    cli = Cli(local_config(tmp_path, remote, argv), cli_env)
+    cli("db", "upgrade")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        for count, title in enumerate(("First", "Second"), start=1):
+            cli("issue", "add", "--repo", "calc", "--title", title, "--label", "ready-for-agent")
+            runs = cli.wait_for(
+                lambda rs, n=count: len(rs) == n and all(r["state"] in ENDED for r in rs),
+                HANG_GUARD_S,
+                daemon,
+                log,
+            )
+    finally:
+        stop_daemon(daemon)
+    assert [r["state"] for r in runs] == ["succeeded", "succeeded"], runs
+    for name in ("m0", "m1"):
+        assert git(Path(remote), "show", f"main:app/{name}.py").strip() == "X = 1"
