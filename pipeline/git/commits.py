@@ -68,6 +68,7 @@ class Git:
         its sandbox is gone, and git refuses to touch the index, HEAD or the branch while
         one is there (every later git of the run failed, the run with it)."""
         tree = self.tree
+        tree.reclaim()  # through a directory the agent replaced by a link, no lock is ours
         locks = [tree.git_dir / "index.lock", tree.git_dir / "HEAD.lock"]
         locks.append(tree.common_dir / "refs" / "heads" / f"{branch}.lock")
         found = [lock for lock in locks if lock.is_file() or lock.is_symlink()]

@@ -254,7 +254,8 @@ def tree_layout(tree: Path, *, writable: Sequence[Path], network: NetworkPolicy)
     writable (a commit writes objects and refs; a rebase may rewrite
     ``packed-refs``), except what steers git itself, bound read-only on top:
     ``config``, ``hooks``, ``info``, ``objects/info`` (alternates), the
-    worktree's gitfile and its admin directory's ``commondir`` and ``gitdir``.
+    worktree's gitfile and its admin directory's ``commondir`` and ``gitdir``,
+    and the checkout's ``HEAD``.
     Files the agent adds there (a ``commondir`` of the checkout, say) steer
     nothing the daemon runs: its git names the repository explicitly.
     """
@@ -268,8 +269,9 @@ def tree_layout(tree: Path, *, writable: Sequence[Path], network: NetworkPolicy)
     for directory in (common / "hooks", common / "info", common / "objects" / "info"):
         directory.mkdir(parents=True, exist_ok=True)
     protected = [common / name for name in ("config", "hooks", "info", "objects/info")]
-    if extra:
-        protected += [extra[1] / "commondir", extra[1] / "gitdir", dotgit]
+    if extra:  # the checkout's HEAD too: no worktree's git writes it; garbage there broke
+        # the checkout ("not a git repository") for every later run of the repo
+        protected += [extra[1] / "commondir", extra[1] / "gitdir", dotgit, common / "HEAD"]
     return Layout(
         workdir=tree,
         writable=(tree, *extra, *writable),

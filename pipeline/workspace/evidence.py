@@ -1,9 +1,9 @@
 """Frozen evidence: a run's tree kept as it was, with a manifest, outside housekeeping.
 
-``<volume>/frozen/<run-id>/worktree`` is the run's worktree (moved with
-``git worktree move`` and ``git worktree lock``ed, so ``prune`` and ``gc`` in
-the persistent checkout respect it; its admin dir renamed ``frozen-<dir>`` so the
-slot's name is free again) or its throwaway clone (renamed).
+``<volume>/frozen/<run-id>/worktree`` is the run's worktree (moved, its admin
+dir renamed ``frozen-<dir>`` so the slot's name is free again, and locked, so
+``prune`` and ``gc`` in the persistent checkout respect it) or its throwaway
+clone (renamed).
 ``manifest.json`` beside it says what it is. Only an explicit
 ``discard_evidence`` (after a human unfreezes the repo) deletes it.
 """
@@ -38,21 +38,28 @@ def new_evidence_dir(frozen_root: Path, run_id: int) -> Path:
     return candidate
 
 
-def freeze_tree(
-    tree: GitRepo, *, strategy: str, checkout: GitRepo, target: Path, run_id: int
-) -> None:
-    """Move a run's tree to ``target`` so nothing will clean it up."""
+def freeze_tree(tree: GitRepo, *, strategy: str, target: Path, run_id: int) -> None:
+    """Move a run's tree to ``target`` so nothing will clean it up.
+
+    A worktree is moved and locked by hand rather than by ``git worktree move`` and
+    ``lock``: its agent could write the admin dir and the one beside it, and what it
+    left there (a ``locked`` or ``modules`` entry, a second registration of the same
+    tree, a directory under the kept tree's admin name) made git refuse, or pick the
+    wrong entry, and the human lost the evidence.
+    """
     if strategy == "clone":
         tree.where.rename(target)
         return
-    git = GitRunner(checkout)
-    git.ok("worktree", "move", str(tree.where), str(target))
+    tree.reclaim()  # a ``worktrees`` link of the agent's must not take what follows elsewhere
     admin = tree.git_dir.with_name(f"frozen-{target.parent.name}")
+    remove_tree(admin)  # ``target``'s name is new, so no kept tree owns this one: planted
+    tree.where.rename(target)
     tree.git_dir.rename(admin)
     frozen = GitRepo(admin, tree.common_dir, target, config_source=tree.config_source)
-    frozen.reclaim()
+    frozen.reclaim()  # the admin dir's gitdir and the tree's .git name each other again
     _let_go_of_branch(GitRunner(frozen))
-    git.ok("worktree", "lock", "--reason", f"frozen evidence of run {run_id}", str(target))
+    remove_tree(admin / "locked")
+    (admin / "locked").write_text(f"frozen evidence of run {run_id}\n", encoding="utf-8")
 
 
 def _let_go_of_branch(in_tree: GitRunner) -> None:

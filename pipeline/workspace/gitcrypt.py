@@ -115,10 +115,15 @@ def _kept_paths(keep_dirs: Iterable[str]) -> list[str]:
 
 
 def save_kept(root: Path, kept: Path, keep_dirs: Iterable[str]) -> None:
-    """Move the clone's dependency dirs aside to ``kept/`` for the next run."""
+    """Move the tree's dependency dirs aside to ``kept/`` for the next run.
+
+    Only a real directory inside ``root`` moves: a symlink the agent planted on its
+    way (``vendor`` of ``vendor/bundle``) would have the daemon move a directory
+    from anywhere on the volume into the next run's tree.
+    """
     for keep in _kept_paths(keep_dirs):
-        source = root / keep
-        if source.is_dir() and not source.is_symlink():
+        source = _real_path(root, keep)
+        if source is not None and source.is_dir():
             target = kept / keep
             if target.exists():
                 remove_tree(target)
@@ -127,10 +132,29 @@ def save_kept(root: Path, kept: Path, keep_dirs: Iterable[str]) -> None:
 
 
 def restore_kept(kept: Path, root: Path, keep_dirs: Iterable[str]) -> None:
-    """Move dependency dirs saved by ``save_kept`` back into a fresh clone."""
+    """Move dependency dirs saved by ``save_kept`` back into a fresh tree.
+
+    Not through a symlink the tree holds (a committed ``vendor`` link): the
+    directory stays in ``kept/`` rather than land outside the tree.
+    """
     for keep in _kept_paths(keep_dirs):
         source = kept / keep
-        target = root / keep
-        if source.is_dir() and not target.exists():
+        target = _real_path(root, keep)
+        if source.is_dir() and target is not None and not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             source.rename(target)
+
+
+def _real_path(root: Path, relative: str) -> Path | None:
+    """``root / relative`` when nothing on the way below ``root`` is a symlink or a
+    file (parts that do not exist yet are fine); None otherwise.
+
+    Called only while nothing of the agent runs (its sandbox is gone), so the
+    answer still holds when the caller moves the directory.
+    """
+    path = root
+    for part in Path(relative).parts:
+        path = path / part
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            return None
+    return path

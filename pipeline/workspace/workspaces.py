@@ -266,6 +266,7 @@ class Workspaces:
             worktrees = repo_dir / "worktrees"
             worktrees.mkdir(exist_ok=True)
             stop_stragglers(repo, worktrees)
+            checkout_repo(repo_dir).reclaim()  # no link of the agent's steers what follows
             clone = repo.workspace == "clone"
             path = worktrees / CLONE if clone else free_slot(worktrees, self._busy)
             clear_leftovers(repo, path, self.git_limits, events)  # before a fetch needs room
@@ -353,13 +354,7 @@ class Workspaces:
             self._busy.discard(ws.path)
             if head_sha is None:
                 head_sha = GitRunner(ws.git).ok("rev-parse", "HEAD").strip()
-            freeze_tree(
-                ws.git,
-                strategy=ws.strategy,
-                checkout=checkout_repo(repo_dir),
-                target=evidence / TREE,
-                run_id=run_id,
-            )
+            freeze_tree(ws.git, strategy=ws.strategy, target=evidence / TREE, run_id=run_id)
         fields = run_manifest(ws, run_id=run_id, repo=repo, reason=reason, head_sha=head_sha)
         write_manifest(evidence, {**fields, "extra": dict(extra or {})})
         return evidence
