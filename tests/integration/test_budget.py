@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from pipeline.config.settings import RepoSettings, Settings
-from pipeline.core.events import EventSink
 from pipeline.run.budget import DailyBudget
 from pipeline.store import Store
-
-
-@dataclass
-class FakeNotifier:
-    """Records what is sent; a keyed notification is queued once, as the outbox does."""
-
-    sent: list[tuple[str, str]] = field(default_factory=list)
-    keys: set[str] = field(default_factory=set)
-
-    def notify(
-        self,
-        title: str,
-        body: str,
-        *,
-        kind: str,
-        events: EventSink,
-        run_id: int | None = None,
-        key: str | None = None,
-    ) -> None:
-        if key is not None and key in self.keys:
-            return
-        self.keys |= {key} if key else set()
-        self.sent.append((title, kind))
+from pipeline.testing.sinks import RecordingNotifier
 
 
 def _spend(store: Store, repo: str, usd: float) -> None:
@@ -44,7 +20,7 @@ def _spend(store: Store, repo: str, usd: float) -> None:
     store.finish(run.id, "tester", claimed.attempt, "succeeded")
 
 
-def _guard(store: Store, tmp_path: Path, notifier: FakeNotifier) -> DailyBudget:
+def _guard(store: Store, tmp_path: Path, notifier: RecordingNotifier) -> DailyBudget:
     """Repo ``web`` with a daily budget of $1, ``api`` with $100."""
     repos = (
         RepoSettings(
@@ -63,7 +39,7 @@ def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
     store: Store, tmp_path: Path
 ) -> None:
     """Spending past daily_budget_usd excludes the repo from claims; one escalation is sent."""
-    notifier = FakeNotifier()
+    notifier = RecordingNotifier()
     guard = _guard(store, tmp_path, notifier)
     assert guard.over_budget() == frozenset()
     _spend(store, "web", 0.6)
@@ -75,7 +51,7 @@ def test_repo_over_its_daily_budget_is_excluded_and_escalated_once(
     assert guard.over_budget() == frozenset({web.id})
     guard._cached = (0.0, frozenset())
     guard.over_budget()
-    assert [kind for _, kind in notifier.sent] == ["escalation"]
+    assert [sent.kind for sent in notifier.sent] == ["escalation"]
     assert [e.reason for e in store.list_escalations("web")] == ["daily_budget"]
     store.enqueue("web")
     assert (
@@ -90,7 +66,7 @@ def test_a_crash_while_escalating_the_budget_loses_neither_row_nor_notice(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The daemon dies as it writes the escalation: the next check writes it, notice once."""
-    notifier = FakeNotifier()
+    notifier = RecordingNotifier()
     guard = _guard(store, tmp_path, notifier)
     _spend(store, "web", 1.5)
     real = store.add_escalation
@@ -107,4 +83,4 @@ def test_a_crash_while_escalating_the_budget_loses_neither_row_nor_notice(
     guard._cached = (0.0, frozenset())
     guard.over_budget()
     assert [e.reason for e in store.list_escalations("web")] == ["daily_budget"]
-    assert [kind for _, kind in notifier.sent] == ["escalation"]
+    assert [sent.kind for sent in notifier.sent] == ["escalation"]

@@ -5,18 +5,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from pipeline.config.settings import RepoSettings, Settings, TrackerSettings
-from pipeline.core.events import EventSink
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.run.endings import Endings
 from pipeline.run.recovery import Recovery
 from pipeline.store import EnqueueOptions, Run, SeenIssue, Store
+from pipeline.testing.sinks import RecordingNotifier
 from pipeline.trackers.local import LocalTracker
 from tests.integration.sql_log import StatementLog
 
@@ -24,33 +24,10 @@ WORKING, BLOCKED = "agent-working", "agent-blocked"
 
 
 @dataclass
-class Inbox:
-    """Every notification sent, as (kind, title, body); one per key, as the outbox queues."""
-
-    sent: list[tuple[str, str, str]] = field(default_factory=list)
-    keys: set[str] = field(default_factory=set)
-
-    def notify(
-        self,
-        title: str,
-        body: str,
-        *,
-        kind: str,
-        events: EventSink,
-        run_id: int | None = None,
-        key: str | None = None,
-    ) -> None:
-        if key is not None and key in self.keys:
-            return
-        self.keys.update([key] if key else [])
-        self.sent.append((kind, title, body))
-
-
-@dataclass
 class World:
     store: Store
     endings: Endings
-    inbox: Inbox
+    inbox: RecordingNotifier
     recovery: Recovery
 
     def issue_run(self, **enqueue: object) -> tuple[int, Run]:
@@ -97,7 +74,7 @@ def world(database_url: str, tmp_path: Path) -> Iterator[World]:
     local = LocalTracker(tracker, store, {"acme/web": "web"})
     lifecycle = Lifecycle(store, {"local": local}, {"local": tracker})
     recovery = Recovery(settings, store, lifecycle)
-    inbox = Inbox()
+    inbox = RecordingNotifier()
     yield World(store, Endings(settings, store, lifecycle, recovery, inbox), inbox, recovery)
     store.close()
 
@@ -117,7 +94,7 @@ def test_a_failed_run_tells_once_and_unlabels(
     assert "refused the token" in comment and f"pipeline runs retry {run.id}" in comment
     assert "frozen" not in comment
     (notice,) = world.inbox.sent
-    assert notice[0] == "escalation" and f"run {run.id} failed (push_auth)" in notice[1]
+    assert notice.kind == "escalation" and f"run {run.id} failed (push_auth)" in notice.title
     assert [e.reason for e in world.store.list_escalations("web")] == ["push_auth"]
     lines = [r for r in caplog.records if f"run {run.id} ended" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.WARNING
@@ -131,7 +108,7 @@ def test_a_timed_out_run_says_so(world: World) -> None:
     (comment,) = world.comments(number)
     assert "timed out" in comment and "time limit of 30 s" in comment
     assert "cancel" not in comment
-    assert f"run {run.id} timed out (timeout)" in world.inbox.sent[0][1]
+    assert f"run {run.id} timed out (timeout)" in world.inbox.sent[0].title
 
 
 def test_a_cancelled_run_is_unlabelled_but_not_blocked(world: World) -> None:
@@ -170,7 +147,7 @@ def test_a_frozen_ending_names_the_unfreeze(world: World) -> None:
     world.endings.announce(ended)
     (comment,) = world.comments(number)
     assert "pipeline repos unfreeze web" in comment and "runs retry" not in comment
-    kind, title, _ = world.inbox.sent[0]
+    kind, title = world.inbox.sent[0].kind, world.inbox.sent[0].title
     assert kind == "freeze" and f"run {run.id} frozen (frozen)" in title
 
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from pipeline.config.settings import RepoSettings, Settings, TrackerSettings
-from pipeline.core.events import EventSink
 from pipeline.intake.access import MAX_POLL_BACKOFF_S
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.intake.service import Intake
@@ -27,6 +26,7 @@ from pipeline.store import Store
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.forges.clients import ManualClock, client_for
+from pipeline.testing.sinks import RecordingNotifier
 
 SLUG = "acme/widgets"
 READY = "ready-for-agent"
@@ -35,40 +35,12 @@ FORGES = {"github": FakeGitHub, "gitea": FakeGitea, "gitlab": FakeGitLab}
 
 
 @dataclass
-class Sent:
-    title: str
-    body: str
-    kind: str
-    key: str | None
-
-
-@dataclass
-class Inbox:
-    """A notifier that keeps what it is asked to send."""
-
-    sent: list[Sent] = field(default_factory=list)
-
-    def notify(
-        self,
-        title: str,
-        body: str,
-        *,
-        kind: str,
-        events: EventSink,
-        run_id: int | None = None,
-        key: str | None = None,
-    ) -> None:
-        if key is None or key not in {s.key for s in self.sent}:
-            self.sent.append(Sent(title, body, kind, key))
-
-
-@dataclass
 class World:
     fake: FakeForge
     intake: Intake
     store: Store
     clock: ManualClock
-    inbox: Inbox
+    inbox: RecordingNotifier
 
     def asked(self) -> int:
         """Requests the forge received so far."""
@@ -94,7 +66,7 @@ def world(root: Path, kind: str) -> Iterator[World]:
         poll_interval_s=INTERVAL_S,
     )
     clock = ManualClock(now=time.time())
-    inbox = Inbox()
+    inbox = RecordingNotifier()
     store = Store(settings.database_url)
     store.upgrade()
     store.sync_repos(settings.repos)
