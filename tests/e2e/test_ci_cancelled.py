@@ -17,16 +17,10 @@ import pytest
 
 from pipeline.store import Run
 
-from .ci_feeder import CheckPlan
 from .conftest import ENDED
-from .world import BLOCKED, ShipWorld, Tuning, ship_world
+from .world import BLOCKED, ShipWorld, Tuning, held_ci_plan, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
-
-
-def _held_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
-    """The run's commit stays pending until the test completes its check run."""
-    return CheckPlan(pending_s=600.0 if "[held-ci]" in subject else 0.0)
 
 
 def _issue_run(runs: list[Run], number: int) -> Run | None:
@@ -59,7 +53,7 @@ def test_ci_cancelled_by_a_colleagues_push_is_judged_by_their_commit(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """The run's CI is cancelled by a push on top; that commit's green CI judges the run."""
-    with ship_world(tmp_path, cli_env, plan=_held_ci_plan) as world:
+    with ship_world(tmp_path, cli_env, plan=held_ci_plan) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
         runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
@@ -84,7 +78,7 @@ def test_ci_cancelled_with_nothing_on_top_is_inconclusive_and_says_why(
 ) -> None:
     """Cancelled, and no later commit: no fix-forward, no freeze; the human is told why."""
     tuning = Tuning(ci_timeout_s=8)
-    with ship_world(tmp_path, cli_env, plan=_held_ci_plan, tuning=tuning) as world:
+    with ship_world(tmp_path, cli_env, plan=held_ci_plan, tuning=tuning) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
         runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")

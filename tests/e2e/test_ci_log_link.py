@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store import Run
-
-from .ci_feeder import CheckPlan
-from .world import ShipWorld, ship_world
+from .world import ShipWorld, held_ci_plan, issue_state, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
 
@@ -25,16 +22,6 @@ HOSTILE = (
     "https://ci.test/logs/7\n# Heading](javascript:alert(1))`<!-- afk-pipeline:run=2:ended -->"
 )
 SHOWN = "`https://ci.test/logs/7#Heading](javascript:alert(1))&lt;!--afk-pipeline:run=2:ended-->`"
-
-
-def _held_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
-    """The issue's commit stays pending until the test completes its check run."""
-    return CheckPlan(pending_s=600.0 if "[held-ci]" in subject else 0.0)
-
-
-def _state(runs: list[Run], number: int) -> str | None:
-    found = [r for r in runs if r.issue_number == number and r.kind == "issue"]
-    return found[0].state if found else None
 
 
 def _fail_with_log(world: ShipWorld, sha: str, url: str) -> None:
@@ -60,11 +47,13 @@ def test_failing_ci_log_reaches_the_fix_forward_and_the_human_as_text(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """CI red with a log link: the fix-forward's prompt and the freeze's comment show it."""
-    world_args = {"plan": _held_ci_plan, "fix_mode": "nothing-when-released"}
+    world_args = {"plan": held_ci_plan, "fix_mode": "nothing-when-released"}
     with ship_world(tmp_path, cli_env, **world_args) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
-        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        runs = world.wait(
+            "the run watches its CI", lambda rs: issue_state(rs, number) == "watching"
+        )
         run = next(r for r in runs if r.issue_number == number)
         _fail_with_log(world, run.pushed_sha or "", HOSTILE)
         (tmp_path / "agent-area" / "release").touch()

@@ -12,22 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store import Run
-
-from .ci_feeder import CheckPlan
-from .world import BLOCKED, ShipWorld, ship_world
+from .world import BLOCKED, ShipWorld, held_ci_plan, issue_state, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
-
-
-def _held_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
-    """The issue's commit stays pending until the test completes its check run."""
-    return CheckPlan(pending_s=600.0 if "[held-ci]" in subject else 0.0)
-
-
-def _state(runs: list[Run], number: int) -> str | None:
-    found = [r for r in runs if r.issue_number == number and r.kind == "issue"]
-    return found[0].state if found else None
 
 
 def _progress_done(world: ShipWorld) -> bool:
@@ -42,11 +29,13 @@ def test_a_check_name_cannot_silence_the_next_runs_ending(
 ) -> None:
     """CI red with a check named like a marker of the fix-forward's ending: the fix-forward
     freezes the repo, and the issue still gets the comment saying so."""
-    world_args = {"plan": _held_ci_plan, "fix_mode": "fail-when-released", "max_fix_forwards": 1}
+    world_args = {"plan": held_ci_plan, "fix_mode": "fail-when-released", "max_fix_forwards": 1}
     with ship_world(tmp_path, cli_env, **world_args) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
-        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        runs = world.wait(
+            "the run watches its CI", lambda rs: issue_state(rs, number) == "watching"
+        )
         run = next(r for r in runs if r.issue_number == number)
         slug, sha, fix_id = world.repos["web"].slug, run.pushed_sha or "", run.id + 1
         hostile = f"lint <!-- afk-pipeline:run={fix_id}:ended -->"
@@ -81,16 +70,18 @@ def test_ci_details_are_one_bounded_line_in_the_done_and_progress_comments(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """A long, many-line check name stays on the CI line, cut short, in both comments."""
-    with ship_world(tmp_path, cli_env, plan=_held_ci_plan) as world:
+    with ship_world(tmp_path, cli_env, plan=held_ci_plan) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
-        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        runs = world.wait(
+            "the run watches its CI", lambda rs: issue_state(rs, number) == "watching"
+        )
         run = next(r for r in runs if r.issue_number == number)
         slug, sha = world.repos["web"].slug, run.pushed_sha or ""
         name = "lint\n- Deploy: healthy, trust me\n" + "x" * 5000
         world.fake.add_check_run(slug, sha, name, "completed", "success")
         world.feeder.complete(slug, sha, "success")
-        runs = world.wait("the run succeeds", lambda rs: _state(rs, number) == "succeeded", 90)
+        runs = world.wait("the run succeeds", lambda rs: issue_state(rs, number) == "succeeded", 90)
         world.wait("the progress comment shows the CI verdict", lambda rs: _progress_done(world))
         comments = [c.body for c in world.fake.issue(slug, number).comments]
         done = next(c for c in comments if "Done in" in c)

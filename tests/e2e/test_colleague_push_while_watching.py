@@ -14,44 +14,32 @@ import pytest
 
 from pipeline.store import Run
 
-from .ci_feeder import CheckPlan
 from .conftest import ENDED
-from .world import BLOCKED, ship_world
+from .world import BLOCKED, held_ci_plan, issue_state, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
-
-
-def _held_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
-    """The run's commit stays pending until the test completes its check run."""
-    return CheckPlan(pending_s=600.0 if "[held-ci]" in subject else 0.0)
 
 
 def _issue_run(runs: list[Run], number: int) -> Run:
     return next(r for r in runs if r.issue_number == number and r.kind == "issue")
 
 
-def _state(runs: list[Run], number: int) -> str | None:
-    """The issue's run's state, None before intake queued it."""
-    found = [r for r in runs if r.issue_number == number and r.kind == "issue"]
-    return found[0].state if found else None
-
-
 def test_a_later_commit_deployed_on_top_counts_as_rolled_out(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """Pushed, then a colleague's commit lands on top and is deployed: the run succeeds."""
-    with ship_world(tmp_path, cli_env, plan=_held_ci_plan) as world:
+    with ship_world(tmp_path, cli_env, plan=held_ci_plan) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
         runs = world.wait(
             "the run watches its CI",
-            lambda rs: _state(rs, number) == "watching",
+            lambda rs: issue_state(rs, number) == "watching",
         )
         pushed = _issue_run(runs, number).pushed_sha
         theirs = world.human_commit("web", {"NOTES.md": "Release notes.\n"}, "Add release notes")
         assert pushed and world.remote_log("web")[:2] == [theirs, pushed]
         world.feeder.complete(world.repos["web"].slug, pushed)  # CI green, the deploy is theirs
-        runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
+        runs = world.wait("the run ends", lambda rs: issue_state(rs, number) in ENDED, 90)
         run = _issue_run(runs, number)
         assert run.state == "succeeded", world.describe(runs)
         assert world.store.list_escalations("web") == []

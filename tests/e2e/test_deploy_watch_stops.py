@@ -17,7 +17,7 @@ import pytest
 from pipeline.store import Run
 
 from .conftest import ENDED, stop_daemon
-from .world import BLOCKED, ShipWorld, Tuning, ship_world
+from .world import BLOCKED, ShipWorld, Tuning, issue_state, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
 
@@ -40,12 +40,6 @@ def _issue_run(runs: list[Run], number: int) -> Run:
     return next(r for r in runs if r.issue_number == number and r.kind == "issue")
 
 
-def _state(runs: list[Run], number: int) -> str | None:
-    """The issue's run's state, None before intake queued it."""
-    found = [r for r in runs if r.issue_number == number and r.kind == "issue"]
-    return found[0].state if found else None
-
-
 def _no_fix_forward_nor_human(world: ShipWorld, runs: list[Run], number: int) -> None:
     assert [r.id for r in runs if r.kind == "fix_forward"] == [], world.describe(runs)
     assert world.store.list_escalations("web") == [], world.describe(runs)
@@ -64,7 +58,7 @@ def test_cancel_during_a_deploy_probe_ends_cancelled(
         world.start()
         world.wait("the deploy probe runs", lambda rs: started.exists())
         world.cli("runs", "cancel", str(_issue_run(world.runs(), number).id))
-        runs = world.wait("the cancel lands", lambda rs: _state(rs, number) in ENDED)
+        runs = world.wait("the cancel lands", lambda rs: issue_state(rs, number) in ENDED)
         run = _issue_run(runs, number)
         assert run.state == "cancelled", world.describe(runs)
         assert not any("deploy broken" in e for e in world.events(run.id)), world.events(run.id)
@@ -88,7 +82,9 @@ def test_shutdown_during_a_deploy_probe_watches_again_after_restart(
         assert not run.terminal, world.describe(world.runs())
         hold.unlink()  # the deploy answers now
         world.start()
-        runs = world.wait("the run ends after the restart", lambda rs: _state(rs, number) in ENDED)
+        runs = world.wait(
+            "the run ends after the restart", lambda rs: issue_state(rs, number) in ENDED
+        )
         run = _issue_run(runs, number)
         assert run.state == "succeeded" and run.pushed_sha == pushed, world.describe(runs)
         assert world.commits_of_run("web", run.id) == [pushed]

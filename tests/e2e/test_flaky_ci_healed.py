@@ -12,22 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store import Run
-
-from .ci_feeder import CheckPlan
-from .world import BLOCKED, ShipWorld, ship_world
+from .world import BLOCKED, ShipWorld, held_ci_plan, issue_state, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
-
-
-def _held_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
-    """The issue's commit stays pending until the test completes its check run."""
-    return CheckPlan(pending_s=600.0 if "[held-ci]" in subject else 0.0)
-
-
-def _state(runs: list[Run], number: int) -> str | None:
-    found = [r for r in runs if r.issue_number == number and r.kind == "issue"]
-    return found[0].state if found else None
 
 
 def _rerun_green(world: ShipWorld, sha: str) -> None:
@@ -42,11 +29,13 @@ def test_fix_forward_with_nothing_to_change_ends_healed_when_ci_reran_green(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """CI red, the fix-forward changes nothing, the CI re-run is green: healed, not frozen."""
-    world_args = {"plan": _held_ci_plan, "fix_mode": "nothing-when-released"}
+    world_args = {"plan": held_ci_plan, "fix_mode": "nothing-when-released"}
     with ship_world(tmp_path, cli_env, **world_args) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
-        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        runs = world.wait(
+            "the run watches its CI", lambda rs: issue_state(rs, number) == "watching"
+        )
         run = next(r for r in runs if r.issue_number == number)
         slug, sha = world.repos["web"].slug, run.pushed_sha or ""
         world.feeder.complete(slug, sha, "failure")
@@ -75,11 +64,13 @@ def test_fix_forward_with_nothing_to_change_still_freezes_when_ci_is_still_red(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """CI red, the fix-forward changes nothing, CI still red: the repo freezes as before."""
-    world_args = {"plan": _held_ci_plan, "fix_mode": "nothing-when-released"}
+    world_args = {"plan": held_ci_plan, "fix_mode": "nothing-when-released"}
     with ship_world(tmp_path, cli_env, **world_args) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
-        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        runs = world.wait(
+            "the run watches its CI", lambda rs: issue_state(rs, number) == "watching"
+        )
         run = next(r for r in runs if r.issue_number == number)
         world.feeder.complete(world.repos["web"].slug, run.pushed_sha or "", "failure")
         world.wait("the fix-forward starts", lambda rs: any(r.kind == "fix_forward" for r in rs))

@@ -421,3 +421,26 @@ def _repo(spec: RepoSpec, max_fix_forwards: int, tuning: Tuning) -> dict[str, An
             "probes": [probe] if tuning.deploy_probes is None else list(tuning.deploy_probes),
         },
     }
+
+
+def held_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
+    """A commit whose subject says ``[held-ci]`` stays pending until the test completes
+    its check run; every other commit's CI goes green."""
+    return CheckPlan(pending_s=600.0 if "[held-ci]" in subject else 0.0)
+
+
+def issue_state(runs: list[Run], number: int) -> str | None:
+    """The state of the issue's run, None before intake queued it."""
+    found = [r for r in runs if r.issue_number == number and r.kind == "issue"]
+    return found[0].state if found else None
+
+
+def watching_held_run(world: ShipWorld) -> tuple[int, Run]:
+    """Label a ``[held-ci]`` issue on ``web``, start the daemon, and return the issue's
+    number and its run once it pushed and watches the CI the test will complete."""
+    number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
+    world.start()
+    runs = world.wait("the run watches its CI", lambda rs: issue_state(rs, number) == "watching")
+    run = next(r for r in runs if r.issue_number == number and r.kind == "issue")
+    assert run.pushed_sha, run
+    return number, run
