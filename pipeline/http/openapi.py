@@ -47,10 +47,6 @@ def _ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _opt(schema: Schema) -> Schema:
-    return {**schema, "nullable": True}
-
-
 def _schemas() -> dict[str, Schema]:
     """The generated response shapes, and the two request bodies."""
     enums = {name: STATE_ENUMS for name in ("Run", "RunWithEvents", "Enqueued")}
