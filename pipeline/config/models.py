@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from pipeline.config import settings as s
 from pipeline.config import values as v
 
 
@@ -37,8 +38,9 @@ class Scheduler(Table):
 
     @model_validator(mode="after")
     def _order(self) -> Scheduler:
-        lease, beat = self.lease_s or 60.0, self.heartbeat_s or 10.0
-        base, top = self.backoff_base_s or 10.0, self.backoff_max_s or 600.0
+        d = s.SchedulerSettings
+        lease, beat = self.lease_s or d.lease_s, self.heartbeat_s or d.heartbeat_s
+        base, top = self.backoff_base_s or d.backoff_base_s, self.backoff_max_s or d.backoff_max_s
         if beat >= lease:
             raise v.keyed("heartbeat_s", f"must be less than lease_s ({lease:g})")
         if base > top:
@@ -57,7 +59,8 @@ class Workspace(Table):
 
     @model_validator(mode="after")
     def _order(self) -> Workspace:
-        low, high = self.low_watermark or 0.8, self.high_watermark or 0.9
+        d = s.WorkspaceSettings
+        low, high = self.low_watermark or d.low_watermark, self.high_watermark or d.high_watermark
         if not low < high:
             raise v.keyed(
                 "low_watermark",
@@ -109,7 +112,11 @@ class History(Table):
 
     @model_validator(mode="after")
     def _order(self) -> History:
-        events, runs = self.keep_events_days or 90, self.keep_runs_days or 365
+        d = s.HistorySettings
+        events, runs = (
+            self.keep_events_days or d.keep_events_days,
+            self.keep_runs_days or d.keep_runs_days,
+        )
         if events > runs:
             raise v.keyed("keep_events_days", f"must not exceed keep_runs_days ({runs})")
         return self
