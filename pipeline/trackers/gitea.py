@@ -44,8 +44,9 @@ from pipeline.trackers.base import (
     split_slug,
     text,
 )
-from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, Params, permission_trusted
-from pipeline.trackers.identity import TokenUser
+from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, Params
+from pipeline.trackers.identity import TokenUser, permission_trusted
+from pipeline.trackers.token import TokenHeader
 
 DEFAULT_MAX_ITEMS = 50
 WRITE_PERMISSIONS = frozenset({"owner", "admin", "write"})
@@ -71,7 +72,8 @@ class GiteaTracker:
         self.http = ForgeHttp(
             settings.kind,
             base if base.endswith("/api/v1") else f"{base}/api/v1",
-            {"Authorization": f"token {token}", "Accept": "application/json"},
+            {"Accept": "application/json"},
+            auth=TokenHeader("Authorization", "token {}", token, settings.token),
             options=options,
             transport=transport,
         )

@@ -38,8 +38,9 @@ from pipeline.trackers.github_history import (
     label_marks,
     title_revisions,
 )
-from pipeline.trackers.http import ForgeHttp, HttpOptions, link_next, permission_trusted
-from pipeline.trackers.identity import TokenUser
+from pipeline.trackers.http import ForgeHttp, HttpOptions, link_next
+from pipeline.trackers.identity import TokenUser, permission_trusted
+from pipeline.trackers.token import TokenHeader
 
 GITHUB_API = "https://api.github.com"
 WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
@@ -71,10 +72,10 @@ class GitHubTracker:
             "github",
             settings.base_url or GITHUB_API,
             {
-                "Authorization": f"Bearer {token}",
                 "Accept": "application/vnd.github+json",
                 "X-GitHub-Api-Version": "2022-11-28",
             },
+            auth=TokenHeader("Authorization", "Bearer {}", token, settings.token),
             options=options,
             transport=transport,
         )

@@ -42,6 +42,7 @@ from pipeline.trackers.base import (
 )
 from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, Params, link_next
 from pipeline.trackers.identity import TokenUser
+from pipeline.trackers.token import TokenHeader
 
 GITLAB_URL = "https://gitlab.com"
 DEVELOPER_ACCESS = 30
@@ -69,7 +70,8 @@ class GitLabTracker:
         self.http = ForgeHttp(
             "gitlab",
             base if base.endswith("/api/v4") else f"{base}/api/v4",
-            {"PRIVATE-TOKEN": token, "Accept": "application/json"},
+            {"Accept": "application/json"},
+            auth=TokenHeader("PRIVATE-TOKEN", "{}", token, settings.token),
             options=options,
             transport=transport,
         )

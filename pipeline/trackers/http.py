@@ -1,18 +1,16 @@
 """The HTTP edge the three remote trackers share: errors, rate limits, ETags, pacing.
 
-Every forge call goes through ``ForgeHttp`` so the failure policy is written
-once:
+Every forge call goes through ``ForgeHttp`` so the failure policy is written once:
 
 - network errors and timeouts -> ``RetryableError("network")``; 5xx ->
   ``RetryableError("forge_5xx")``; a body that is not JSON ->
   ``RetryableError("forge_bad_response")`` naming the URL;
-- 429, or 403 that carries ``retry-after`` / an exhausted ``x-ratelimit-remaining``
-  / a "rate limit" message (GitHub's secondary limits) ->
-  ``RetryableError("forge_rate_limited", retry_after_s=...)``, and the client
-  then refuses every call until that moment has passed, without touching the
-  network;
-- 401 -> ``FatalError("forge_auth")``; 404, and 410 (GitHub's deleted issue) ->
-  ``FatalError`` of the caller's kind (``missing_repo`` by default).
+- 429, or 403 with ``retry-after`` / an exhausted ``x-ratelimit-remaining`` / a "rate
+  limit" message (GitHub's secondary limits) -> ``RetryableError("forge_rate_limited",
+  retry_after_s=...)``; every call is then refused, without touching the network, until then;
+- 401 -> ``FatalError("forge_auth")``, unless the token's source now holds another token
+  (rotated, ``token.py``): the call is then made once more with it;
+- 404, and 410 (GitHub's deleted issue) -> ``FatalError`` of the caller's kind.
 
 Conditional GETs keep the last ETag and page per URL, so an unchanged list
 costs a 304 (free of rate limit on GitHub). Asking again for a page held is a
@@ -29,16 +27,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import httpx
 
-from pipeline.config.settings import TrackerSettings
 from pipeline.core.errors import FatalError, RetryableError
 from pipeline.trackers.answers import error_message, looks_rate_limited, parse_retry_after
-from pipeline.trackers.base import as_dict
-from pipeline.trackers.base import field as data_field
+from pipeline.trackers.token import TokenHeader
 from pipeline.trackers.transport import LeanTransport, lean_transport
 
 Params = Mapping[str, str]
@@ -94,14 +90,20 @@ class ForgeHttp:
         base_url: str,
         headers: Mapping[str, str],
         *,
+        auth: TokenHeader | None = None,
         options: HttpOptions | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.forge = forge
         self.options = options or HttpOptions()
+        self._auth, self._generation = auth, 0  # bumped each time the token is renewed
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"),
-            headers={"User-Agent": self.options.user_agent, **headers},
+            headers={
+                "User-Agent": self.options.user_agent,
+                **headers,
+                **(auth.headers() if auth else {}),
+            },
             timeout=self.options.timeout_s,
             transport=transport if transport is not None else lean_transport(),
             # Renamed/transferred repos answer 301; httpx drops credentials on a
@@ -220,12 +222,13 @@ class ForgeHttp:
         where = f"{self.forge} GET {url}"
         self._refuse_if_limited(where)
         headers = [*cached.request_headers, (b"If-None-Match", etag.encode())]
+        generation = self._generation
         answer = self._sending(
             where, lambda: lean.exchange("GET", url, headers, None, self.options.timeout_s)
         )
         if answer.status == 304:
             return None
-        if answer.status in _REDIRECTS:
+        if answer.status in _REDIRECTS or (answer.status == 401 and self._renewed(generation)):
             return self._send("GET", url, headers={"If-None-Match": etag}, not_found=not_found)
         response: httpx.Response = answer.response(self._client.build_request("GET", url))
         self._classify(response, where, not_found)
@@ -250,14 +253,30 @@ class ForgeHttp:
         not_found: str | None,
     ) -> httpx.Response:
         # ``params=None``, never ``{}``: httpx replaces a URL's query with empty params.
-        request = self._client.build_request(
-            method, path, params=params or None, json=json, headers=headers
-        )
+        build = partial(self._client.build_request, method, path, json=json, headers=headers)
+        build = partial(build, params=params or None)
+        request, generation = build(), self._generation
         where = f"{self.forge} {method} {request.url}"
         self._refuse_if_limited(where)
         response = self._sending(where, lambda: self._client.send(request))
+        if response.status_code == 401 and self._renewed(generation):
+            request = build()  # with the renewed token
+            response = self._sending(where, lambda: self._client.send(request))
         self._classify(response, where, not_found)
         return response
+
+    def _renewed(self, generation: int) -> bool:
+        """After a 401 to a call sent with token ``generation``: is a newer one in use now?"""
+        with self._state_lock:
+            if generation != self._generation:
+                return True
+            fresh = self._auth.renewed() if self._auth is not None else None
+            if fresh is None:
+                return False
+            self._auth, self._generation = fresh, generation + 1
+            self._client.headers.update(fresh.headers())
+            self._state.etags.clear()  # their recorded requests carry the old token
+            return True
 
     def _sending(self, where: str, send: Callable[[], T]) -> T:
         """``send()``, with a transport failure turned into ``RetryableError("network")``."""
@@ -357,25 +376,3 @@ def link_next(page: Page, params: Params) -> tuple[str, Params] | None:
         if 'rel="next"' in rel.replace(" ", ""):
             return url.strip().strip("<>"), {}
     return None
-
-
-def permission_trusted(
-    http: ForgeHttp,
-    settings: TrackerSettings,
-    repo_path: str,
-    actor: str,
-    allowed: frozenset[str],
-) -> bool:
-    """A configured trusted actor, or one whose collaborator permission is in ``allowed``.
-
-    GitHub and Gitea answer ``GET <repo>/collaborators/<user>/permission`` alike;
-    a 404 (not a collaborator) means not trusted.
-    """
-    if actor in settings.trusted_actors:
-        return True
-    if not settings.trust_write_permission:
-        return False
-    page = http.get_optional(f"{repo_path}/collaborators/{quote(actor, safe='')}/permission")
-    if page is None:
-        return False
-    return data_field(as_dict(page.data, page.url), "permission", page.url, str) in allowed

@@ -9,6 +9,8 @@ covers a GitHub App, whose installation token cannot read ``/user``).
 
 Where the user cannot be known yet (``/user`` refused and nothing posted since the
 start), comments say ``own=None`` and a marker alone decides, as it always did.
+
+``permission_trusted``: whether an actor's words count (GitHub and Gitea ask alike).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
+from urllib.parse import quote
 
+from pipeline.config.settings import TrackerSettings
 from pipeline.core.errors import FatalError
 from pipeline.trackers.base import MARK_START, Comment, as_dict
+from pipeline.trackers.base import field as data_field
 from pipeline.trackers.http import ForgeHttp
 
 log = logging.getLogger(__name__)
@@ -69,3 +74,25 @@ class TokenUser:
             return comments
         me = login.casefold()  # GitHub logins ignore case
         return [replace(c, own=c.author.casefold() == me) for c in comments]
+
+
+def permission_trusted(
+    http: ForgeHttp,
+    settings: TrackerSettings,
+    repo_path: str,
+    actor: str,
+    allowed: frozenset[str],
+) -> bool:
+    """A configured trusted actor, or one whose collaborator permission is in ``allowed``.
+
+    GitHub and Gitea answer ``GET <repo>/collaborators/<user>/permission`` alike;
+    a 404 (not a collaborator) means not trusted.
+    """
+    if actor in settings.trusted_actors:
+        return True
+    if not settings.trust_write_permission:
+        return False
+    page = http.get_optional(f"{repo_path}/collaborators/{quote(actor, safe='')}/permission")
+    if page is None:
+        return False
+    return data_field(as_dict(page.data, page.url), "permission", page.url, str) in allowed

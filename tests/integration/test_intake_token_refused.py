@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config.settings import RepoSettings, Settings, TrackerSettings
+from pipeline.config.settings import RepoSettings, SecretRef, Settings, TrackerSettings
 from pipeline.intake.access import MAX_POLL_BACKOFF_S
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.intake.service import Intake
@@ -53,10 +53,11 @@ class World:
 
 
 @contextmanager
-def world(root: Path, kind: str) -> Iterator[World]:
+def world(root: Path, kind: str, token: SecretRef | None = None) -> Iterator[World]:
     fake = FORGES[kind](token="the-token")
     fake.add_issue(SLUG, "Make it faster", labels=[READY], labelled_by="alice")
-    tracker = TrackerSettings(name="forge", kind=kind, trusted_actors=("alice",))
+    token = token or SecretRef()
+    tracker = TrackerSettings(name="forge", kind=kind, trusted_actors=("alice",), token=token)
     repo = RepoSettings(name="widgets", tracker="forge", slug=SLUG, remote_url="unused")
     settings = Settings(
         database_url=f"sqlite:///{root / 'history.db'}",
@@ -71,7 +72,7 @@ def world(root: Path, kind: str) -> Iterator[World]:
     store.upgrade()
     store.sync_repos(settings.repos)
     with fake:
-        client = client_for(fake, clock=clock, trusted_actors=("alice",))
+        client = client_for(fake, clock=clock, trusted_actors=("alice",), token_source=token)
         lifecycle = Lifecycle(store, {"forge": client}, {"forge": tracker})
         intake = Intake(
             store, settings, {"forge": client}, lifecycle, clock=clock.time, notifier=inbox
@@ -180,3 +181,36 @@ def test_a_repo_the_token_cannot_see_backs_off_tells_once_and_recovers(
         assert w.intake.access.refusals() == []
         assert [s.kind for s in w.inbox.sent] == ["escalation", "recovered"]
         assert SLUG in w.inbox.sent[1].body and "404" not in w.inbox.sent[1].title
+
+
+@pytest.mark.parametrize("kind", ["github", "gitea", "gitlab"])
+def test_a_token_rotated_in_its_file_is_used_without_a_restart(tmp_path: Path, kind: str) -> None:
+    """The forge now wants another token and the token file holds it (an installation token
+    renewed, a revoked one replaced): after the 401 the file is read again and the call made
+    once more with it; the poll goes on, the next one sends the new token at once, nobody is
+    called. Refused while the file still holds the old token: asked once, not retried."""
+    token_file = tmp_path / "forge-token"
+    token_file.write_text("the-token\n")
+    with world(tmp_path, kind, SecretRef(file=token_file)) as w:
+        w.intake.poll("forge")
+        assert [r.state for r in w.store.list_runs()] == ["queued"]
+        asked = w.asked()
+
+        w.fake.token = "renewed-token"
+        token_file.write_text("renewed-token\n")
+        w.clock.advance(INTERVAL_S + 0.1)
+        report = w.intake.poll("forge")
+        assert report.error is None
+        assert w.asked() == asked + 2  # refused once, asked again with the new token
+        assert w.intake.access.refusals() == [] and w.inbox.sent == []
+        w.clock.advance(INTERVAL_S + 0.1)
+        w.intake.poll("forge")
+        assert w.asked() == asked + 3  # the new token straight away
+
+        w.fake.token = "revoked-again"
+        w.clock.advance(INTERVAL_S + 0.1)
+        report = w.intake.poll("forge")
+        assert report.error is not None and "401" in report.error
+        assert w.asked() == asked + 4  # the file holds the refused token: no second try
+        [alarm] = w.inbox.sent
+        assert alarm.kind == "escalation"

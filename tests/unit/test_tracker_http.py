@@ -19,6 +19,7 @@ from pipeline.trackers.gitea import summarise_statuses
 from pipeline.trackers.github import summarise_ci
 from pipeline.trackers.gitlab import next_page as gitlab_next
 from pipeline.trackers.http import ForgeHttp, HttpOptions, Page, link_next
+from pipeline.trackers.token import TokenHeader
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -191,3 +192,33 @@ def test_moved_repo_redirect_is_followed() -> None:
         return httpx.Response(200, json=[{"n": 1}])
 
     assert _http(handler).get("/repos/old/name/issues").data == [{"n": 1}]
+
+
+def test_a_write_refused_after_the_token_file_changed_is_sent_again_with_the_new_token(
+    tmp_path: Any,
+) -> None:
+    """A mutation answered 401 is sent once more when the token's file holds another token;
+    the new token is in the client's repr nowhere and used for every later call."""
+    token_file = tmp_path / "token"
+    token_file.write_text("old-token")
+    seen: list[str] = []
+
+    def forge(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["authorization"])
+        ok = request.headers["authorization"] == "token new-token"
+        return httpx.Response(200 if ok else 401, json={"ok": ok})
+
+    auth = TokenHeader("Authorization", "token {}", "old-token", SecretRef(file=token_file))
+    http = ForgeHttp(
+        "gitea",
+        "https://forge.test/api",
+        {},
+        auth=auth,
+        transport=httpx.MockTransport(forge),
+        options=HttpOptions(mutation_spacing_s=0.0),
+    )
+    token_file.write_text("new-token\n")
+    assert http.mutate("POST", "/repos/a/b/issues/1/labels", {"labels": [1]}).data == {"ok": True}
+    assert http.get("/x").data == {"ok": True}
+    assert seen == ["token old-token", "token new-token", "token new-token"]
+    assert "new-token" not in repr(http) and "new-token" not in repr(auth)
