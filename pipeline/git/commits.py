@@ -5,6 +5,7 @@ Only the implement phase writes commits; publish takes them from here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -148,15 +149,17 @@ class Git:
     ) -> tuple[str, ...]:
         """Make the run's work one commit on ``base`` carrying ``trailers``."""
         commits = self.commits_since(base)
-        if len(commits) == 1 and self.has_trailers(self.message(commits[0]), trailers):
-            return (commits[0],)
         messages = [self.message(sha) for sha in commits]
+        if len(commits) == 1 and self.has_trailers(messages[0], trailers):
+            if defuse_closing(messages[0]) == messages[0]:
+                return (commits[0],)
         self.run("reset", "--soft", base)
         if not self._has_staged():
             raise EscalationError(
                 "no_change", "the agent's commits add up to no change against the base"
             )
-        return (self.commit(self.with_trailers(combined_message(subject, messages), trailers)),)
+        message = defuse_closing(combined_message(subject, messages))
+        return (self.commit(self.with_trailers(message, trailers)),)
 
 
 def in_keep_dirs(path: str, keep_dirs: Sequence[str]) -> bool:
@@ -170,6 +173,28 @@ def in_keep_dirs(path: str, keep_dirs: Sequence[str]) -> bool:
         if len(keep_parts) > 1 and parts[: len(keep_parts)] == keep_parts:
             return True
     return False
+
+
+# A keyword naming an issue makes the forge close it (or reopen it) when the commit lands on
+# the default branch: GitHub's and Gitea's close/fix/resolve forms, GitLab's default pattern
+# (which adds -ing forms and implement) and Gitea's reopen; before a local or cross-repo
+# reference, an issue URL, or an external tracker's KEY-12.
+_CLOSING = re.compile(
+    r"\b(?:clos(?:e[sd]?|ing)|fix(?:e[sd]|ing)?|resolv(?:e[sd]?|ing)|implement(?:s|ed|ing)?"
+    r"|reopen(?:s|ed|ing)?)\b(?=\s*:?\s*(?:issues?\s+)?"
+    r"(?:[#!]\d|[\w.-]+(?:/[\w.-]+)+[#!]\d|https?://|[a-z][a-z0-9_]+-\d))",
+    re.IGNORECASE,
+)
+
+
+def defuse_closing(message: str) -> str:
+    """``message`` with each closing keyword that names an issue turned into ``Refs``.
+
+    Only the daemon closes an issue, and only its own, once CI and the deploy say so: a
+    commit message (the agent's, or a subject made of the issue's title, both text a
+    stranger can steer) must not close another issue, or this one early, on push.
+    """
+    return _CLOSING.sub("Refs", message)
 
 
 def combined_message(subject: str, messages: Sequence[str]) -> str:

@@ -75,11 +75,13 @@ class Cli:
 ENDED = frozenset({"succeeded", "failed", "escalated", "cancelled"})
 
 
-def one_issue(cli: Cli, tmp_path: Path, guard_s: float) -> tuple[dict[str, Any], Any]:
+def one_issue(
+    cli: Cli, tmp_path: Path, guard_s: float, title: str = "Add mul"
+) -> tuple[dict[str, Any], Any]:
     """Label one issue, run the daemon until its run ends (``guard_s``: when to call it
     hung, not a speed limit), stop it; the run as ``runs list`` and ``runs show`` give it."""
     cli("db", "upgrade")
-    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
+    cli("issue", "add", "--repo", "calc", "--title", title, "--label", "ready-for-agent")
     log = tmp_path / "daemon.log"
     daemon = cli.daemon(log)
     try:
