@@ -1,14 +1,17 @@
 """What the daemon needs from the host, checked before it starts.
 
-Every ``*_env`` names a set variable, every ``*_file`` a readable file, and
-the volume and the SQLite database's directory exist or can be created. Each
-problem is one ``FILE:key.path: problem`` line, like the file's own.
+Every ``*_env`` names a set variable, every ``*_file`` a readable file, the
+program of every agent a repository uses is an executable (on ``PATH``, which the
+sandbox passes on), and the volume and the SQLite database's directory exist or
+can be created. Each problem is one ``FILE:key.path: problem`` line, like the
+file's own.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import shutil
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ def door_problems(
     source = str(settings.source) if settings.source is not None else DEFAULTS_SOURCE
     found: list[tuple[str, str]] = []
     _secrets(to_file(settings), "", env, found)
+    found.extend(_agent_programs(settings, env.get("PATH") or os.defpath))
     directories = {"volume": settings.volume}
     if settings.database_url.startswith("sqlite:///") and not settings.database_url.endswith(
         ":memory:"
@@ -52,6 +56,30 @@ def _secrets(table: dict[str, Any], where: str, env: Mapping[str, str], found: l
         problems = [(f"{where}{key}", _missing(key, ref, env)) for key, ref in refs if ref]
         if problems and all(problem is not None for _, problem in problems):
             found.extend(problems)
+
+
+def _agent_programs(settings: Settings, path: str) -> Iterator[tuple[str, str]]:
+    """The agents' programs that cannot be started, each named once where it is set."""
+    users: dict[tuple[str, str], list[str]] = {}
+    for repo in settings.repos:
+        preset = settings.agent(repo.agent)
+        own = dict(repo.agent_overrides).get("command")
+        command = own if isinstance(own, tuple) else (preset.command if preset else ())
+        program = command[0] if command else ""
+        if not program or "{" in program or ("/" in program and not program.startswith("/")):
+            continue  # a template, or relative to the worktree: only the run can tell
+        if shutil.which(program, path=path) is None:
+            key = f"repos.{repo.name}.agent_options" if own else f"agents.{repo.agent}"
+            users.setdefault((f"{key}.command", program), []).append(repo.name)
+    for (key, program), repos in sorted(users.items()):
+        where = "is not an executable file" if "/" in program else "is not found on PATH"
+        yield (
+            key,
+            (
+                f"{program!r} {where}; install it or set the command to its absolute path "
+                f"(used by {', '.join(f'repos.{name}' for name in sorted(repos))})"
+            ),
+        )
 
 
 def _missing(key: str, ref: str, env: Mapping[str, str]) -> str | None:

@@ -32,22 +32,30 @@ EXAMPLE_SECRETS = (
     "WEB_GIT_CRYPT_KEY",
     "WOODPECKER_TOKEN",
 )
+EXAMPLE_AGENTS = ("claude", "codex", "aider")  # the programs its agents run
 REPO = '[repos.web]\ntracker = "local"\nslug = "o/web"\nremote_url = "web.git"\n'
 
 
 def example_copy(tmp_path: Path) -> Path:
-    """The example config in its own directory, with the key file it names."""
+    """The example config in its own directory, with the key file it names, and the
+    programs of its agents in ``conf/bin`` (``cli_env`` puts them on PATH)."""
     config = tmp_path / "conf" / "pipeline.toml"
     (config.parent / "secrets").mkdir(parents=True)
     shutil.copy(EXAMPLE, config)
     (config.parent / "secrets" / "web-deploy-key").write_text("key\n", encoding="utf-8")
+    (config.parent / "bin").mkdir()
+    for program in EXAMPLE_AGENTS:
+        (config.parent / "bin" / program).write_text("#!/bin/sh\n", encoding="utf-8")
+        (config.parent / "bin" / program).chmod(0o755)
     return config
 
 
-def cli_env(unset: tuple[str, ...] = ()) -> dict[str, str]:
-    """This environment without PIPELINE_* overrides, with the example's secrets set."""
+def cli_env(config: Path, unset: tuple[str, ...] = ()) -> dict[str, str]:
+    """This environment without PIPELINE_* overrides, with the example's secrets set and
+    its agents' programs on PATH."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIPELINE_")}
     env |= {name: f"value-of-{name.lower()}" for name in EXAMPLE_SECRETS}
+    env["PATH"] = f"{config.parent / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
     return {k: v for k, v in env.items() if k not in unset}
 
 
@@ -66,7 +74,7 @@ def test_check_names_the_unset_token_and_run_stops_before_the_database(tmp_path:
     """Example config, GITHUB_TOKEN unset: check and run exit 2 naming token_env; no database."""
     config = example_copy(tmp_path)
     line = f"{config}:trackers.github.token_env: the environment variable GITHUB_TOKEN is not set"
-    env = cli_env(unset=("GITHUB_TOKEN",))
+    env = cli_env(config, unset=("GITHUB_TOKEN",))
     checked = pipeline("config", "check", str(config), env=env)
     assert (checked.returncode, checked.stderr.splitlines(), checked.stdout) == (2, [line], "")
     ran = pipeline("run", "--config", str(config), "--no-http", env=env)
@@ -77,19 +85,38 @@ def test_check_names_the_unset_token_and_run_stops_before_the_database(tmp_path:
 def test_show_output_loads_back_and_passes_check(tmp_path: Path) -> None:
     """`config show FILE > out.toml && config check out.toml` passes for the example."""
     config = example_copy(tmp_path)
-    shown = pipeline("config", "show", str(config), env=cli_env())
+    shown = pipeline("config", "show", str(config), env=cli_env(config))
     assert shown.returncode == 0, shown.stderr
     out = tmp_path / "out.toml"
     out.write_text(shown.stdout, encoding="utf-8")
-    checked = pipeline("config", "check", str(out), env=cli_env())
+    checked = pipeline("config", "check", str(out), env=cli_env(config))
     assert checked.returncode == 0, checked.stderr
     again = dataclasses.replace(load_settings(out, environ={}), source=None)
     assert again == dataclasses.replace(load_settings(config, environ={}), source=None)
 
 
+def test_an_agent_program_missing_from_path_is_refused_before_any_run(tmp_path: Path) -> None:
+    """The example with `aider` not installed: check and run exit 2 naming the agent's
+    command, once, with the repos that use it; nothing is queued that would fail three
+    times at the first issue with "No such file or directory"."""
+    config = example_copy(tmp_path)
+    (config.parent / "bin" / "aider").unlink()
+    env = cli_env(config)
+    checked = pipeline("config", "check", str(config), env=env)
+    [line] = checked.stderr.splitlines()
+    assert checked.returncode == 2
+    assert line.startswith(f"{config}:agents.aider.command: 'aider' is not found on PATH")
+    assert line.endswith("(used by repos.notes)")
+    ran = pipeline("run", "--config", str(config), "--no-http", env=env)
+    assert (ran.returncode, ran.stderr.splitlines()) == (2, [line])
+    (config.parent / "bin" / "aider").write_text("not executable\n", encoding="utf-8")
+    assert pipeline("config", "check", str(config), env=env).returncode == 2
+    assert pipeline("config", "check", "--static", str(config), env=env).returncode == 0
+
+
 def test_schema_validates_the_example_and_refuses_a_typo() -> None:
     """`config schema` prints a JSON Schema the example passes and an unknown key fails."""
-    done = pipeline("config", "schema", env=cli_env())
+    done = pipeline("config", "schema", env=cli_env(EXAMPLE))
     schema = json.loads(done.stdout)
     example = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
     jsonschema.validate(example, schema)
