@@ -205,8 +205,6 @@ class Daemon:
             )
         if not self.settings.repos:
             lines.append("no repos enrolled: add [repos.NAME] tables to the config")
-        if self.http_enabled:
-            lines.append(f"dashboard and API: {self.dashboard_url}/")
         return "\n".join(lines)
 
     def start(self) -> None:
@@ -258,6 +256,7 @@ class Daemon:
         self.intake.on_poll_error = self.server.metrics.poll_error
         self.intake.on_webhook_rejected = self.server.metrics.webhook_rejected
         self.dashboard_url = self.server.url
+        log.info("dashboard and API: %s/", self.dashboard_url)  # the port bound, were it 0
         self.lifecycle.dashboard_url = link_base(self.settings.http, self.server.main.port)
         if self.lifecycle.dashboard_url is None:
             log.warning("[http] public_url is not set: issue comments link to no dashboard")
