@@ -5,7 +5,8 @@ the commit under it. Read as a failure, that cancel started a fix-forward of a
 healthy change and could end with the repo frozen and a human called for
 nothing. A later commit of the default branch that holds the run's commit is
 judged instead; with none, the watch waits for its CI deadline and says why it
-could not judge.
+could not judge. Woodpecker's ``killed`` and ``canceled`` pipelines are the
+same: stopped before a verdict.
 """
 
 from __future__ import annotations
@@ -94,3 +95,50 @@ def test_ci_cancelled_with_nothing_on_top_is_inconclusive_and_says_why(
         assert "was cancelled" in escalation.detail and "no later commit" in escalation.detail
         ended = _ended_comment(world, number, run.id)
         assert "was cancelled" in ended and "no later commit" in ended, ended
+
+
+def test_woodpecker_pipeline_killed_under_a_colleagues_push_is_judged_by_their_commit(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Woodpecker kills the run's pipeline as a colleague pushes on top: theirs decides.
+
+    ``killed`` used to count as a failure, and started a fix-forward of a healthy change."""
+    tuning = Tuning(ci="woodpecker")
+    with ship_world(tmp_path, cli_env, plan=held_ci_plan, tuning=tuning) as world:
+        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
+        world.start()
+        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        run = _issue_run(runs, number)
+        assert run is not None and run.pushed_sha
+        theirs = world.human_commit("web", {"NOTES.md": "Release notes.\n"}, "Add release notes")
+        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "killed")
+        runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
+        run = _issue_run(runs, number)
+        assert run is not None and run.state == "succeeded", world.describe(runs)
+        assert [r for r in runs if r.kind == "fix_forward"] == []
+        assert world.store.list_escalations("web") == [] and not _frozen(world)
+        events = "\n".join(world.events(run.id))
+        assert f"judged by {theirs[:12]}" in events, events
+        assert world.woodpecker is not None
+        served = {p["commit"]: p["status"] for p in world.woodpecker.pipelines("1")}
+        assert served[run.pushed_sha] == "killed" and served[theirs] == "success", served
+
+
+def test_woodpecker_pipeline_canceled_with_nothing_on_top_is_inconclusive(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Woodpecker ``canceled`` and no later commit: no fix-forward, no freeze; says why."""
+    tuning = Tuning(ci_timeout_s=8, ci="woodpecker")
+    with ship_world(tmp_path, cli_env, plan=held_ci_plan, tuning=tuning) as world:
+        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
+        world.start()
+        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        run = _issue_run(runs, number)
+        assert run is not None and run.pushed_sha
+        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "canceled")
+        runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
+        run = _issue_run(runs, number)
+        assert run is not None and run.state == "escalated", world.describe(runs)
+        assert [r for r in runs if r.kind == "fix_forward"] == [] and not _frozen(world)
+        (escalation,) = world.store.list_escalations("web")
+        assert "was cancelled" in escalation.detail and "no later commit" in escalation.detail
