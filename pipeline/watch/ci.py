@@ -192,9 +192,13 @@ Later = Callable[[str], str | None]
 
 @dataclass(frozen=True)
 class CiOutcome:
+    """``judged``: the commit whose CI gave the verdict when not the watched one (after a
+    cancel, a later commit of the default branch holding it), else ``""``."""
+
     state: OutcomeState
     detail: str
     log_hint: str = ""
+    judged: str = ""
 
     @property
     def inconclusive(self) -> bool:
@@ -292,15 +296,15 @@ class _CiWatch:
             self.judged, self.last = later, ""
 
     def verdict(self, current: CiState) -> CiOutcome:
-        detail = "\n".join(current.details)
+        detail, judged = "\n".join(current.details), ""
         if self.judged != self.sha:
+            judged = self.judged
             detail = (
                 f"judged by {self.judged[:12]}, a later commit holding {self.sha[:12]} "
                 f"(whose CI was cancelled):\n{detail}"
             )
-        return CiOutcome(
-            "success" if current.state == "success" else "failure", detail, current.log_hint
-        )
+        state: OutcomeState = "success" if current.state == "success" else "failure"
+        return CiOutcome(state, detail, current.log_hint, judged)
 
     def given_up(self, elapsed: float, current: CiState) -> CiOutcome | None:
         ci, sha = self.ci, self.sha[:12]

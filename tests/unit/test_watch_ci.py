@@ -324,7 +324,7 @@ def test_cancelled_ci_is_judged_by_a_later_commit_holding_it() -> None:
     )
     outcome = watch_ci(BySha(), GREEN, CI, RecordingSink(), None, aids)
     assert outcome.state == "success" and asked == [GREEN, later]
-    assert outcome.detail.startswith(f"judged by {later[:12]}")
+    assert outcome.detail.startswith(f"judged by {later[:12]}") and outcome.judged == later
 
 
 def test_cancelled_ci_with_nothing_later_waits_then_says_why() -> None:
