@@ -310,8 +310,8 @@ class RunFlow:
         ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop, later)
         ctx.check()  # a stop (cancel, lost lease, timeout) ended the watch early
         if ci.state == "failure":
-            evidence = f"CI failed for {sha[:12]}: {ci.detail}"
-            return Verdict(VerdictState.BROKEN, evidence, ci.summary, "-", ci.log_hint)
+            evidence = f"CI failed for {(ci.judged or sha)[:12]}: {ci.detail}"
+            return Verdict(VerdictState.BROKEN, evidence, ci.summary, "-", ci.log_hint, ci.judged)
         if ci.inconclusive and repo.ci.kind != "none":
             return Verdict(VerdictState.INCONCLUSIVE, f"CI: {ci.detail}", ci.summary, "not watched")
         ci_text = "no CI configured" if repo.ci.kind == "none" else f"green ({ci.summary})"
