@@ -91,10 +91,13 @@ def test_enqueue_refuses_unknown_repo_and_full_queue(store: Store) -> None:
 
 def test_claim_order_is_priority_then_age_and_fix_forward_first(store: Store) -> None:
     """Claims take higher priority first, then the oldest; fix-forwards go first."""
+    broken = store.enqueue("alpha").run.id  # its deploy broke: it ended, queuing its fix
+    store.finish(_claim(store), "w1", 1, "failed", error_class="deploy_broken", error="fixing")
     low = store.enqueue("alpha").run.id
     high = store.enqueue("alpha", EnqueueOptions(priority=5)).run.id
     fix = store.enqueue(
-        "alpha", EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=low)
+        "alpha",
+        EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=broken),
     ).run
     assert fix.priority >= FIX_FORWARD_PRIORITY
     order = []
@@ -202,6 +205,24 @@ def test_sweep_recovers_expired_lease_back_into_the_queue(store: Store) -> None:
     assert run is not None and (run.state, run.recoveries, run.failures) == ("queued", 1, 0)
     assert not store.heartbeat(run_id, "w1", 1, LEASE_S).alive
     assert store.claim_next("w2", max_concurrency=5, lease_s=LEASE_S).attempt == 2  # type: ignore[union-attr]
+
+
+def test_a_fix_forward_waits_for_its_broken_run_recovered_after_a_crash(store: Store) -> None:
+    """Killed between queuing its fix-forward and its own ending, the broken run is swept
+    back into the queue beside it: the broken run is claimed first, the fix-forward only
+    once the broken run has ended (whatever their priorities)."""
+    broken = store.enqueue("alpha", EnqueueOptions(issue_id=_issue(store, 1))).run.id
+    _claim(store, lease_s=-1)  # its worker dies while watching
+    fix = store.enqueue(
+        "alpha",
+        EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=broken),
+    ).run.id
+    assert store.sweep(max_recoveries=3).requeued == [broken]
+    again = store.claim_next("w2", max_concurrency=5, lease_s=LEASE_S)
+    assert again is not None and again.id == broken
+    store.finish(broken, "w2", 2, "failed", error_class="deploy_broken", error="fixing")
+    taken = store.claim_next("w2", max_concurrency=5, lease_s=LEASE_S)
+    assert taken is not None and taken.id == fix
 
 
 def test_sweep_ends_cancelled_overdue_and_exhausted_runs(store: Store) -> None:
