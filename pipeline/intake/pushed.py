@@ -6,56 +6,21 @@ cancelled it while it watched) leaves its change on the default branch. A new
 run that handed the issue to the agent again would implement it a second time on
 top of itself, and push it twice when the agent changed anything. So the run the
 label queues carries the pushed commit and only watches it again, as
-``pipeline runs retry`` of that run does (``pipeline.store.runs``), and the issue
-is told so. A run that succeeded, or whose fix-forward healed the deploy, closed
+``pipeline runs retry`` of that run does (``pipeline.store.pushed`` finds it), and
+the issue is told so. A run that succeeded, or whose fix-forward healed the deploy, closed
 its issue: labelling it again after reopening asks for new work, and gets it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
 
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError, RetryableError
-from pipeline.core.states import RETRYABLE_TERMINAL, RunState
 from pipeline.intake.lifecycle import Lifecycle
-from pipeline.store import Run, RunFilter
+from pipeline.store import Run
 
 log = logging.getLogger(__name__)
-
-# How deep a chain of fix-forwards is followed to see whether it healed.
-MAX_CHAIN = 20
-
-
-class PushedRuns(Protocol):
-    def list_runs(self, flt: RunFilter | None = None) -> list[Run]: ...
-
-    def children(self, run_id: int) -> list[Run]: ...
-
-
-def pushed_run(store: PushedRuns, issue_id: int) -> Run | None:
-    """The issue's latest run if it pushed a change that was never judged healthy."""
-    last = store.list_runs(RunFilter(issue_id=issue_id, limit=1))
-    if not last or last[0].kind != "issue" or not last[0].pushed_sha:
-        return None
-    run = last[0]
-    if run.state not in RETRYABLE_TERMINAL or _healed(store, run):
-        return None
-    return run
-
-
-def _healed(store: PushedRuns, run: Run) -> bool:
-    """True when a fix-forward of ``run``'s chain succeeded (and resolved its issue)."""
-    parents = [run.id]
-    for _ in range(MAX_CHAIN):
-        if not parents:
-            return False
-        children = [c for p in parents for c in store.children(p) if c.kind == "fix_forward"]
-        if any(c.state == RunState.SUCCEEDED for c in children):
-            return True
-        parents = [c.id for c in children]
-    return False
 
 
 def watch_again_text(old: Run, new: Run, ready_label: str, branch: str) -> str:

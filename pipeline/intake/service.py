@@ -30,10 +30,11 @@ from pipeline.intake.commands import ResumeCommands, answered_run
 from pipeline.intake.dependencies import DependencyCheck, report_problem
 from pipeline.intake.lifecycle import OPEN_STATES, VIA_LABEL, Lifecycle
 from pipeline.intake.lists import Lazy, Listed, fetch_lists
-from pipeline.intake.pushed import pushed_run, tell_watch_again
+from pipeline.intake.pushed import tell_watch_again
 from pipeline.intake.records import IntakeMetrics, PollReport, TrackerHealth, Vouch, seen
 from pipeline.notify.escalation import Notifies
 from pipeline.store import Issue
+from pipeline.store.pushed import pushed_run
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
 from pipeline.trackers.base import Tracker, TrackerIssue
