@@ -332,3 +332,38 @@ def test_cost_and_counts(store: Store) -> None:
     assert store.repo_cost_since(repo_id, since) == pytest.approx(1.5)
     assert store.repo_cost_since(repo_id, store.now() + timedelta(hours=1)) == 0.0
     assert (store.active_count(), store.queue_depth()) == (1, 1)
+
+
+def _ended(store: Store, run_id: int, state: str, pushed: str | None = None) -> None:
+    taken = store.claim_next("w9", max_concurrency=5, lease_s=LEASE_S)
+    assert taken is not None and taken.id == run_id
+    if pushed:
+        store.update_run(run_id, "w9", taken.attempt, pushed_sha=pushed)
+    store.finish(run_id, "w9", taken.attempt, state, error_class="deploy_broken", error="x")
+
+
+def test_a_new_run_of_an_issue_continues_a_pushed_run_only_while_unhealed(store: Store) -> None:
+    """The ready label again (or the API) carries the pushed commit of the issue's latest
+    run when that run did not succeed and no fix-forward of it healed the deploy."""
+    from pipeline.store.pushed import pushed_run
+
+    issue = _issue(store, 1)
+    assert pushed_run(store, issue) is None  # no run yet
+    first = store.enqueue("alpha", EnqueueOptions(issue_id=issue)).run.id
+    _ended(store, first, "escalated")
+    assert pushed_run(store, issue) is None  # it never pushed: a new implementation
+    broken = store.enqueue("alpha", EnqueueOptions(issue_id=issue)).run.id
+    _ended(store, broken, "failed", pushed="c" * 40)
+    found = pushed_run(store, issue)
+    assert found is not None and found.id == broken
+    fix = store.enqueue(
+        "alpha", EnqueueOptions(kind="fix_forward", priority=100, parent_id=broken)
+    ).run.id
+    _ended(store, fix, "failed", pushed="d" * 40)  # the chain goes on: still broken
+    assert pushed_run(store, issue) is not None
+    healer = store.enqueue("alpha", EnqueueOptions(kind="fix_forward", parent_id=fix)).run.id
+    _ended(store, healer, "succeeded", pushed="e" * 40)
+    assert pushed_run(store, issue) is None  # healed: the issue was closed as done
+    done = store.enqueue("alpha", EnqueueOptions(issue_id=issue)).run.id
+    _ended(store, done, "succeeded", pushed="f" * 40)
+    assert pushed_run(store, issue) is None
