@@ -102,6 +102,17 @@ class Recovery:
             "broken. Check the deploy, find the cause and fix it forward, test first."
         )
 
+    def nothing_to_heal(self, run: Run) -> Outcome | None:
+        """The ending of a fix-forward whose broken run was judged healthy after all, else
+        None. Killed after queuing its fix-forward, a broken run watches its commit again
+        before the fix-forward may start (the claim waits for the parent's ending); a
+        deploy healthy by then (someone fixed it meanwhile) leaves nothing to fix."""
+        parent = self.store.get_run(run.parent_id) if run.parent_id is not None else None
+        if run.kind != "fix_forward" or parent is None or parent.state != RunState.SUCCEEDED:
+            return None
+        said = f"nothing to heal: run {parent.id} was judged healthy when watched again"
+        return Outcome(RunState.SUCCEEDED, summary=said)
+
     # Verdicts -------------------------------------------------------------------
 
     def decide(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Decision:
@@ -168,6 +179,7 @@ class Recovery:
 
     def _fix_forward(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Decision:
         child = self._fix_forward_child(scope, run, sha, verdict)
+        checkpoint("fix_forward_queued", run.id)  # queued, this run's ending not yet written
         scope.events(
             "recovery",
             f"{_headline(verdict)}; fix-forward run {child.id} queued first in line",
