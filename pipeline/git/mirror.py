@@ -49,7 +49,7 @@ AUTH_FAILURE = re.compile(
 )
 # upload-pack serving the mirror from an agent-writable repository: the local
 # transport drops our -c flags for it, so they are given again, with bitmaps off.
-_UPLOAD_PACK = shlex.join(
+UPLOAD_PACK = shlex.join(
     [
         "git",
         *(
@@ -187,6 +187,15 @@ class Mirror:
         if checkout.common_dir.is_dir():
             self.feed(checkout, stop)
             return checkout
+        staging = self.fresh_checkout(stop)
+        if (repo_dir / CHECKOUT).exists():
+            remove_tree(repo_dir / CHECKOUT)
+        staging.where.rename(repo_dir / CHECKOUT)
+        return checkout
+
+    def fresh_checkout(self, stop: StopToken | None) -> GitRepo:
+        """A new checkout fed from the mirror in ``checkout.tmp-<pid>``, to rename into place."""
+        repo_dir = self.path.parent
         staging = repo_dir / f"{CHECKOUT}.tmp-{os.getpid()}"
         if staging.exists():
             remove_tree(staging)
@@ -197,15 +206,12 @@ class Mirror:
             f"--object-format={self._object_format()}",
             str(staging),
         )
-        fresh = GitRepo.plain(staging, config_source=config)
+        fresh = GitRepo.plain(staging, config_source=repo_dir / CHECKOUT_CONFIG)
         self.feed(fresh, stop)
         GitRunner(fresh, stop, self.limits).ok(
             "symbolic-ref", "HEAD", f"refs/heads/{self.repo.default_branch}"
         )
-        if (repo_dir / CHECKOUT).exists():
-            remove_tree(repo_dir / CHECKOUT)
-        staging.rename(repo_dir / CHECKOUT)
-        return checkout
+        return fresh
 
     def feed(self, tree: GitRepo, stop: StopToken | None, *refspecs: str) -> None:
         """Fetch from the mirror into ``tree`` over a local path, with no credentials."""
@@ -231,7 +237,7 @@ class Mirror:
             "fetch",
             "--quiet",
             "--no-tags",
-            f"--upload-pack={_UPLOAD_PACK}",
+            f"--upload-pack={UPLOAD_PACK}",
             str(tree.common_dir),
             f"+{sha}:{ref}",
         )
