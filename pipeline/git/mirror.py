@@ -185,6 +185,7 @@ class Mirror:
         _write_config(config, self._checkout_config())
         checkout = checkout_repo(repo_dir)
         if checkout.common_dir.is_dir():
+            drop_checkout_index(checkout)
             self.feed(checkout, stop)
             return checkout
         staging = self.fresh_checkout(stop)
@@ -332,6 +333,12 @@ def checkout_repo(repo_dir: Path) -> GitRepo:
     """The persistent checkout of the repo in ``repo_dir``, pinned, with the daemon's config."""
     config = repo_dir / CHECKOUT_CONFIG
     return GitRepo.plain(repo_dir / CHECKOUT, config_source=config if config.is_file() else None)
+
+
+def drop_checkout_index(checkout: GitRepo) -> None:
+    """Delete an index in the checkout's own git directory: its work tree is never
+    checked out, so the agent wrote it, and ``gc`` (housekeeping) failed reading it."""
+    remove_tree(checkout.common_dir / "index")
 
 
 def find_pushed(mirror: Path, ref: str, run_id: int, since: str | None = None) -> str | None:

@@ -130,3 +130,22 @@ def test_an_object_the_probe_cannot_see_is_corrupt_fails_the_reset_and_is_repair
     assert len(_rebuilds(sink)) == 1, sink.events
     assert "corrupt" in _rebuilds(sink)[0], _rebuilds(sink)
     assert (second.path / "data.txt").read_text() == big
+
+
+def test_an_index_the_agent_wrote_into_the_checkouts_git_dir_goes(tmp_path: Path) -> None:
+    """The checkout's own work tree is never checked out, so an index there is the
+    agent's: the next prepare and housekeeping delete it, and ``gc`` in the checkout
+    works. Before, every ``gc`` of the checkout failed reading it."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    ws = Workspaces(volume, WorkspaceSettings())
+    repo = make_repo(tmp_path, "app")
+    ws.release(prepare(ws, repo, 1), succeeded=True)
+    checkout = ws.repo_dir(repo) / "checkout"
+    assert not (checkout / ".git" / "index").exists()
+    (checkout / ".git" / "index").write_bytes(b"DIRC garbage")
+    ws.release(prepare(ws, repo, 2), succeeded=True)
+    git(checkout, "gc", "--quiet")
+    (checkout / ".git" / "index").write_bytes(b"DIRC garbage")
+    assert ws.housekeeping(active_paths=[]).errors == []
+    git(checkout, "gc", "--quiet")
