@@ -201,6 +201,7 @@ _CORRUPT = re.compile(
 def sound_checkout(mirror: Mirror, events: EventSink | None, stop: StopToken | None) -> GitRepo:
     """The checkout fed from the mirror; rebuilt first when feeding it fails or the probe
     finds its git directory damaged."""
+    finish_interrupted(mirror.path.parent)
     try:
         checkout = mirror.prepare_checkout(stop)
     except FatalError as exc:
@@ -215,6 +216,23 @@ def sound_checkout(mirror: Mirror, events: EventSink | None, stop: StopToken | N
     if problem:
         say_rebuilt(rebuild(mirror, problem, stop), events)
     return checkout
+
+
+def finish_interrupted(repo_dir: Path) -> None:
+    """Finish a rebuild the daemon was killed in, between its renames (see ``rebuild``).
+
+    With no checkout in place the damaged one goes back (it is rebuilt again, its
+    commits salvaged again); with the fresh one in place, the admin dirs move into it.
+    """
+    for aside in sorted(repo_dir.glob(f"{CHECKOUT}.damaged-*")):
+        checkout = repo_dir / CHECKOUT
+        if not checkout.exists():
+            aside.rename(checkout)
+            continue
+        worktrees, kept = aside / ".git" / "worktrees", checkout / ".git" / "worktrees"
+        if worktrees.is_dir() and not worktrees.is_symlink() and not kept.exists():
+            worktrees.rename(kept)
+        remove_tree(aside)
 
 
 def reset_or_rebuild(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pipeline.config.settings import WorkspaceSettings
 from pipeline.testing.gitrepos import git
 from pipeline.testing.sinks import RecordingSink
@@ -149,3 +151,36 @@ def test_an_index_the_agent_wrote_into_the_checkouts_git_dir_goes(tmp_path: Path
     (checkout / ".git" / "index").write_bytes(b"DIRC garbage")
     assert ws.housekeeping(active_paths=[]).errors == []
     git(checkout, "gc", "--quiet")
+
+
+@pytest.mark.parametrize("renamed", ["damaged aside only", "fresh in place too"])
+def test_a_rebuild_the_daemon_was_killed_in_is_finished_at_the_next_prepare(
+    renamed: str, tmp_path: Path
+) -> None:
+    """Killed between the renames that swap the checkouts: the next prepare moves the
+    frozen evidence's registration into the checkout in place, or puts the damaged
+    checkout back and rebuilds it again; the evidence stays a worktree of it."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    ws = Workspaces(volume, WorkspaceSettings())
+    repo = make_repo(tmp_path, "app")
+    evidence = ws.keep_evidence(
+        prepare(ws, repo, 1), run_id=1, repo="app", reason="r", head_sha=None
+    )
+    repo_dir = ws.repo_dir(repo)
+    checkout = repo_dir / "checkout"
+    with (checkout / ".git" / "packed-refs").open("a") as refs:
+        refs.write("junk an agent appended\n")
+    checkout.rename(repo_dir / "checkout.damaged-4242")
+    if renamed == "fresh in place too":
+        ws.mirror(repo).fresh_checkout(None).where.rename(checkout)
+
+    sink = RecordingSink()
+    prepare(ws, repo, 2, events=sink)
+
+    assert not list(repo_dir.glob("checkout.damaged-*"))
+    assert str((evidence / "worktree").resolve()) in git(
+        checkout, "worktree", "list", "--porcelain"
+    )
+    assert git(evidence / "worktree", "status", "--porcelain").strip() == ""
+    assert len(_rebuilds(sink)) == (1 if renamed == "damaged aside only" else 0), sink.events
