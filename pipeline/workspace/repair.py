@@ -154,8 +154,6 @@ def _salvage(
         packed.rename(hidden)
     try:
         fetched = _fetch(fresh, old, wanted)
-        if not fetched and len(wanted) > 1:  # one missing commit fails the batch
-            fetched = {sha for sha in wanted if _fetch(fresh, old, [sha])}
     finally:
         if hidden.is_file():  # the old checkout as it was, should the rebuild stop here
             hidden.rename(packed)
@@ -168,7 +166,20 @@ def _salvage(
 
 
 def _fetch(fresh: GitRunner, old: GitRepo, shas: list[str]) -> set[str]:
-    """The SHAs fetched from ``old`` (all of ``shas``, or none when the fetch failed)."""
+    """The SHAs of ``shas`` fetched from ``old``.
+
+    One unreadable commit fails a whole fetch, so a failed batch is split in
+    halves: a few lost commits among many cost a few fetches each, not one per SHA.
+    """
+    if _fetched_all(fresh, old, shas):
+        return set(shas)
+    if len(shas) == 1:
+        return set()
+    half = len(shas) // 2
+    return _fetch(fresh, old, shas[:half]) | _fetch(fresh, old, shas[half:])
+
+
+def _fetched_all(fresh: GitRunner, old: GitRepo, shas: list[str]) -> bool:
     result = fresh.run(
         "-c",
         "fetch.fsckObjects=true",
@@ -180,7 +191,7 @@ def _fetch(fresh: GitRunner, old: GitRepo, shas: list[str]) -> set[str]:
         str(old.common_dir),
         *shas,
     )
-    return set(shas) if result.ok else set()
+    return result.ok
 
 
 def _read(path: Path) -> str:

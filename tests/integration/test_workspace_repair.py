@@ -184,3 +184,40 @@ def test_a_rebuild_the_daemon_was_killed_in_is_finished_at_the_next_prepare(
     )
     assert git(evidence / "worktree", "status", "--porcelain").strip() == ""
     assert len(_rebuilds(sink)) == (1 if renamed == "damaged aside only" else 0), sink.events
+
+
+def test_a_commit_the_agent_made_unreadable_is_named_and_the_others_kept(
+    tmp_path: Path,
+) -> None:
+    """Two failed runs' branches; the commit of one is emptied and ``packed-refs`` has
+    junk. The rebuild keeps the other branch and its commit, and names the lost one."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    ws = Workspaces(volume, WorkspaceSettings())
+    repo = make_repo(tmp_path, "app")
+    heads = {}
+    for run_id in (1, 2, 3):
+        run = prepare(ws, repo, run_id)
+        (run.path / f"run{run_id}.txt").write_text(f"{run_id}\n")
+        git(run.path, "add", "-A")
+        git(run.path, "commit", "-qm", f"run {run_id}")
+        heads[run.branch] = git(run.path, "rev-parse", "HEAD").strip()
+        ws.release(run, succeeded=False)
+    checkout = ws.repo_dir(repo) / "checkout"
+    lost, *kept = sorted(heads)
+    loose = checkout / ".git" / "objects" / heads[lost][:2] / heads[lost][2:]
+    loose.chmod(0o644)
+    loose.write_bytes(b"")
+    with (checkout / ".git" / "packed-refs").open("a") as refs:
+        refs.write("junk an agent appended\n")
+
+    sink = RecordingSink()
+    prepare(ws, repo, 4, events=sink)
+
+    (message,) = _rebuilds(sink)
+    assert f"kept {len(kept)} run branch(es)" in message, message
+    assert f"could not recover the commits of {lost}" in message, message
+    for branch in kept:
+        assert git(checkout, "rev-parse", branch).strip() == heads[branch]
+    refs = git(checkout, "for-each-ref", "--format=%(refname:short)", "refs/heads/afk")
+    assert lost not in refs.split()
