@@ -9,7 +9,9 @@ runs whose id is in ``PIPELINE_FAULTS_RUNS`` when that is set.
 Checkpoints: ``preparing``, ``implementing``, ``testing``, ``publishing``,
 ``after_push`` (pushed, not yet recorded), ``watching`` (``CHECKPOINTS``, every one on
 the way of a run that ships); ``kept`` (an escalating run's tree kept as evidence,
-its ending not yet recorded), on the way of a run that escalates only; and once the
+its ending not yet recorded), on the way of a run that escalates only;
+``fix_forward_queued`` (a broken deploy's fix-forward queued, the broken run's ending
+not yet recorded), on the way of a run whose deploy broke only; and once the
 run has ended: ``ended`` (recorded, not yet told), ``comment_reserved`` (its ending
 comment reserved, not yet posted), ``ending_notify`` (commented, its notification
 not yet queued).

@@ -79,6 +79,9 @@ class Verdict:
     ci: str
     deploy: str
     log_hint: str = ""  # where the failing CI log is, as CI reported it (not to trust)
+    # The commit whose CI failed when not the pushed one: a later commit of the default
+    # branch holding it, judged because the pushed commit's own CI was cancelled.
+    judged: str = ""
 
 
 class DecisionKind(StrEnum):

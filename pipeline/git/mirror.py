@@ -49,7 +49,7 @@ AUTH_FAILURE = re.compile(
 )
 # upload-pack serving the mirror from an agent-writable repository: the local
 # transport drops our -c flags for it, so they are given again, with bitmaps off.
-_UPLOAD_PACK = shlex.join(
+UPLOAD_PACK = shlex.join(
     [
         "git",
         *(
@@ -185,8 +185,18 @@ class Mirror:
         _write_config(config, self._checkout_config())
         checkout = checkout_repo(repo_dir)
         if checkout.common_dir.is_dir():
+            drop_checkout_index(checkout)
             self.feed(checkout, stop)
             return checkout
+        staging = self.fresh_checkout(stop)
+        if (repo_dir / CHECKOUT).exists():
+            remove_tree(repo_dir / CHECKOUT)
+        staging.where.rename(repo_dir / CHECKOUT)
+        return checkout
+
+    def fresh_checkout(self, stop: StopToken | None) -> GitRepo:
+        """A new checkout fed from the mirror in ``checkout.tmp-<pid>``, to rename into place."""
+        repo_dir = self.path.parent
         staging = repo_dir / f"{CHECKOUT}.tmp-{os.getpid()}"
         if staging.exists():
             remove_tree(staging)
@@ -197,15 +207,12 @@ class Mirror:
             f"--object-format={self._object_format()}",
             str(staging),
         )
-        fresh = GitRepo.plain(staging, config_source=config)
+        fresh = GitRepo.plain(staging, config_source=repo_dir / CHECKOUT_CONFIG)
         self.feed(fresh, stop)
         GitRunner(fresh, stop, self.limits).ok(
             "symbolic-ref", "HEAD", f"refs/heads/{self.repo.default_branch}"
         )
-        if (repo_dir / CHECKOUT).exists():
-            remove_tree(repo_dir / CHECKOUT)
-        staging.rename(repo_dir / CHECKOUT)
-        return checkout
+        return fresh
 
     def feed(self, tree: GitRepo, stop: StopToken | None, *refspecs: str) -> None:
         """Fetch from the mirror into ``tree`` over a local path, with no credentials."""
@@ -231,7 +238,7 @@ class Mirror:
             "fetch",
             "--quiet",
             "--no-tags",
-            f"--upload-pack={_UPLOAD_PACK}",
+            f"--upload-pack={UPLOAD_PACK}",
             str(tree.common_dir),
             f"+{sha}:{ref}",
         )
@@ -326,6 +333,12 @@ def checkout_repo(repo_dir: Path) -> GitRepo:
     """The persistent checkout of the repo in ``repo_dir``, pinned, with the daemon's config."""
     config = repo_dir / CHECKOUT_CONFIG
     return GitRepo.plain(repo_dir / CHECKOUT, config_source=config if config.is_file() else None)
+
+
+def drop_checkout_index(checkout: GitRepo) -> None:
+    """Delete an index in the checkout's own git directory: its work tree is never
+    checked out, so the agent wrote it, and ``gc`` (housekeeping) failed reading it."""
+    remove_tree(checkout.common_dir / "index")
 
 
 def find_pushed(mirror: Path, ref: str, run_id: int, since: str | None = None) -> str | None:

@@ -32,6 +32,7 @@ from pipeline.http.common import (
     run_json,
 )
 from pipeline.store import UnknownRepo
+from pipeline.store.pushed import pushed_run
 from pipeline.store.roles import ApiStore
 from pipeline.store.runs import (
     EnqueueOptions,
@@ -71,12 +72,15 @@ def _enqueue(ctx: ApiContext, repo: str, issue: int, priority: int) -> Response:
             f"issue #{issue} of repo {repo!r} has not been seen by intake; label it "
             "ready-for-agent on its tracker",
         )
+    pushed = pushed_run(store, found.id)  # its change is on the branch: watch it again
     try:
         options = EnqueueOptions(
             issue_id=found.id,
             priority=priority,
             requested_by=ACTOR,
             max_queue_depth=ctx.settings.max_queue_depth,
+            pushed_sha=pushed.pushed_sha if pushed else None,
+            base_sha=pushed.base_sha if pushed else None,
         )
         result = store.enqueue(repo, options)
     except UnknownRepo as exc:

@@ -30,9 +30,11 @@ from pipeline.intake.commands import ResumeCommands, answered_run
 from pipeline.intake.dependencies import DependencyCheck, report_problem
 from pipeline.intake.lifecycle import OPEN_STATES, VIA_LABEL, Lifecycle
 from pipeline.intake.lists import Lazy, Listed, fetch_lists
+from pipeline.intake.pushed import tell_watch_again
 from pipeline.intake.records import IntakeMetrics, PollReport, TrackerHealth, Vouch, seen
 from pipeline.notify.escalation import Notifies
 from pipeline.store import Issue
+from pipeline.store.pushed import pushed_run
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions, EnqueueResult, QueueFull
 from pipeline.trackers.base import Tracker, TrackerIssue
@@ -247,20 +249,25 @@ class Intake:
             self.lifecycle.untrusted(repo, issue.number, actor)
             return None
         record = self.store.upsert_issue(repo.name, seen(repo, issue, actor, mark))
+        pushed = pushed_run(self.store, record.id)  # its change is on the branch: watch it
         options = EnqueueOptions(
             issue_id=record.id,
             max_attempts=self.settings.scheduler.max_attempts,
             timeout_s=repo.run_timeout_s or self.settings.scheduler.run_timeout_s,
             requested_by=actor,
             max_queue_depth=self.settings.max_queue_depth,
-            parent_id=answered_run(self.store, record.id),
+            parent_id=None if pushed else answered_run(self.store, record.id),
             via=VIA_LABEL,
+            pushed_sha=pushed.pushed_sha if pushed else None,
+            base_sha=pushed.base_sha if pushed else None,
         )
         if not self._dependencies_done(repo, issue, record):
             return None
         result = self.store.enqueue(repo.name, options)
         if result.created:
             log.info("%s#%s: queued as run %s", repo.name, issue.number, result.run.id)
+            if pushed is not None:
+                tell_watch_again(self.lifecycle, (repo, issue.number), pushed, result.run)
         self._considered[(repo.name, issue.number)] = issue.updated_at
         return result
 

@@ -102,7 +102,8 @@ def ending_message(text: EndingText) -> tuple[str, str]:
     if text.frozen:
         lines.append("  (the repo's queue stays stopped until then)")
     elif text.retryable and text.sha:  # a new run of the issue would do the change again
-        lines.append(f"  (the retry watches {text.sha[:12]} again; it implements nothing)")
+        again = f", or labelling the issue `{text.ready_label}` again," if text.ready_label else ""
+        lines.append(f"  (the retry{again} watches {text.sha[:12]} again; it implements nothing)")
     elif text.retryable and text.ready_label:
         lines.append(f"  (or label the issue `{text.ready_label}` again)")
     lines.append(f"  Review: pipeline runs show {text.run_id}")

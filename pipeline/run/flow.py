@@ -156,6 +156,10 @@ class RunFlow:
 
     def _run(self, ctx: RunContext, repo: RepoSettings, start: _Start) -> Outcome:
         run, issue = ctx.run, start.issue
+        healed = self.deps.recovery.nothing_to_heal(run) if run.kind == "fix_forward" else None
+        if healed is not None:  # its broken run, watched again after a crash, was healthy
+            ctx.events("recovery", healed.summary or "nothing to heal")
+            return healed
         if run.pushed_sha:
             ctx.events("publish", f"already pushed {run.pushed_sha[:12]}; watching again")
             scope = self._scope(ctx, repo, issue, None)
@@ -310,8 +314,8 @@ class RunFlow:
         ci = watch_ci(source, sha, repo.ci, ctx.events, ctx.stop, later)
         ctx.check()  # a stop (cancel, lost lease, timeout) ended the watch early
         if ci.state == "failure":
-            evidence = f"CI failed for {sha[:12]}: {ci.detail}"
-            return Verdict(VerdictState.BROKEN, evidence, ci.summary, "-", ci.log_hint)
+            evidence = f"CI failed for {(ci.judged or sha)[:12]}: {ci.detail}"
+            return Verdict(VerdictState.BROKEN, evidence, ci.summary, "-", ci.log_hint, ci.judged)
         if ci.inconclusive and repo.ci.kind != "none":
             return Verdict(VerdictState.INCONCLUSIVE, f"CI: {ci.detail}", ci.summary, "not watched")
         ci_text = "no CI configured" if repo.ci.kind == "none" else f"green ({ci.summary})"

@@ -102,6 +102,17 @@ class Recovery:
             "broken. Check the deploy, find the cause and fix it forward, test first."
         )
 
+    def nothing_to_heal(self, run: Run) -> Outcome | None:
+        """The ending of a fix-forward whose broken run was judged healthy after all, else
+        None. Killed after queuing its fix-forward, a broken run watches its commit again
+        before the fix-forward may start (the claim waits for the parent's ending); a
+        deploy healthy by then (someone fixed it meanwhile) leaves nothing to fix."""
+        parent = self.store.get_run(run.parent_id) if run.parent_id is not None else None
+        if run.kind != "fix_forward" or parent is None or parent.state != RunState.SUCCEEDED:
+            return None
+        said = f"nothing to heal: run {parent.id} was judged healthy when watched again"
+        return Outcome(RunState.SUCCEEDED, summary=said)
+
     # Verdicts -------------------------------------------------------------------
 
     def decide(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Decision:
@@ -109,10 +120,11 @@ class Recovery:
         if verdict.state == VerdictState.HEALTHY:
             return self._resolved(scope, run, sha, verdict)
         if verdict.state == VerdictState.BROKEN:
+            broken = verdict.judged or sha  # whose CI failed: after a cancel, a later commit
             fix_forwards = sum(1 for r in self.chain(run) if r.kind == "fix_forward")
             if fix_forwards >= scope.repo.max_fix_forwards:
-                return self._frozen(scope, run, sha, verdict, fix_forwards)
-            return self._fix_forward(scope, run, sha, verdict)
+                return self._frozen(scope, run, broken, verdict, fix_forwards)
+            return self._fix_forward(scope, run, broken, verdict)
         exc = EscalationError(
             "deploy_inconclusive",
             f"The watch of {sha[:12]} was inconclusive: {verdict.evidence}\n"
@@ -167,6 +179,7 @@ class Recovery:
 
     def _fix_forward(self, scope: RunScope, run: Run, sha: str, verdict: Verdict) -> Decision:
         child = self._fix_forward_child(scope, run, sha, verdict)
+        checkpoint("fix_forward_queued", run.id)  # queued, this run's ending not yet written
         scope.events(
             "recovery",
             f"{_headline(verdict)}; fix-forward run {child.id} queued first in line",
@@ -199,7 +212,7 @@ class Recovery:
             "evidence",
             f"deploy of {sha[:12]} broken: fix forward",
             {
-                "prompt": self._fix_prompt(scope, sha, verdict),
+                "prompt": self._fix_prompt(scope, sha, verdict, run.pushed_sha),
                 "broken_sha": sha,
                 "broken_by": BROKEN_BY_CI if _headline(verdict) == "CI failed" else "deploy",
                 "ci_log": verdict.log_hint,
@@ -225,15 +238,18 @@ class Recovery:
         )
         return self.escalate(scope, run, exc, {"broken_sha": sha, "frozen": True})
 
-    def _fix_prompt(self, scope: RunScope, sha: str, verdict: Verdict) -> str:
-        diff = self._diff(scope, sha)
+    def _fix_prompt(self, scope: RunScope, sha: str, verdict: Verdict, pushed: str | None) -> str:
+        shown, diff = "The commit that broke it", self._diff(scope, sha)
+        if verdict.judged and pushed and pushed != sha:  # judged by a later commit, after a cancel
+            shown = f"The pushed commit, whose own CI was cancelled, then {sha[:12]}"
+            diff = f"{self._diff(scope, pushed)}\n{diff}"
         return (
             f"Fix-forward: commit {sha} on {scope.repo.default_branch} is broken after its push "
             f"({_headline(verdict)}).\n"
             "Do not revert it blindly: find the cause and fix it forward, test first.\n\n"
             f"Failure evidence (CI log tail or probe output):\n{verdict.evidence[-EVIDENCE_CHARS:]}"
             f"\n{_ci_log(verdict.log_hint)}"
-            f"\n\nThe commit that broke it:\n{diff}"
+            f"\n\n{shown}:\n{diff}"
         )
 
     def _diff(self, scope: RunScope, sha: str) -> str:

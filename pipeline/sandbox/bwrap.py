@@ -12,7 +12,8 @@ The layout (``docs/adr/0011-sandbox-bubblewrap.md`` says why bubblewrap):
   then only what the run needs bound back: the interpreter and tools
   read-only, the worktree, its git objects and refs, the caches and the
   private HOME writable, and the git files that steer the daemon's own git
-  (``config``, ``hooks``, ``info``, the gitfile) read-only on top;
+  (``config``, ``hooks``, ``info``, the gitfile) and the checkout's packs
+  read-only on top;
 - in ``allowlist`` mode a network namespace of its own, left only through the
   daemon's proxy socket (``pipeline.sandbox.network``).
 

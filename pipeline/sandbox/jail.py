@@ -255,7 +255,9 @@ def tree_layout(tree: Path, *, writable: Sequence[Path], network: NetworkPolicy)
     ``packed-refs``), except what steers git itself, bound read-only on top:
     ``config``, ``hooks``, ``info``, ``objects/info`` (alternates), the
     worktree's gitfile and its admin directory's ``commondir`` and ``gitdir``,
-    and the checkout's ``HEAD``.
+    and the checkout's ``HEAD`` and ``objects/pack`` (a commit writes loose
+    objects; the packs hold the history every later run needs). ``objects`` is
+    bound onto itself, so it cannot be renamed away from under those binds.
     Files the agent adds there (a ``commondir`` of the checkout, say) steer
     nothing the daemon runs: its git names the repository explicitly.
     """
@@ -266,12 +268,14 @@ def tree_layout(tree: Path, *, writable: Sequence[Path], network: NetworkPolicy)
         admin = _admin_dir(tree, dotgit)
         common = admin.parent.parent
         extra = (common, admin)
-    for directory in (common / "hooks", common / "info", common / "objects" / "info"):
-        directory.mkdir(parents=True, exist_ok=True)
+    for name in ("hooks", "info", "objects/info", "objects/pack"):
+        (common / name).mkdir(parents=True, exist_ok=True)
     protected = [common / name for name in ("config", "hooks", "info", "objects/info")]
-    if extra:  # the checkout's HEAD too: no worktree's git writes it; garbage there broke
-        # the checkout ("not a git repository") for every later run of the repo
+    if extra:  # the checkout's HEAD and packs too: no worktree's git writes them; garbage
+        # there broke the checkout for every later run of the repo (ADR 0034)
         protected += [extra[1] / "commondir", extra[1] / "gitdir", dotgit, common / "HEAD"]
+        protected.append(common / "objects" / "pack")
+        extra = (common, common / "objects", extra[1])
     return Layout(
         workdir=tree,
         writable=(tree, *extra, *writable),

@@ -1,7 +1,8 @@
 """Claiming runs and sweeping expired leases: the queue's guarantees in SQL.
 
 Claim picks the highest-priority, then oldest, queued run whose ``run_after``
-has come, of a repo that is not frozen and has no busy run, while fewer than
+has come, of a repo that is not frozen and has no busy run, and whose parent
+(if any: a fix-forward's broken run) has ended, while fewer than
 ``max_concurrency`` runs are busy in total.
 
 - SQLite (one writer per host): a cheap read first, so an idle daemon takes
@@ -60,6 +61,18 @@ class SweepReport:
 # Built once: aliasing a table copies its column collection, which is slow per call.
 _BUSY_IN_REPO = RunRow.__table__.alias("busy")
 _BUSY_ALL = RunRow.__table__.alias("busy_all")
+_PARENT = RunRow.__table__.alias("parent")
+
+
+def _parent_ended() -> Any:
+    """A run with a parent (a fix-forward) waits until that run has ended: killed
+    between queuing its fix-forward and writing its own ending, a broken run is
+    recovered into the queue beside it, and must watch and end first."""
+    parent = _PARENT
+    unsettled = select(parent.c.id).where(
+        parent.c.id == RunRow.parent_id, parent.c.state.not_in(TERMINAL_STATES)
+    )
+    return ~exists(unsettled)
 
 
 def _candidates(now: datetime, exclude_repo_ids: Collection[int]) -> Any:
@@ -73,6 +86,7 @@ def _candidates(now: datetime, exclude_repo_ids: Collection[int]) -> Any:
             RepoRow.state != "frozen",
             # Uncorrelated on purpose: planned once as a hashed set, whatever the statistics.
             RunRow.repo_id.not_in(select(busy.c.repo_id).where(busy.c.state.in_(BUSY_STATES))),
+            _parent_ended(),
         )
         .order_by(RunRow.priority.desc(), RunRow.id)
         .limit(1)

@@ -10,7 +10,9 @@ One ``WITH`` statement, run in autocommit (its own transaction), does it all:
    different repos never wait for each other, and two claimers never pick the
    same repo at once. Only the head of each repo's queue is a candidate, so a
    claim never skips a run another claimer has locked (and may yet roll back)
-   to start that repo's next run out of order;
+   to start that repo's next run out of order. A run whose parent has not
+   ended (a fix-forward whose broken run was recovered into the queue after a
+   crash) is neither a candidate nor the head: its parent goes first;
 3. ``taken``: the run becomes ``preparing`` with its lease, deadline and slot;
 4. ``event``: the ``claimed`` timeline entry;
 5. the claimed run with its repo name and issue, as ``read_run`` returns it.
@@ -32,11 +34,12 @@ from sqlalchemy.sql.elements import TextClause
 from pipeline.core.errors import LeaseLost
 from pipeline.core.masking import mask
 from pipeline.store.base import MAX_EVENT_MESSAGE, dump_data
-from pipeline.store.models import BUSY_STATES, IssueRow, RunEventRow, RunRow
+from pipeline.store.models import BUSY_STATES, TERMINAL_STATES, IssueRow, RunEventRow, RunRow
 from pipeline.store.records import Run
 
 SLOT_LOCK_KEY = 731_624  # the first key of pg_try_advisory_xact_lock(key, slot)
 _BUSY = "(" + ", ".join(f"'{s}'" for s in BUSY_STATES) + ")"
+_ENDED = "(" + ", ".join(f"'{s}'" for s in TERMINAL_STATES) + ")"
 _RUN_COLUMNS = [c.name for c in RunRow.__table__.columns]
 
 _CLAIM_SQL = f"""
@@ -56,9 +59,13 @@ pick AS (
       AND NOT EXISTS (SELECT 1 FROM runs b WHERE b.repo_id = r.repo_id AND b.state IN {_BUSY})
       AND NOT (r.repo_id = ANY (CAST(:exclude AS integer[])))
       AND NOT EXISTS (
+          SELECT 1 FROM runs o WHERE o.id = r.parent_id AND o.state NOT IN {_ENDED})
+      AND NOT EXISTS (
           SELECT 1 FROM runs q
           WHERE q.repo_id = r.repo_id AND q.state = 'queued' AND q.run_after <= params.now
-            AND (q.priority > r.priority OR (q.priority = r.priority AND q.id < r.id)))
+            AND (q.priority > r.priority OR (q.priority = r.priority AND q.id < r.id))
+            AND NOT EXISTS (
+                SELECT 1 FROM runs o WHERE o.id = q.parent_id AND o.state NOT IN {_ENDED}))
     ORDER BY r.priority DESC, r.id
     LIMIT 1
     FOR NO KEY UPDATE OF r, p SKIP LOCKED

@@ -78,6 +78,10 @@ class EnqueueOptions:
     # What queued it, kept in the ``queued`` event (``label``: intake, for the ready label);
     # the flow reads it to know whether the label's removal withdraws the issue.
     via: str | None = None
+    # A commit an earlier run of the issue pushed, and that run's base: the new run only
+    # watches it again (``retry_run`` carries them the same way).
+    pushed_sha: str | None = None
+    base_sha: str | None = None
 
     def row_values(self) -> dict[str, object]:
         return {
@@ -88,6 +92,8 @@ class EnqueueOptions:
             "max_attempts": self.max_attempts,
             "timeout_s": self.timeout_s,
             "requested_by": self.requested_by,
+            "pushed_sha": self.pushed_sha,
+            "base_sha": self.base_sha,
         }
 
 

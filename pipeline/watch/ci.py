@@ -1,7 +1,8 @@
 """CI sources and the watch that waits for a pushed SHA's CI verdict.
 
 A ``CiSource`` answers one question: what does CI say about this commit right
-now (``pending``, ``success``, ``failure`` or ``none`` = nothing reported yet).
+now (``pending``, ``success``, ``failure``, ``cancelled`` = stopped before a
+verdict, or ``none`` = nothing reported yet).
 The forge's own CI comes through the tracker (``TrackerCiSource``); Woodpecker
 is asked directly over its REST API; ``NoCi`` is for repos without CI.
 ``watch_ci`` polls a source until a verdict, a timeout for CI to appear at
@@ -41,9 +42,12 @@ __all__ = [
     "watch_ci",
 ]
 
-# Woodpecker ``StatusValue`` (server/model/const.go).
+# Woodpecker ``StatusValue`` (server/model/const.go, the server's swagger).
 _WP_OK = frozenset({"success", "skipped"})
-_WP_FAILED = frozenset({"failure", "error", "killed", "declined", "canceled"})
+_WP_FAILED = frozenset({"failure", "error", "declined"})
+# "killed by user" and "canceled but hasn't been started" (the swagger's words): stopped
+# before a verdict, as a GitHub check cancelled by a newer push is; no failure.
+_WP_CANCELLED = frozenset({"killed", "canceled"})
 _WP_PENDING = frozenset({"pending", "running", "blocked", "created"})
 
 
@@ -91,6 +95,8 @@ def judge_woodpecker(
     details = (detail, *(f"error: {message}" for message in errors))
     if status in _WP_FAILED:
         return CiState("failure", details, link(newest))
+    if status in _WP_CANCELLED:
+        return CiState("cancelled", details, link(newest))
     if status in _WP_OK:
         return CiState("success", details, link(newest))
     return CiState("pending", details, link(newest))
@@ -186,9 +192,13 @@ Later = Callable[[str], str | None]
 
 @dataclass(frozen=True)
 class CiOutcome:
+    """``judged``: the commit whose CI gave the verdict when not the watched one (after a
+    cancel, a later commit of the default branch holding it), else ``""``."""
+
     state: OutcomeState
     detail: str
     log_hint: str = ""
+    judged: str = ""
 
     @property
     def inconclusive(self) -> bool:
@@ -286,15 +296,15 @@ class _CiWatch:
             self.judged, self.last = later, ""
 
     def verdict(self, current: CiState) -> CiOutcome:
-        detail = "\n".join(current.details)
+        detail, judged = "\n".join(current.details), ""
         if self.judged != self.sha:
+            judged = self.judged
             detail = (
                 f"judged by {self.judged[:12]}, a later commit holding {self.sha[:12]} "
                 f"(whose CI was cancelled):\n{detail}"
             )
-        return CiOutcome(
-            "success" if current.state == "success" else "failure", detail, current.log_hint
-        )
+        state: OutcomeState = "success" if current.state == "success" else "failure"
+        return CiOutcome(state, detail, current.log_hint, judged)
 
     def given_up(self, elapsed: float, current: CiState) -> CiOutcome | None:
         ci, sha = self.ci, self.sha[:12]

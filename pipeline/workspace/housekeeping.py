@@ -23,6 +23,7 @@ from pathlib import Path
 from pipeline.config.settings import WorkspaceSettings
 from pipeline.core.errors import ConfigError
 from pipeline.core.files import remove_tree
+from pipeline.git.mirror import checkout_repo, drop_checkout_index
 from pipeline.git.run import GitRunner
 from pipeline.git.util import RUN_BRANCH_PREFIX
 
@@ -289,6 +290,7 @@ def tidy_repo(
             continue
         remove_tree(entry)
         report.orphans_removed.append(entry)
+    drop_checkout_index(checkout_repo(repo_dir))  # gc would fail reading the agent's
     gits[0].ok("worktree", "prune")
     report.pruned += 1
     idle = not any(repo_dir.resolve() in a.parents for a in active)

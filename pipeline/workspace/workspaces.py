@@ -60,9 +60,10 @@ from pipeline.workspace.prepared import (
     cache_env,
     check_strategy,
 )
+from pipeline.workspace.repair import reset_or_rebuild, sound_checkout
 from pipeline.workspace.runtrees import CLONE, clear_leftovers, free_slot, stop_stragglers
 from pipeline.workspace.setup import copy_files, run_setup
-from pipeline.workspace.slots import SLOT_PREFIX, clean_slot, registered, reset_slot
+from pipeline.workspace.slots import SLOT_PREFIX, clean_slot, registered
 
 __all__ = ["CACHE_DIRS", "STRATEGIES", "PreparedWorkspace", "Workspaces"]
 
@@ -131,7 +132,9 @@ class Workspaces:
         with self._locks.hold(repo_dir):
             return self._ensure_checkout_locked(repo, stop).common_dir.parent
 
-    def _ensure_checkout_locked(self, repo: RepoSettings, stop: StopToken | None) -> GitRepo:
+    def _ensure_checkout_locked(
+        self, repo: RepoSettings, stop: StopToken | None, events: EventSink | None = None
+    ) -> GitRepo:
         mirror = self.mirror(repo)
         if not mirror.exists():
             mirror.create(stop)
@@ -139,7 +142,7 @@ class Workspaces:
         elif self._fetch_due(repo):
             mirror.fetch(stop)
             self._fetched(repo)
-        return mirror.prepare_checkout(stop)
+        return sound_checkout(mirror, events, stop)  # rebuilt if the agent damaged it
 
     def _fetch_due(self, repo: RepoSettings) -> bool:
         last = self._last_fetch.get(repo.name)
@@ -270,13 +273,13 @@ class Workspaces:
             clone = repo.workspace == "clone"
             path = worktrees / CLONE if clone else free_slot(worktrees, self._busy)
             clear_leftovers(repo, path, self.git_limits, events)  # before a fetch needs room
-            checkout = self._ensure_checkout_locked(repo, stop)
+            checkout = self._ensure_checkout_locked(repo, stop, events)
             base_sha = self._base_sha(repo)
             if clone:
                 tree = prepare_clone(self.mirror(repo), path, branch, base_sha, stop)
             else:
                 runner = GitRunner(checkout, stop, self.git_limits)
-                tree = reset_slot(checkout, path, repo, (branch, base_sha), runner)
+                tree = reset_or_rebuild(self.mirror(repo), path, (branch, base_sha), runner, events)
             try:
                 copy_files(repo, tree)
             except BaseException:

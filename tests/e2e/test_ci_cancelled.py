@@ -5,7 +5,9 @@ the commit under it. Read as a failure, that cancel started a fix-forward of a
 healthy change and could end with the repo frozen and a human called for
 nothing. A later commit of the default branch that holds the run's commit is
 judged instead; with none, the watch waits for its CI deadline and says why it
-could not judge.
+could not judge. Woodpecker's ``killed`` and ``canceled`` pipelines are the
+same: stopped before a verdict. When the later commit's CI fails, that commit
+is the one named broken, and the one whose CI a fix-forward looks at again.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 
 from pipeline.store import Run
 
+from .ci_feeder import CheckPlan
 from .conftest import ENDED
 from .world import BLOCKED, ShipWorld, Tuning, held_ci_plan, ship_world
 
@@ -94,3 +97,105 @@ def test_ci_cancelled_with_nothing_on_top_is_inconclusive_and_says_why(
         assert "was cancelled" in escalation.detail and "no later commit" in escalation.detail
         ended = _ended_comment(world, number, run.id)
         assert "was cancelled" in ended and "no later commit" in ended, ended
+
+
+def test_woodpecker_pipeline_killed_under_a_colleagues_push_is_judged_by_their_commit(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Woodpecker kills the run's pipeline as a colleague pushes on top: theirs decides.
+
+    ``killed`` used to count as a failure, and started a fix-forward of a healthy change."""
+    tuning = Tuning(ci="woodpecker")
+    with ship_world(tmp_path, cli_env, plan=held_ci_plan, tuning=tuning) as world:
+        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
+        world.start()
+        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        run = _issue_run(runs, number)
+        assert run is not None and run.pushed_sha
+        theirs = world.human_commit("web", {"NOTES.md": "Release notes.\n"}, "Add release notes")
+        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "killed")
+        runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
+        run = _issue_run(runs, number)
+        assert run is not None and run.state == "succeeded", world.describe(runs)
+        assert [r for r in runs if r.kind == "fix_forward"] == []
+        assert world.store.list_escalations("web") == [] and not _frozen(world)
+        events = "\n".join(world.events(run.id))
+        assert f"judged by {theirs[:12]}" in events, events
+        assert world.woodpecker is not None
+        served = {p["commit"]: p["status"] for p in world.woodpecker.pipelines("1")}
+        assert served[run.pushed_sha] == "killed" and served[theirs] == "success", served
+
+
+def test_woodpecker_pipeline_canceled_with_nothing_on_top_is_inconclusive(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Woodpecker ``canceled`` and no later commit: no fix-forward, no freeze; says why."""
+    tuning = Tuning(ci_timeout_s=8, ci="woodpecker")
+    with ship_world(tmp_path, cli_env, plan=held_ci_plan, tuning=tuning) as world:
+        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
+        world.start()
+        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        run = _issue_run(runs, number)
+        assert run is not None and run.pushed_sha
+        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "canceled")
+        runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
+        run = _issue_run(runs, number)
+        assert run is not None and run.state == "escalated", world.describe(runs)
+        assert [r for r in runs if r.kind == "fix_forward"] == [] and not _frozen(world)
+        (escalation,) = world.store.list_escalations("web")
+        assert "was cancelled" in escalation.detail and "no later commit" in escalation.detail
+
+
+def _their_ci_red(slug: str, sha: str, subject: str) -> CheckPlan:
+    """``[held-ci]`` waits for the test, ``[ci-red]`` goes red, anything else green."""
+    if "[held-ci]" in subject:
+        return CheckPlan(pending_s=600.0)
+    return CheckPlan(conclusion="failure" if "[ci-red]" in subject else "success")
+
+
+def _rerun_green(world: ShipWorld, sha: str) -> None:
+    with world.fake.lock:
+        for check in world.fake.repos[world.repos["web"].slug].check_runs[sha]:
+            check.status, check.conclusion = "completed", "success"
+
+
+@pytest.mark.timeout(300)
+def test_red_ci_of_the_later_commit_names_that_commit_and_its_rerun_heals(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Ours cancelled, theirs on top red: theirs is named broken, and its CI re-run green
+    heals the chain. The run's commit used to be named, and the fix-forward that found
+    nothing to change looked again at its cancelled CI and froze the repo."""
+    world_args = {"plan": _their_ci_red, "fix_mode": "nothing-when-released"}
+    with ship_world(tmp_path, cli_env, **world_args) as world:
+        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
+        world.start()
+        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
+        run = _issue_run(runs, number)
+        assert run is not None and run.pushed_sha
+        ours, slug = run.pushed_sha, world.repos["web"].slug
+        theirs = world.human_commit("web", {"NOTES.md": "Notes.\n"}, "Add notes [ci-red]")
+        world.feeder.complete(slug, ours, "cancelled")
+        runs = world.wait(
+            "the run ends and its fix-forward starts",
+            lambda rs: _state(rs, number) in ENDED and any(r.kind == "fix_forward" for r in rs),
+        )
+        run = _issue_run(runs, number)
+        assert run is not None and run.error and f"{theirs[:12]} is broken" in run.error, run
+        assert ours[:12] not in run.error.split(" is broken")[0], run.error
+        fix = next(r for r in world.runs() if r.kind == "fix_forward")
+        (evidence,) = [e for e in world.store.run_events(fix.id) if e.kind == "evidence"]
+        assert evidence.data["broken_sha"] == theirs, evidence.data
+        prompt = str(evidence.data["prompt"])
+        assert f"Fix-forward: commit {theirs}" in prompt, prompt
+        assert f"commit {ours}" in prompt and "whose own CI was cancelled" in prompt, prompt
+        _rerun_green(world, theirs)
+        (tmp_path / "agent-area" / "release").touch()
+        runs = world.wait(
+            "the fix-forward ends",
+            lambda rs: any(r.kind == "fix_forward" and r.terminal for r in rs),
+            90,
+        )
+        fix = next(r for r in runs if r.kind == "fix_forward")
+        assert fix.state == "succeeded", world.describe(runs)
+        assert not _frozen(world) and world.store.list_escalations("web") == []

@@ -6,7 +6,8 @@ needs to take a GitHub issue to a healthy deploy: the fake GitHub (served on
 restarts a small app), a command agent (``ship_agent.py``) that makes real
 edits chosen by an ``afk-task:`` line in the issue, a ``CiFeeder`` that
 reports GitHub check runs on the fake for every commit that lands on a
-remote's ``main`` (as Actions would), and a loopback ``Receiver`` behind an
+remote's ``main`` (as Actions would; or pipelines on a fake Woodpecker, with
+``Tuning(ci="woodpecker")``), and a loopback ``Receiver`` behind an
 apprise ``json://`` URL. The daemon is the real ``python -m pipeline run``.
 """
 
@@ -30,8 +31,9 @@ from pipeline.testing.forges import FakeGitHub
 from pipeline.testing.gitrepos import commit_to_remote, git
 from pipeline.testing.ports import free_port
 from pipeline.testing.receiver import Receiver
+from pipeline.testing.woodpecker import FakeWoodpecker
 
-from .ci_feeder import CheckPlan, CiFeeder, default_plan
+from .ci_feeder import Board, CheckPlan, CiFeeder, GitHubChecks, WoodpeckerBoard, default_plan
 from .conftest import Cli, stop_daemon
 
 TOKEN_ENV = "AFK_E2E_GITHUB_TOKEN"
@@ -86,6 +88,7 @@ class Tuning:
     tracker_poll_interval_s: float | None = None  # the fake GitHub's own poll interval
     deploy_probes: tuple[dict[str, Any], ...] | None = None  # default: the target's /health
     ci_timeout_s: float = 60  # how long a commit's CI may stay without a verdict
+    ci: str = "github"  # who reports CI: the fake GitHub's check runs, or "woodpecker"
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class ShipWorld:
     store: Store
     desk: HumanDesk
     daemons: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    woodpecker: FakeWoodpecker | None = None  # with ``Tuning(ci="woodpecker")``
 
     # -- building ------------------------------------------------------------------
 
@@ -188,24 +192,33 @@ class ShipWorld:
         notify_urls = root / "notify-urls"
         notify_urls.write_text(f"json://127.0.0.1:{receiver.port}/afk-hook\n")
         (root / "volume").mkdir()
+        woodpecker, board = _ci_board(fake, specs, tuning)
         document = _config(
             root, fake.url, specs, (world_file, notify_urls), max_fix_forwards, tuning
         )
+        if woodpecker is not None:
+            for name, repo_id in woodpecker_ids(specs).items():
+                ci = document["repos"][name]["ci"]
+                ci.update(kind="woodpecker", base_url=woodpecker.url, repo_id=repo_id)
         config = write_config(root / "pipeline.toml", document)
         env = {**env, TOKEN_ENV: TOKEN}
         cli = Cli(config, env)
         cli("db", "upgrade")
-        feeder = CiFeeder(fake, {spec.slug: spec.remote for spec in specs.values()}, plan)
+        feeder = CiFeeder(board, {spec.slug: spec.remote for spec in specs.values()}, plan)
         feeder.start()
         desk = HumanDesk(agent_area / "human")
         desk.start()
         store = Store(str(tuning.database_url))
-        return cls(root, fake, receiver, specs, cli, config, feeder, agent_log, store, desk)
+        world = cls(root, fake, receiver, specs, cli, config, feeder, agent_log, store, desk)
+        world.woodpecker = woodpecker
+        return world
 
     def close(self) -> None:
         """Stop every process and server; each step runs even if an earlier one failed."""
         with ExitStack() as stack:
             stack.callback(self.receiver.close)
+            if self.woodpecker is not None:
+                stack.callback(self.woodpecker.close)
             stack.callback(self.fake.stop)
             stack.callback(self.store.close)
             for spec in self.repos.values():
@@ -335,6 +348,24 @@ def ship_world(root: Path, env: dict[str, str], **kwargs: Any) -> Iterator[ShipW
         yield world
     finally:
         world.close()
+
+
+def woodpecker_ids(specs: dict[str, RepoSpec]) -> dict[str, str]:
+    """Each repo's id on the fake Woodpecker, by name: the repos' order, from 1."""
+    return {name: str(index) for index, name in enumerate(specs, 1)}
+
+
+def _ci_board(
+    fake: FakeGitHub, specs: dict[str, RepoSpec], tuning: Tuning
+) -> tuple[FakeWoodpecker | None, Board]:
+    """Who reports the repos' CI: check runs on the fake GitHub, or a fake Woodpecker."""
+    if tuning.ci != "woodpecker":
+        return None, GitHubChecks(fake)
+    woodpecker = FakeWoodpecker()
+    ids = {specs[name].slug: repo_id for name, repo_id in woodpecker_ids(specs).items()}
+    for repo_id in ids.values():
+        woodpecker.add_repo(repo_id)
+    return woodpecker, WoodpeckerBoard(woodpecker, ids)
 
 
 def _config(

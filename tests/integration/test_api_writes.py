@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.store import SeenIssue
+from pipeline.store import EnqueueOptions, SeenIssue
 from tests.integration.api_harness import AUTH, TOKEN, ApiHarness, running_api
 
 WRITES = [
@@ -88,6 +88,26 @@ def test_enqueue_an_issue_dedupes_on_the_active_run(api: ApiHarness) -> None:
     assert first.status_code == 202 and again.status_code == 200
     assert first.json()["id"] == again.json()["id"]
     assert first.json()["issue_number"] == 12 and again.json()["created"] is False
+
+
+def test_enqueue_of_an_issue_whose_run_pushed_watches_that_commit(api: ApiHarness) -> None:
+    """The issue's last run pushed, then escalated: the API's new run carries the pushed
+    commit (it watches it again, as a retry does) instead of implementing the issue again."""
+    _seen(api, "beta", 7)
+    issue = api.store.find_issue("beta", 7)
+    assert issue is not None
+    old = api.store.enqueue("beta", EnqueueOptions(issue_id=issue.id)).run
+    alpha = api.store.get_repo("alpha")
+    assert alpha is not None  # its run, queued by the fixture, stays queued
+    claimed = api.store.claim_next("w1", max_concurrency=5, lease_s=30, exclude_repo_ids=[alpha.id])
+    assert claimed is not None and claimed.id == old.id
+    api.store.update_run(old.id, "w1", 1, pushed_sha="a" * 40, base_sha="b" * 40)
+    api.store.finish(old.id, "w1", 1, "escalated", error_class="deploy_inconclusive", error="x")
+    resp = api.client.post("/api/runs", json={"repo": "beta", "issue": 7}, headers=AUTH)
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["pushed_sha"] == "a" * 40
+    new = api.store.get_run(resp.json()["id"])
+    assert new is not None and (new.pushed_sha, new.base_sha) == ("a" * 40, "b" * 40)
 
 
 def test_enqueue_unknown_repo_or_issue_is_404(api: ApiHarness) -> None:

@@ -65,7 +65,7 @@ def test_a_fix_forward_ending_without_healing_freezes_the_repo(
 ) -> None:
     """A failed fix-forward freezes its repo (deploy still broken); a chained one does not."""
     recovery, _ = _recovery(store, tmp_path)
-    parent = store.enqueue("web").run
+    parent = _finished(store, store.enqueue("web").run, "failed", "deploy_broken")
     chained = _finished(
         store,
         store.enqueue(

@@ -91,10 +91,13 @@ def test_enqueue_refuses_unknown_repo_and_full_queue(store: Store) -> None:
 
 def test_claim_order_is_priority_then_age_and_fix_forward_first(store: Store) -> None:
     """Claims take higher priority first, then the oldest; fix-forwards go first."""
+    broken = store.enqueue("alpha").run.id  # its deploy broke: it ended, queuing its fix
+    store.finish(_claim(store), "w1", 1, "failed", error_class="deploy_broken", error="fixing")
     low = store.enqueue("alpha").run.id
     high = store.enqueue("alpha", EnqueueOptions(priority=5)).run.id
     fix = store.enqueue(
-        "alpha", EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=low)
+        "alpha",
+        EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=broken),
     ).run
     assert fix.priority >= FIX_FORWARD_PRIORITY
     order = []
@@ -204,6 +207,24 @@ def test_sweep_recovers_expired_lease_back_into_the_queue(store: Store) -> None:
     assert store.claim_next("w2", max_concurrency=5, lease_s=LEASE_S).attempt == 2  # type: ignore[union-attr]
 
 
+def test_a_fix_forward_waits_for_its_broken_run_recovered_after_a_crash(store: Store) -> None:
+    """Killed between queuing its fix-forward and its own ending, the broken run is swept
+    back into the queue beside it: the broken run is claimed first, the fix-forward only
+    once the broken run has ended (whatever their priorities)."""
+    broken = store.enqueue("alpha", EnqueueOptions(issue_id=_issue(store, 1))).run.id
+    _claim(store, lease_s=-1)  # its worker dies while watching
+    fix = store.enqueue(
+        "alpha",
+        EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=broken),
+    ).run.id
+    assert store.sweep(max_recoveries=3).requeued == [broken]
+    again = store.claim_next("w2", max_concurrency=5, lease_s=LEASE_S)
+    assert again is not None and again.id == broken
+    store.finish(broken, "w2", 2, "failed", error_class="deploy_broken", error="fixing")
+    taken = store.claim_next("w2", max_concurrency=5, lease_s=LEASE_S)
+    assert taken is not None and taken.id == fix
+
+
 def test_sweep_ends_cancelled_overdue_and_exhausted_runs(store: Store) -> None:
     """Expired leases end cancelled if asked, failed on timeout, failed after max recoveries."""
     store.ensure_repo("gamma")
@@ -311,3 +332,38 @@ def test_cost_and_counts(store: Store) -> None:
     assert store.repo_cost_since(repo_id, since) == pytest.approx(1.5)
     assert store.repo_cost_since(repo_id, store.now() + timedelta(hours=1)) == 0.0
     assert (store.active_count(), store.queue_depth()) == (1, 1)
+
+
+def _ended(store: Store, run_id: int, state: str, pushed: str | None = None) -> None:
+    taken = store.claim_next("w9", max_concurrency=5, lease_s=LEASE_S)
+    assert taken is not None and taken.id == run_id
+    if pushed:
+        store.update_run(run_id, "w9", taken.attempt, pushed_sha=pushed)
+    store.finish(run_id, "w9", taken.attempt, state, error_class="deploy_broken", error="x")
+
+
+def test_a_new_run_of_an_issue_continues_a_pushed_run_only_while_unhealed(store: Store) -> None:
+    """The ready label again (or the API) carries the pushed commit of the issue's latest
+    run when that run did not succeed and no fix-forward of it healed the deploy."""
+    from pipeline.store.pushed import pushed_run
+
+    issue = _issue(store, 1)
+    assert pushed_run(store, issue) is None  # no run yet
+    first = store.enqueue("alpha", EnqueueOptions(issue_id=issue)).run.id
+    _ended(store, first, "escalated")
+    assert pushed_run(store, issue) is None  # it never pushed: a new implementation
+    broken = store.enqueue("alpha", EnqueueOptions(issue_id=issue)).run.id
+    _ended(store, broken, "failed", pushed="c" * 40)
+    found = pushed_run(store, issue)
+    assert found is not None and found.id == broken
+    fix = store.enqueue(
+        "alpha", EnqueueOptions(kind="fix_forward", priority=100, parent_id=broken)
+    ).run.id
+    _ended(store, fix, "failed", pushed="d" * 40)  # the chain goes on: still broken
+    assert pushed_run(store, issue) is not None
+    healer = store.enqueue("alpha", EnqueueOptions(kind="fix_forward", parent_id=fix)).run.id
+    _ended(store, healer, "succeeded", pushed="e" * 40)
+    assert pushed_run(store, issue) is None  # healed: the issue was closed as done
+    done = store.enqueue("alpha", EnqueueOptions(issue_id=issue)).run.id
+    _ended(store, done, "succeeded", pushed="f" * 40)
+    assert pushed_run(store, issue) is None

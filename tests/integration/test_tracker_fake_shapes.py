@@ -28,6 +28,7 @@ from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab, send_webh
 from pipeline.testing.forges.base import ServedApp
 from pipeline.testing.forges.shapes import Shapes, conformance, from_swagger
 from pipeline.testing.forges.shapes_ts import read_declarations
+from pipeline.testing.woodpecker import FakeWoodpecker
 from pipeline.trackers.webhooks import parse_event, verify
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures"
@@ -388,6 +389,27 @@ def test_woodpecker_pipelines_follow_the_server_swagger() -> None:
     assert schema == {"type": "array", "items": {"$ref": "#/definitions/Pipeline"}}
     pipelines = json.loads((ROOT / "woodpecker" / "pipelines.json").read_text())
     assert conformance(from_swagger(swagger), pipelines, "Pipeline", WOODPECKER_READS) == []
+
+
+def test_the_fake_woodpecker_serves_the_server_swagger_pipelines() -> None:
+    """What the fake Woodpecker answers, in every status the tests give, is a swagger list."""
+    swagger = woodpecker_swagger()
+    fake = FakeWoodpecker()
+    try:
+        fake.add_repo("7")
+        for index, status in enumerate(("running", "success", "failure", "killed", "canceled")):
+            fake.add("7", f"{index:040x}", "pending")
+            fake.set_status("7", f"{index:040x}", status)
+        response = httpx.get(f"{fake.url}/api/repos/7/pipelines", params={"page": 1})
+    finally:
+        fake.close()
+    assert response.status_code == 200, response.text
+    served = response.json()
+    assert [p["status"] for p in served] == ["canceled", "killed", "failure", "success", "running"]
+    statuses = swagger["definitions"]["StatusValue"]["enum"]
+    assert {p["status"] for p in served} <= set(statuses)
+    reads = tuple(r for r in WOODPECKER_READS if not r.startswith("errors"))  # it sends none
+    assert conformance(from_swagger(swagger), served, "Pipeline", reads) == []
 
 
 def _rename(key: str, new: str) -> Callable[[dict[str, Any]], None]:

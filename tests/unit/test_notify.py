@@ -74,9 +74,9 @@ def test_ending_message_for_a_run() -> None:
     assert "  - branch: afk/run-9" in body and "`ready-for-agent` again" in body
 
 
-def test_ending_message_after_a_push_offers_a_rewatch_not_a_relabel() -> None:
-    """A run that pushed: the retry watches its commit again; labelling the issue again
-    (a new implementation of a change already on the branch) is not offered."""
+def test_ending_message_after_a_push_offers_a_rewatch() -> None:
+    """A run that pushed: the retry, and labelling the issue again, watch its commit again
+    and implement nothing (the change is on the branch already); the message says so."""
     _, body = ending_message(
         EndingText(
             repo="api",
@@ -89,7 +89,8 @@ def test_ending_message_after_a_push_offers_a_rewatch_not_a_relabel() -> None:
         )
     )
     assert "pipeline runs retry 9" in body and "watches 0123456789ab again" in body
-    assert "`ready-for-agent` again" not in body
+    assert "labelling the issue `ready-for-agent` again, watches" in body
+    assert "it implements nothing" in body
 
 
 def test_success_is_not_sent_unless_enabled(monkeypatch: pytest.MonkeyPatch) -> None:

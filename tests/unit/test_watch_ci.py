@@ -164,6 +164,23 @@ def test_woodpecker_fixture_is_parsed_per_commit() -> None:
     assert judge_woodpecker(pipelines, "0" * 40).state == "none"
 
 
+@pytest.mark.parametrize("status", ["killed", "canceled"])
+def test_woodpecker_killed_or_canceled_pipeline_is_no_verdict(status: str) -> None:
+    """``killed`` ("killed by user") and ``canceled`` ("canceled but hasn't been started",
+    StatusValue in the server's swagger) stopped before a verdict: no failure.
+
+    Both used to count as a failure, as GitHub's ``cancelled`` did."""
+    pipelines = copy.deepcopy(load("woodpecker/pipelines.json"))
+    newest = pipelines[0]
+    newest["status"] = status
+    assert judge_woodpecker(pipelines, newest["commit"]).state == "cancelled"
+    restarted = {**newest, "id": newest["id"] + 1, "number": newest["number"] + 1}
+    assert (
+        judge_woodpecker([{**restarted, "status": "success"}, *pipelines], newest["commit"]).state
+        == "success"
+    )
+
+
 def test_woodpecker_source_reads_the_api_with_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Woodpecker source GETs the pipelines list with a bearer token and links the run."""
     monkeypatch.setenv("WP_TOKEN", "wp-secret")
@@ -307,7 +324,7 @@ def test_cancelled_ci_is_judged_by_a_later_commit_holding_it() -> None:
     )
     outcome = watch_ci(BySha(), GREEN, CI, RecordingSink(), None, aids)
     assert outcome.state == "success" and asked == [GREEN, later]
-    assert outcome.detail.startswith(f"judged by {later[:12]}")
+    assert outcome.detail.startswith(f"judged by {later[:12]}") and outcome.judged == later
 
 
 def test_cancelled_ci_with_nothing_later_waits_then_says_why() -> None:
