@@ -52,68 +52,21 @@ def _ended_comment(world: ShipWorld, number: int, run_id: int) -> str:
     raise AssertionError(f"no ending comment on #{number}")
 
 
-def test_ci_cancelled_by_a_colleagues_push_is_judged_by_their_commit(
-    tmp_path: Path, cli_env: dict[str, str]
+@pytest.mark.parametrize(("ci", "status"), [("github", "cancelled"), ("woodpecker", "killed")])
+def test_ci_stopped_by_a_colleagues_push_is_judged_by_their_commit(
+    tmp_path: Path, cli_env: dict[str, str], ci: str, status: str
 ) -> None:
-    """The run's CI is cancelled by a push on top; that commit's green CI judges the run."""
-    with ship_world(tmp_path, cli_env, plan=held_ci_plan) as world:
+    """The run's CI is stopped as a colleague pushes on top (a GitHub check cancelled, a
+    Woodpecker pipeline killed, which used to count as a failure and start a fix-forward
+    of a healthy change): that commit's green CI judges the run."""
+    with ship_world(tmp_path, cli_env, plan=held_ci_plan, tuning=Tuning(ci=ci)) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
         runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
         run = _issue_run(runs, number)
         assert run is not None and run.pushed_sha
         theirs = world.human_commit("web", {"NOTES.md": "Release notes.\n"}, "Add release notes")
-        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "cancelled")
-        runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
-        run = _issue_run(runs, number)
-        assert run is not None and run.state == "succeeded", world.describe(runs)
-        assert [r for r in runs if r.kind == "fix_forward"] == []
-        assert world.store.list_escalations("web") == []
-        assert not _frozen(world)
-        events = "\n".join(world.events(run.id))
-        assert f"judged by {theirs[:12]}" in events, events
-        issue = world.fake.issue(world.repos["web"].slug, number)
-        assert issue.state == "closed" and BLOCKED not in issue.labels
-
-
-def test_ci_cancelled_with_nothing_on_top_is_inconclusive_and_says_why(
-    tmp_path: Path, cli_env: dict[str, str]
-) -> None:
-    """Cancelled, and no later commit: no fix-forward, no freeze; the human is told why."""
-    tuning = Tuning(ci_timeout_s=8)
-    with ship_world(tmp_path, cli_env, plan=held_ci_plan, tuning=tuning) as world:
-        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
-        world.start()
-        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
-        run = _issue_run(runs, number)
-        assert run is not None and run.pushed_sha
-        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "cancelled")
-        runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
-        run = _issue_run(runs, number)
-        assert run is not None and run.state == "escalated", world.describe(runs)
-        assert [r for r in runs if r.kind == "fix_forward"] == []
-        assert not _frozen(world)
-        (escalation,) = world.store.list_escalations("web")
-        assert "was cancelled" in escalation.detail and "no later commit" in escalation.detail
-        ended = _ended_comment(world, number, run.id)
-        assert "was cancelled" in ended and "no later commit" in ended, ended
-
-
-def test_woodpecker_pipeline_killed_under_a_colleagues_push_is_judged_by_their_commit(
-    tmp_path: Path, cli_env: dict[str, str]
-) -> None:
-    """Woodpecker kills the run's pipeline as a colleague pushes on top: theirs decides.
-
-    ``killed`` used to count as a failure, and started a fix-forward of a healthy change."""
-    tuning = Tuning(ci="woodpecker")
-    with ship_world(tmp_path, cli_env, plan=held_ci_plan, tuning=tuning) as world:
-        number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
-        world.start()
-        runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
-        run = _issue_run(runs, number)
-        assert run is not None and run.pushed_sha
-        theirs = world.human_commit("web", {"NOTES.md": "Release notes.\n"}, "Add release notes")
-        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "killed")
+        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, status)
         runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
         run = _issue_run(runs, number)
         assert run is not None and run.state == "succeeded", world.describe(runs)
@@ -121,29 +74,34 @@ def test_woodpecker_pipeline_killed_under_a_colleagues_push_is_judged_by_their_c
         assert world.store.list_escalations("web") == [] and not _frozen(world)
         events = "\n".join(world.events(run.id))
         assert f"judged by {theirs[:12]}" in events, events
-        assert world.woodpecker is not None
-        served = {p["commit"]: p["status"] for p in world.woodpecker.pipelines("1")}
-        assert served[run.pushed_sha] == "killed" and served[theirs] == "success", served
+        issue = world.fake.issue(world.repos["web"].slug, number)
+        assert issue.state == "closed" and BLOCKED not in issue.labels
+        if world.woodpecker is not None:
+            served = {p["commit"]: p["status"] for p in world.woodpecker.pipelines("1")}
+            assert served[run.pushed_sha] == status and served[theirs] == "success", served
 
 
-def test_woodpecker_pipeline_canceled_with_nothing_on_top_is_inconclusive(
-    tmp_path: Path, cli_env: dict[str, str]
+@pytest.mark.parametrize(("ci", "status"), [("github", "cancelled"), ("woodpecker", "canceled")])
+def test_ci_stopped_with_nothing_on_top_is_inconclusive_and_says_why(
+    tmp_path: Path, cli_env: dict[str, str], ci: str, status: str
 ) -> None:
-    """Woodpecker ``canceled`` and no later commit: no fix-forward, no freeze; says why."""
-    tuning = Tuning(ci_timeout_s=8, ci="woodpecker")
+    """Cancelled, and no later commit: no fix-forward, no freeze; the human is told why."""
+    tuning = Tuning(ci_timeout_s=8, ci=ci)
     with ship_world(tmp_path, cli_env, plan=held_ci_plan, tuning=tuning) as world:
         number = world.label("web", "Add a reports helper [held-ci]", "feature reports")
         world.start()
         runs = world.wait("the run watches its CI", lambda rs: _state(rs, number) == "watching")
         run = _issue_run(runs, number)
         assert run is not None and run.pushed_sha
-        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, "canceled")
+        world.feeder.complete(world.repos["web"].slug, run.pushed_sha, status)
         runs = world.wait("the run ends", lambda rs: _state(rs, number) in ENDED, 90)
         run = _issue_run(runs, number)
         assert run is not None and run.state == "escalated", world.describe(runs)
         assert [r for r in runs if r.kind == "fix_forward"] == [] and not _frozen(world)
         (escalation,) = world.store.list_escalations("web")
         assert "was cancelled" in escalation.detail and "no later commit" in escalation.detail
+        ended = _ended_comment(world, number, run.id)
+        assert "was cancelled" in ended and "no later commit" in ended, ended
 
 
 def _their_ci_red(slug: str, sha: str, subject: str) -> CheckPlan:

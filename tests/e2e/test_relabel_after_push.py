@@ -13,21 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store import Run
-
-from .ci_feeder import CheckPlan
 from .conftest import ENDED
-from .world import BLOCKED, MAINTAINER, READY, ship_world
+from .world import BLOCKED, MAINTAINER, READY, issue_runs, ship_world, silent_ci_plan
 
 pytestmark = pytest.mark.deploy_e2e
-
-
-def _silent_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
-    return CheckPlan(silent="[no-ci]" in subject)
-
-
-def _issue_runs(runs: list[Run], number: int) -> list[Run]:
-    return [r for r in runs if r.issue_number == number and r.kind == "issue"]
 
 
 @pytest.mark.timeout(300)
@@ -36,15 +25,15 @@ def test_relabel_of_a_pushed_run_watches_its_commit_again(
 ) -> None:
     """Escalated after its push (no CI appeared); CI fixed, the issue labelled ready again:
     the same commit is watched, the issue says so and closes, one commit on the remote."""
-    with ship_world(tmp_path, cli_env, plan=_silent_ci_plan) as world:
+    with ship_world(tmp_path, cli_env, plan=silent_ci_plan) as world:
         number = world.label("web", "Add a reports helper [no-ci]", "feature reports")
         world.start()
         runs = world.wait(
             "the watch escalates",
-            lambda rs: [r.state for r in _issue_runs(rs, number)] == ["escalated"],
+            lambda rs: [r.state for r in issue_runs(rs, number)] == ["escalated"],
             90,
         )
-        first = _issue_runs(runs, number)[0]
+        first = issue_runs(runs, number)[0]
         assert first.error_class == "deploy_inconclusive" and first.pushed_sha, world.describe(runs)
         slug = world.repos["web"].slug
         world.wait(
@@ -57,11 +46,11 @@ def test_relabel_of_a_pushed_run_watches_its_commit_again(
         runs = world.wait(
             "the relabelled run ends",
             lambda rs: (
-                len(_issue_runs(rs, number)) == 2 and _issue_runs(rs, number)[1].state in ENDED
+                len(issue_runs(rs, number)) == 2 and issue_runs(rs, number)[1].state in ENDED
             ),
             90,
         )
-        again = _issue_runs(runs, number)[1]
+        again = issue_runs(runs, number)[1]
         assert again.state == "succeeded", world.describe(runs)
         assert again.pushed_sha == first.pushed_sha
         assert len(world.agent_calls()) == 1, world.agent_calls()

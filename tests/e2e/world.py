@@ -460,6 +460,16 @@ def held_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
     return CheckPlan(pending_s=600.0 if "[held-ci]" in subject else 0.0)
 
 
+def silent_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
+    """A commit whose subject says ``[no-ci]`` gets no CI at all; every other one goes green."""
+    return CheckPlan(silent="[no-ci]" in subject)
+
+
+def issue_runs(runs: list[Run], number: int) -> list[Run]:
+    """The issue's own runs (no fix-forwards), oldest first."""
+    return [r for r in runs if r.issue_number == number and r.kind == "issue"]
+
+
 def issue_state(runs: list[Run], number: int) -> str | None:
     """The state of the issue's run, None before intake queued it."""
     found = [r for r in runs if r.issue_number == number and r.kind == "issue"]
