@@ -9,6 +9,12 @@ from __future__ import annotations
 import re
 from enum import Enum
 
+from pipeline.core.masking import ELLIPSIS
+
+# Gitea and GitLab refuse a pull (merge) request title over 255 characters, GitHub over 256;
+# an issue's own title may already be 255 long.
+MAX_PULL_TITLE = 255
+
 
 class Integration(Enum):
     """How the run's branch meets the remote's default branch before a push."""
@@ -58,3 +64,16 @@ def push_failure(output: str) -> PushFailure:
     if "[remote rejected]" in output:
         return PushFailure.REJECTED
     return PushFailure.TRANSIENT
+
+
+def pull_request_title(title: str, ref: str, limit: int = MAX_PULL_TITLE) -> str:
+    """``<title> (<ref>)`` in at most ``limit`` characters: the title cut with an ellipsis.
+
+    The forge refuses a longer one, and the branch is pushed by then: the run would end
+    without its pull request.
+    """
+    suffix = f" ({ref})"
+    if len(title) + len(suffix) <= limit:
+        return title + suffix
+    room = max(limit - len(suffix) - len(ELLIPSIS), 0)
+    return title[:room].rstrip() + ELLIPSIS + suffix
