@@ -10,6 +10,7 @@ import re
 from enum import Enum
 
 from pipeline.core.masking import ELLIPSIS
+from pipeline.git.commits import defuse_closing
 
 # Gitea and GitLab refuse a pull (merge) request title over 255 characters, GitHub over 256;
 # an issue's own title may already be 255 long.
@@ -67,12 +68,15 @@ def push_failure(output: str) -> PushFailure:
 
 
 def pull_request_title(title: str, ref: str, limit: int = MAX_PULL_TITLE) -> str:
-    """``<title> (<ref>)`` in at most ``limit`` characters: the title cut with an ellipsis.
+    """``<title> (<ref>)`` in at most ``limit`` characters: the title cut with an ellipsis,
+    its closing keywords made ``Refs`` (``pipeline.git.commits.defuse_closing``).
 
     The forge refuses a longer one, and the branch is pushed by then: the run would end
-    without its pull request.
+    without its pull request. The title is the issue's, anyone's text: merged as proposed
+    (the title in a merge commit's message or a squash's subject), "Fix #2" would close
+    issue 2.
     """
-    suffix = f" ({ref})"
+    title, suffix = defuse_closing(title), f" ({ref})"
     if len(title) + len(suffix) <= limit:
         return title + suffix
     room = max(limit - len(suffix) - len(ELLIPSIS), 0)

@@ -37,3 +37,21 @@ def test_a_pull_request_for_a_longest_title_fits_the_forge(
     assert len(pull.title) <= LIMIT, pull.title
     assert pull.title.endswith(f" (#{number})"), pull.title
     assert pull.title.startswith("Write notes about the service's ports"), pull.title
+
+
+def test_a_pull_request_title_closes_no_other_issue(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Title "Fix #2: add notes": merged as proposed (a merge commit's message, a squash's
+    subject, Gitea's actionable references of a pull request), the title would close
+    issue 2. The pull request still names #2, with no closing keyword before it."""
+    with forge_world(tmp_path, cli_env, "gitea") as world:
+        with world.cli.config.open("a") as config:
+            config.write('[repos.app.push]\nmode = "branch"\n')
+        world.start()
+        number = world.issue("Fix #2: add notes")
+        world.wait("the pull request", lambda: world.fake.pulls(SLUG))
+        world.wait("the run ended", lambda: world.runs()[0].state in ENDED)
+        assert world.stop() == 0, world.log.read_text()[-3000:]
+        [pull] = world.fake.pulls(SLUG)
+    assert pull.title == f"Refs #2: add notes (#{number})", pull.title
