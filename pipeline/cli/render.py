@@ -14,7 +14,7 @@ from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from pipeline.core.printable import indented, shown
+from pipeline.core.printable import indented, shown, shown_line
 from pipeline.store.records import Repo, Run, RunEvent
 from pipeline.store.waiting import WaitingIssue
 
@@ -139,7 +139,7 @@ def repos_table(repos: Sequence[Repo], out: TextIO) -> None:
 
 def run_detail(run: Run, events: Sequence[RunEvent], out: TextIO) -> None:
     """A run's header and timeline, oldest event first."""
-    title = f" {shown(run.issue_title)}" if run.issue_title else ""
+    title = f" {shown_line(run.issue_title)}" if run.issue_title else ""
     out.write(f"run {run.id}  {run.repo_name} {issue_label(run)}{title}\n")
     fields = [
         ("kind", run.kind),

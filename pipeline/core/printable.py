@@ -24,6 +24,12 @@ def shown(text: str) -> str:
     return UNSAFE.sub(_escape, text)
 
 
+def shown_line(text: str) -> str:
+    """``shown(text)`` on one line, each line break as ``\\n``: a title (anyone's text) in
+    a header cannot start a line that passes for one of the header's own."""
+    return shown(text).replace("\n", "\\n")
+
+
 def well_formed(text: str) -> str:
     """``text`` with each lone surrogate as U+FFFD, so it encodes as UTF-8 wherever it goes."""
     return LONE_SURROGATE.sub("\ufffd", text)

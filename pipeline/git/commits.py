@@ -12,6 +12,7 @@ from pathlib import Path
 from pipeline.core.errors import EscalationError, FatalError
 from pipeline.core.files import remove_tree
 from pipeline.core.proc import StopToken
+from pipeline.core.states import TRAILER
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import DEFAULT_LIMITS, FALLBACK_IDENTITY, GitLimits, GitRunner
 
@@ -151,14 +152,14 @@ class Git:
         commits = self.commits_since(base)
         messages = [self.message(sha) for sha in commits]
         if len(commits) == 1 and self.has_trailers(messages[0], trailers):
-            if defuse_closing(messages[0]) == messages[0]:
+            if inert_message(messages[0], trailers) == messages[0]:
                 return (commits[0],)
         self.run("reset", "--soft", base)
         if not self._has_staged():
             raise EscalationError(
                 "no_change", "the agent's commits add up to no change against the base"
             )
-        message = defuse_closing(combined_message(subject, messages))
+        message = inert_message(combined_message(subject, messages), trailers)
         return (self.commit(self.with_trailers(message, trailers)),)
 
 
@@ -195,6 +196,31 @@ def defuse_closing(message: str) -> str:
     stranger can steer) must not close another issue, or this one early, on push.
     """
     return _CLOSING.sub("Refs", message)
+
+
+def inert_message(message: str, trailers: Sequence[tuple[str, str]]) -> str:
+    """``message`` closing no issue, and passing for no other run than the one ``trailers``
+    name: each line git could read as an ``Afk-Run`` trailer naming another value goes
+    (with the lines folded into it), wherever it stands.
+
+    A commit carrying ``Afk-Run: 12`` passes for run 12's push: run 12 would take it for
+    its own work, published, and never push its own. The message is the agent's, steered
+    by the issue's text; only the daemon names runs.
+    """
+    own = dict(trailers).get(TRAILER)
+    kept: list[str] = []
+    folded = False
+    for line in defuse_closing(message).split("\n"):
+        if folded and line[:1] in (" ", "\t") and line.strip():
+            continue  # git reads an indented line after a trailer as more of its value
+        found = _RUN_TRAILER.match(line)
+        folded = found is not None
+        if found is None or line == f"{TRAILER}: {own}":
+            kept.append(line)
+    return "\n".join(kept)
+
+
+_RUN_TRAILER = re.compile(rf"\s*{re.escape(TRAILER)}\s*:", re.IGNORECASE)
 
 
 def combined_message(subject: str, messages: Sequence[str]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from pipeline.core.printable import indented, shown
+from pipeline.core.printable import indented, shown, shown_line
 from pipeline.core.states import REPO_STATES, RUN_KINDS
 from pipeline.http.common import (
     MAX_OFFSET,
@@ -113,7 +113,7 @@ def run_log(request: Request) -> Response:
 def format_log(run: Run, events: list[RunEvent]) -> str:
     """A run's header and timeline as text a human reads in a terminal."""
     issue = f" issue #{run.issue_number}" if run.issue_number is not None else ""
-    title = f" {shown(run.issue_title)}" if run.issue_title else ""
+    title = f" {shown_line(run.issue_title)}" if run.issue_title else ""
     lines = [
         f"run {run.id} ({run.kind}) {run.repo_name}{issue}{title}",
         f"state {run.state}, attempt {run.attempt}, cost ${run.cost_usd:.4f}, "

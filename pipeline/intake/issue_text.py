@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from pipeline.config.settings import TrackerSettings
-from pipeline.intake.sanitize import strip_hidden
+from pipeline.intake.sanitize import one_line, strip_hidden
 from pipeline.store import Issue
 from pipeline.trackers.base import (
     Comment,
@@ -283,7 +283,8 @@ def assemble(
         left_out[comment.author] += 1
         if quote:
             quoted.append((comment.author, strip(comment.body)))
-    title_text = strip(title.text) if title.text is not None else f"Issue #{detail.number}"
+    title_text = one_line(strip(title.text)) if title.text is not None else ""
+    title_text = title_text or f"Issue #{detail.number}"
     body_text = strip(body.text) if body.text is not None else BODY_LEFT_OUT
     data: dict[str, object] = {
         "title": title.source,

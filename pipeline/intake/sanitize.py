@@ -74,6 +74,16 @@ def strip_hidden(text: str) -> Stripped:
         comments += found
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line: each run of whitespace (line breaks, tabs) one space.
+
+    An issue's title is a line wherever the daemon uses it: the subject of the commit it
+    makes, a pull request's title. A title's line break would start the commit's body,
+    where a line ``---`` or ``Afk-Run: 12`` changes what git reads as the trailers.
+    """
+    return " ".join(text.split())
+
+
 def inert_comments(text: str) -> str:
     """``text`` to quote in a comment the daemon posts, each HTML comment opening shown as
     text (``&lt;!--``, invisible characters inside it too).

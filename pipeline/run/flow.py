@@ -36,6 +36,7 @@ from pipeline.run.progress import (
 )
 from pipeline.run.progress_final import ProgressFinals
 from pipeline.run.publish import PublishHooks, PublishOptions, find_pushed, publish
+from pipeline.run.publish_rules import pull_request_title
 from pipeline.run.recovery import Recovery
 from pipeline.run.resume import ResumeDeps, ResumePlan, resume_plan
 from pipeline.run.scope import RunScope, WorktreeLease
@@ -272,9 +273,10 @@ class RunFlow:
             open_pr=self._pull_request_opener(ctx.run, scope.repo, scope.issue),
             before_push=guard.before_push if guard is not None else None,
         )
-        title = f"{scope.issue.title} ({scope.issue.ref})"
         options = PublishOptions(
-            title=title, limits=self.deps.workspaces.git_limits, run_base=run_base
+            title=pull_request_title(scope.issue.title, scope.issue.ref),
+            limits=self.deps.workspaces.git_limits,
+            run_base=run_base,
         )
         return publish(scope, hooks, options).pushed_sha
 

@@ -9,6 +9,13 @@ from __future__ import annotations
 import re
 from enum import Enum
 
+from pipeline.core.masking import ELLIPSIS
+from pipeline.git.commits import defuse_closing
+
+# Gitea and GitLab refuse a pull (merge) request title over 255 characters, GitHub over 256;
+# an issue's own title may already be 255 long.
+MAX_PULL_TITLE = 255
+
 
 class Integration(Enum):
     """How the run's branch meets the remote's default branch before a push."""
@@ -58,3 +65,19 @@ def push_failure(output: str) -> PushFailure:
     if "[remote rejected]" in output:
         return PushFailure.REJECTED
     return PushFailure.TRANSIENT
+
+
+def pull_request_title(title: str, ref: str, limit: int = MAX_PULL_TITLE) -> str:
+    """``<title> (<ref>)`` in at most ``limit`` characters: the title cut with an ellipsis,
+    its closing keywords made ``Refs`` (``pipeline.git.commits.defuse_closing``).
+
+    The forge refuses a longer one, and the branch is pushed by then: the run would end
+    without its pull request. The title is the issue's, anyone's text: merged as proposed
+    (the title in a merge commit's message or a squash's subject), "Fix #2" would close
+    issue 2.
+    """
+    title, suffix = defuse_closing(title), f" ({ref})"
+    if len(title) + len(suffix) <= limit:
+        return title + suffix
+    room = max(limit - len(suffix) - len(ELLIPSIS), 0)
+    return title[:room].rstrip() + ELLIPSIS + suffix

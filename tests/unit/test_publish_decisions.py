@@ -6,12 +6,14 @@ import pytest
 
 from pipeline.git.mirror import pushed_in
 from pipeline.run.publish_rules import (
+    MAX_PULL_TITLE,
     Integration,
     PushFailure,
     carries_run,
     conflict_resolved,
     hand_conflict_to_agent,
     integration,
+    pull_request_title,
     push_failure,
 )
 
@@ -101,3 +103,11 @@ def test_a_failed_push_is_a_race_a_refusal_or_transient(output: str, meaning: Pu
     assert (
         push_failure(f"To https://h/o/r.git\n{output}\nerror: failed to push some refs") is meaning
     )
+
+
+def test_a_pull_request_title_is_bounded_with_its_reference() -> None:
+    assert pull_request_title("Add mul", "#3") == "Add mul (#3)"
+    longest = "x" * (MAX_PULL_TITLE - len(" (#3)"))
+    assert pull_request_title(longest, "#3") == f"{longest} (#3)"
+    cut = pull_request_title("word " * 100, "web#12")
+    assert len(cut) == MAX_PULL_TITLE - 1 and cut.endswith("word… (web#12)"), cut
