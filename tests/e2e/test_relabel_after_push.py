@@ -13,8 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ENDED
-from .world import BLOCKED, MAINTAINER, READY, issue_runs, ship_world, silent_ci_plan
+from .world import (
+    BLOCKED,
+    MAINTAINER,
+    READY,
+    escalated_after_push,
+    second_run,
+    ship_world,
+    silent_ci_plan,
+)
 
 pytestmark = pytest.mark.deploy_e2e
 
@@ -26,15 +33,7 @@ def test_relabel_of_a_pushed_run_watches_its_commit_again(
     """Escalated after its push (no CI appeared); CI fixed, the issue labelled ready again:
     the same commit is watched, the issue says so and closes, one commit on the remote."""
     with ship_world(tmp_path, cli_env, plan=silent_ci_plan) as world:
-        number = world.label("web", "Add a reports helper [no-ci]", "feature reports")
-        world.start()
-        runs = world.wait(
-            "the watch escalates",
-            lambda rs: [r.state for r in issue_runs(rs, number)] == ["escalated"],
-            90,
-        )
-        first = issue_runs(runs, number)[0]
-        assert first.error_class == "deploy_inconclusive" and first.pushed_sha, world.describe(runs)
+        number, first = escalated_after_push(world)
         slug = world.repos["web"].slug
         world.wait(
             "the ending is told on the issue",
@@ -43,14 +42,7 @@ def test_relabel_of_a_pushed_run_watches_its_commit_again(
         # A human fixes CI, which now reports on the commit; then labels the issue again.
         world.fake.add_check_run(slug, first.pushed_sha, "build", "completed", "success")
         world.fake.apply_label(slug, number, READY, MAINTAINER)
-        runs = world.wait(
-            "the relabelled run ends",
-            lambda rs: (
-                len(issue_runs(rs, number)) == 2 and issue_runs(rs, number)[1].state in ENDED
-            ),
-            90,
-        )
-        again = issue_runs(runs, number)[1]
+        runs, again = second_run(world, number, "the relabelled run ends")
         assert again.state == "succeeded", world.describe(runs)
         assert again.pushed_sha == first.pushed_sha
         assert len(world.agent_calls()) == 1, world.agent_calls()

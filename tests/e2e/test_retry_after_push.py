@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ENDED
-from .world import BLOCKED, issue_runs, ship_world, silent_ci_plan
+from .world import BLOCKED, escalated_after_push, second_run, ship_world, silent_ci_plan
 
 pytestmark = pytest.mark.deploy_e2e
 
@@ -25,15 +24,7 @@ def test_retry_of_a_pushed_run_watches_its_commit_again(
     """Escalated after its push (no CI appeared); CI fixed, retried: the same commit is
     watched, the issue closes, the agent ran once and the change was pushed once."""
     with ship_world(tmp_path, cli_env, plan=silent_ci_plan) as world:
-        number = world.label("web", "Add a reports helper [no-ci]", "feature reports")
-        world.start()
-        runs = world.wait(
-            "the watch escalates",
-            lambda rs: [r.state for r in issue_runs(rs, number)] == ["escalated"],
-            90,
-        )
-        first = issue_runs(runs, number)[0]
-        assert first.error_class == "deploy_inconclusive" and first.pushed_sha, world.describe(runs)
+        number, first = escalated_after_push(world)
         slug = world.repos["web"].slug
         marker = f"afk-pipeline:run={first.id}:ended"
 
@@ -47,14 +38,7 @@ def test_retry_of_a_pushed_run_watches_its_commit_again(
         # A human fixes CI, which now reports on the commit; then retries as told.
         world.fake.add_check_run(slug, first.pushed_sha, "build", "completed", "success")
         world.cli("runs", "retry", str(first.id))
-        runs = world.wait(
-            "the retry ends",
-            lambda rs: (
-                len(issue_runs(rs, number)) == 2 and issue_runs(rs, number)[1].state in ENDED
-            ),
-            90,
-        )
-        retried = issue_runs(runs, number)[1]
+        runs, retried = second_run(world, number, "the retry ends")
         assert retried.state == "succeeded", world.describe(runs)
         assert retried.pushed_sha == first.pushed_sha
         assert len(world.agent_calls()) == 1, world.agent_calls()

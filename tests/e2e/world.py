@@ -34,7 +34,7 @@ from pipeline.testing.receiver import Receiver
 from pipeline.testing.woodpecker import FakeWoodpecker
 
 from .ci_feeder import Board, CheckPlan, CiFeeder, GitHubChecks, WoodpeckerBoard, default_plan
-from .conftest import Cli, stop_daemon
+from .conftest import ENDED, Cli, stop_daemon
 
 TOKEN_ENV = "AFK_E2E_GITHUB_TOKEN"
 TOKEN = "sentinel-e2e-forge-token"
@@ -468,6 +468,31 @@ def silent_ci_plan(slug: str, sha: str, subject: str) -> CheckPlan:
 def issue_runs(runs: list[Run], number: int) -> list[Run]:
     """The issue's own runs (no fix-forwards), oldest first."""
     return [r for r in runs if r.issue_number == number and r.kind == "issue"]
+
+
+def escalated_after_push(world: ShipWorld) -> tuple[int, Run]:
+    """Label a ``[no-ci]`` issue on ``web`` and start the daemon; return the issue and its
+    run once the watch escalated it, pushed and without a CI verdict (world: silent_ci_plan)."""
+    number = world.label("web", "Add a reports helper [no-ci]", "feature reports")
+    world.start()
+    runs = world.wait(
+        "the watch escalates",
+        lambda rs: [r.state for r in issue_runs(rs, number)] == ["escalated"],
+        90,
+    )
+    first = issue_runs(runs, number)[0]
+    assert first.error_class == "deploy_inconclusive" and first.pushed_sha, world.describe(runs)
+    return number, first
+
+
+def second_run(world: ShipWorld, number: int, what: str) -> tuple[list[Run], Run]:
+    """Every run, and the issue's second run, once that one ended."""
+    runs = world.wait(
+        what,
+        lambda rs: len(issue_runs(rs, number)) == 2 and issue_runs(rs, number)[1].state in ENDED,
+        90,
+    )
+    return runs, issue_runs(runs, number)[1]
 
 
 def issue_state(runs: list[Run], number: int) -> str | None:
