@@ -59,28 +59,19 @@ class Rebuilt:
 def damage(checkout: GitRepo, base_sha: str, run: GitRunner) -> str | None:
     """What is wrong with ``checkout``'s git directory, or None when the probe passes.
 
-    Reads every ref (a junk line in ``packed-refs`` fails it) and looks up every
-    object of ``base_sha``'s tree (deleted or truncated object files fail it).
-    Costs a tree listing and one batched lookup: no object is decompressed.
+    Reads every ref (a junk line in ``packed-refs`` fails it) and walks ``base_sha``'s
+    tree, looking up every object in it (deleted or truncated object files fail it).
+    Neither prints what it reads: no object is decompressed, and no listing of a large
+    tree goes through the runner's scrubbing of output.
     """
     if not checkout.common_dir.is_dir():
         return None
-    refs = run.run("for-each-ref", "--format=%(refname)")
+    refs = run.run("for-each-ref", "--count=1", "--format=%(refname)")
     if not refs.ok:
         return f"git cannot read its refs: {refs.tail(2)}"
-    tree = run.run("ls-tree", "-r", "-t", "-z", "--full-tree", base_sha)
-    if not tree.ok:
-        return f"git cannot read the tree of {base_sha[:12]}: {tree.tail(2)}"
-    wanted = [
-        line.split("\t", 1)[0].split(" ")[2]
-        for line in tree.stdout.split("\0")
-        if line and line.split(" ", 2)[1] != "commit"  # a submodule's commit is elsewhere
-    ]
-    found = run.run("cat-file", "--batch-check", input_data="\n".join(wanted).encode())
-    missing = [line for line in found.stdout.splitlines() if line.endswith(" missing")]
-    if not found.ok or missing:
-        first = missing[0].split(" ")[0] if missing else found.tail(2)
-        return f"objects of {base_sha[:12]} are missing ({len(missing)}, first {first})"
+    objects = run.run("rev-list", "--objects", "--quiet", "--no-walk", base_sha, "--")
+    if not objects.ok:
+        return f"objects of {base_sha[:12]} are missing or unreadable: {objects.tail(2)}"
     return None
 
 
