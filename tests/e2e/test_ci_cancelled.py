@@ -21,7 +21,7 @@ from pipeline.store import Run
 
 from .ci_feeder import CheckPlan
 from .conftest import ENDED
-from .world import BLOCKED, ShipWorld, Tuning, held_ci_plan, ship_world
+from .world import BLOCKED, ShipWorld, Tuning, held_ci_plan, rerun_green, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
 
@@ -111,12 +111,6 @@ def _their_ci_red(slug: str, sha: str, subject: str) -> CheckPlan:
     return CheckPlan(conclusion="failure" if "[ci-red]" in subject else "success")
 
 
-def _rerun_green(world: ShipWorld, sha: str) -> None:
-    with world.fake.lock:
-        for check in world.fake.repos[world.repos["web"].slug].check_runs[sha]:
-            check.status, check.conclusion = "completed", "success"
-
-
 @pytest.mark.timeout(300)
 def test_red_ci_of_the_later_commit_names_that_commit_and_its_rerun_heals(
     tmp_path: Path, cli_env: dict[str, str]
@@ -147,7 +141,7 @@ def test_red_ci_of_the_later_commit_names_that_commit_and_its_rerun_heals(
         prompt = str(evidence.data["prompt"])
         assert f"Fix-forward: commit {theirs}" in prompt, prompt
         assert f"commit {ours}" in prompt and "whose own CI was cancelled" in prompt, prompt
-        _rerun_green(world, theirs)
+        rerun_green(world, theirs)
         (tmp_path / "agent-area" / "release").touch()
         runs = world.wait(
             "the fix-forward ends",

@@ -12,16 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from .world import BLOCKED, ShipWorld, held_ci_plan, issue_state, ship_world
+from .world import BLOCKED, held_ci_plan, issue_state, rerun_green, ship_world
 
 pytestmark = pytest.mark.deploy_e2e
-
-
-def _rerun_green(world: ShipWorld, sha: str) -> None:
-    """The check run re-run and green: what GitHub's latest check run for the commit says."""
-    with world.fake.lock:
-        for run in world.fake.repos[world.repos["web"].slug].check_runs[sha]:
-            run.status, run.conclusion = "completed", "success"
 
 
 @pytest.mark.timeout(300)
@@ -40,7 +33,7 @@ def test_fix_forward_with_nothing_to_change_ends_healed_when_ci_reran_green(
         slug, sha = world.repos["web"].slug, run.pushed_sha or ""
         world.feeder.complete(slug, sha, "failure")
         world.wait("the fix-forward starts", lambda rs: any(r.kind == "fix_forward" for r in rs))
-        _rerun_green(world, sha)
+        rerun_green(world, sha)
         (tmp_path / "agent-area" / "release").touch()
         runs = world.wait(
             "the fix-forward ends",

@@ -495,6 +495,13 @@ def second_run(world: ShipWorld, number: int, what: str) -> tuple[list[Run], Run
     return runs, issue_runs(runs, number)[1]
 
 
+def rerun_green(world: ShipWorld, sha: str) -> None:
+    """The commit's check runs re-run and green: what GitHub's latest check run now says."""
+    with world.fake.lock:
+        for run in world.fake.repos[world.repos["web"].slug].check_runs[sha]:
+            run.status, run.conclusion = "completed", "success"
+
+
 def issue_state(runs: list[Run], number: int) -> str | None:
     """The state of the issue's run, None before intake queued it."""
     found = [r for r in runs if r.issue_number == number and r.kind == "issue"]
