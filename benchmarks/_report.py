@@ -30,6 +30,7 @@ FULL: dict[str, list[str]] = {
     "scheduler": [],
     "sandbox": ["--rounds", "30"],
     "workspace": ["--rounds", "5"],
+    "scrub": ["--rounds", "20"],
 }
 QUICK: dict[str, list[str]] = {
     "claim": ["--repetitions", "1", "--jobs", "300", "--repos", "60"],
@@ -39,6 +40,7 @@ QUICK: dict[str, list[str]] = {
     "scheduler": [],
     "sandbox": ["--rounds", "10"],
     "workspace": ["--rounds", "3", "--files", "2000"],
+    "scrub": ["--rounds", "5"],
 }
 
 # (benchmark, field, comparison, target, what the acceptance says)

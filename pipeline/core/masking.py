@@ -14,10 +14,18 @@ secrets at start.
 
 The store masks at write (and read), the HTTP layer at serve time, the log
 through its formatter, notifications and comments before they are sent.
+
+Both ``mask`` and ``redact_url`` run over whole git listings and diffs, so each
+looks first where it can match: ``mask`` keeps the forms the text contains (a
+substring test each) and replaces them with one expression of just those, the
+longest first, as one expression of every form would; ``redact_url`` visits
+each ``://`` and reads the scheme back from it, instead of trying the URL
+expression at every letter (quadratic on a long word).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -44,6 +52,8 @@ ELLIPSIS = "…"
 # the text's edge with no marker, a longer piece, so plain words never match.
 MIN_EDGE_CUT_LEN = 8
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<userinfo>[^/@\s]+)@")
+_SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
+_LETTER = re.compile(r"[A-Za-z]")
 # Schemes where a user without a password is a login name, not a token in the user field.
 _NAMED_USER_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+psycopg", "ssh", "git+ssh"})
 
@@ -100,8 +110,14 @@ def _index_cuts(cuttable: Mapping[str, int]) -> _Cuts:
 class _Snapshot:
     """What ``mask`` reads: replaced as a whole on registration, so reads need no lock."""
 
-    pattern: re.Pattern[str] | None = None
+    forms: tuple[str, ...] = ()  # longest first: the order the expression tries them in
     cuts: _Cuts = field(default_factory=_Cuts)
+
+
+@functools.lru_cache(maxsize=64)
+def _alternation(forms: tuple[str, ...]) -> re.Pattern[str]:
+    """One expression matching any of ``forms``, tried in their order."""
+    return re.compile("|".join(re.escape(f) for f in forms))
 
 
 class SecretRegistry:
@@ -137,14 +153,13 @@ class SecretRegistry:
             self._seen.add(key)
             self._forms |= forms.forms
             self._cuttable.update(forms.cuttable)
-            ordered = sorted(self._forms, key=lambda f: (-len(f), f))
-            pattern = re.compile("|".join(re.escape(f) for f in ordered))
-            self._snapshot = _Snapshot(pattern, _index_cuts(self._cuttable))
+            ordered = tuple(sorted(self._forms, key=lambda f: (-len(f), f)))
+            self._snapshot = _Snapshot(ordered, _index_cuts(self._cuttable))
         return True
 
     @property
     def active(self) -> bool:
-        return self._snapshot.pattern is not None
+        return bool(self._snapshot.forms)
 
     def clear(self) -> None:
         """Forget every secret (tests)."""
@@ -153,13 +168,18 @@ class SecretRegistry:
             self._forms.clear()
             self._cuttable.clear()
             self._snapshot = _Snapshot()
+        _alternation.cache_clear()
 
     def mask(self, text: str) -> str:
         """``text`` with every registered form, whole or cut short, replaced by ``***``."""
         snapshot = self._snapshot
-        if snapshot.pattern is None or not text:
+        if not snapshot.forms or not text:
             return text
-        text = snapshot.pattern.sub(MASK, text)
+        # A form the text does not contain matches nowhere in it: leaving it out of the
+        # expression changes no match, and most texts contain none at all.
+        present = tuple(f for f in snapshot.forms if f in text)
+        if present:
+            text = _alternation(present).sub(MASK, text)
         parts = text.split(ELLIPSIS)
         last = len(parts) - 1
         for n, part in enumerate(parts):
@@ -224,7 +244,31 @@ def redact_url(text: str) -> str:
 
     The one URL redaction of the code base: git messages, database URLs, remotes.
     """
-    return mask(_URL_USERINFO.sub(_redacted_userinfo, text))
+    return mask(_redact_userinfo(text))
+
+
+def _redact_userinfo(text: str) -> str:
+    """``_URL_USERINFO.sub(_redacted_userinfo, text)``, looking only where a ``://`` is.
+
+    A match holds exactly one ``://``, the first colon after its start: its scheme
+    is the run of scheme characters before it, from the run's first letter on.
+    """
+    parts: list[str] = []
+    done = 0
+    at = text.find("://")
+    while at != -1:
+        start = at
+        while start > done and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        letter = _LETTER.search(text, start, at)
+        match = _URL_USERINFO.match(text, letter.start()) if letter else None
+        if match is None:
+            at = text.find("://", at + 1)
+            continue
+        parts += (text[done : match.start()], _redacted_userinfo(match))
+        done = match.end()
+        at = text.find("://", done)
+    return "".join(parts) + text[done:] if parts else text
 
 
 def _redacted_userinfo(match: re.Match[str]) -> str:

@@ -311,11 +311,20 @@ class _Call:
 
     def shown(self, credentials: PushSettings | None) -> str:
         words = [self.argv[0] if self.tool else "git", *self.args]
-        return scrub(redact_url(" ".join(words)), credentials)
+        return _scrubbed(" ".join(words), credentials)
 
 
 def _clean(raw: bytes, credentials: PushSettings | None) -> str:
-    return scrub(redact_url(raw.decode("utf-8", errors="replace")), credentials)
+    return _scrubbed(raw.decode("utf-8", errors="replace"), credentials)
+
+
+def _scrubbed(text: str, credentials: PushSettings | None) -> str:
+    """``text`` scrubbed twice: a masked secret can join a URL's userinfo that it split.
+
+    A text the first pass leaves as it is (most output) the second would too.
+    """
+    once = scrub(text, credentials)
+    return once if once == text else scrub(once, credentials)
 
 
 @dataclass(frozen=True)
