@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeline.core.errors import FatalError
-from pipeline.intake.sanitize import strip_hidden
+from pipeline.intake.sanitize import inert_quote, strip_hidden
 from pipeline.trackers.base import Tracker, TrackerIssue
 
 MAX_REFS = 5
@@ -75,8 +75,9 @@ def parse_refs(text: str) -> Refs:
             position = ref.end()
             number = int(ref.group(2))
             if ref.group(1):
-                problems.append(
-                    f"{ref.group(1)}#{number}: dependencies on other repositories are not supported"
+                problems.append(  # quoted on the issue: a back-link there, unless inert
+                    f"{inert_quote(f'{ref.group(1)}#{number}')}: dependencies on other "
+                    "repositories are not supported"
                 )
             elif not 0 < number < MAX_NUMBER:
                 problems.append(f"#{number}: not an issue number")

@@ -22,7 +22,7 @@ from pipeline.config.settings import RepoSettings, TrackerSettings
 from pipeline.core.events import EventSink
 from pipeline.core.faults import checkpoint
 from pipeline.core.masking import mask
-from pipeline.intake.sanitize import inert_comments
+from pipeline.intake.sanitize import inert_comments, inert_quote
 from pipeline.store import Run, Store
 from pipeline.trackers.base import Tracker, TrackerIssue, carries_mark
 
@@ -157,9 +157,9 @@ class Lifecycle:
     ) -> None:
         labels = self.tracker_settings[repo.tracker]
         tracker = self.trackers[repo.tracker]
-        body = (
+        body = (  # the CI's and the deploy's words are theirs: quoted inert
             f"Done in {sha} on `{repo.default_branch}` (run {run_id}).\n\n"
-            f"- CI: {ci}\n- Deploy: {deploy}"
+            f"- CI: {inert_quote(ci)}\n- Deploy: {inert_quote(deploy)}"
         )
         self.comment_once(repo, number, f"run={run_id}:resolved", body, run_id)
         tracker.remove_label(repo.slug, number, labels.working_label)

@@ -7,7 +7,9 @@ look-alikes that models still read) and other invisible formatting. A
 maintainer labels what they saw, so only what they saw may reach the agent;
 ``strip_hidden`` removes the rest and counts what it removed. The other way,
 ``inert_comments`` keeps words the daemon quotes in its own comments from hiding
-the rest of the comment or passing for one of its markers.
+the rest of the comment or passing for one of its markers, and ``inert_quote`` keeps
+them from acting through the daemon's token: mentioning people, linking other issues,
+running GitLab quick actions (``docs/adr/0035-inert-quotes.md``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+
+from pipeline.core.masking import mask
 
 # An unterminated ``<!--`` hides everything after it when rendered.
 _HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
@@ -99,6 +103,38 @@ def inert_comments(text: str) -> str:
         visible = "".join(char for char in part[:16] if not is_invisible(char))
         shown.append(("&lt;" if visible.startswith("!--") else "<") + part)
     return "".join(shown)
+
+
+# What the forges act on in a comment, a title or a description (ADR 35 cites their rules).
+# A zero-width space after the trigger (or before a line's "/") leaves the text readable and
+# matches none of them: each wants its name or number right after the sign.
+BREAK = "\u200b"
+_ENTITY = re.compile(r"&(?=#[0-9]+;|#x[0-9a-f]+;|[a-z][a-z0-9]*;)", re.IGNORECASE)
+_MENTION = re.compile("@(?!\u200b)")
+_NUMBERED = re.compile(r"(?:[#!&]|\bGH-)(?=[0-9])", re.IGNORECASE)
+_ISSUE_URL = re.compile(
+    r"/(?:issues|pulls?|merge_requests|work_items|epics|discussions)/(?=[0-9])", re.IGNORECASE
+)
+_COMMAND_LINE = re.compile(r"^([ \t]*)/", re.MULTILINE)
+
+
+def inert_quote(text: str) -> str:
+    """``text`` someone else wrote (an agent's question, test output, a CI check's name),
+    masked and made inert to quote where a forge acts on words under the daemon's token:
+    no ``@name`` or ``@org/team`` mention, no ``#3``, ``!5``, ``&7``, ``GH-3``,
+    ``other/repo#3`` or issue URL reference (a back-link on that issue), no line starting
+    with ``/`` (a GitLab quick action, run with the daemon's permissions), no HTML entity
+    spelling one of those signs (``&#64;``). The text reads the same; the daemon's own words
+    around it (a mention of the person it answers) keep working.
+
+    Masked first: a secret with an ``@`` in it must still be found whole.
+    """
+    text = mask(text).replace("\r\n", "\n").replace("\r", "\n")
+    text = _ENTITY.sub("&amp;", text)
+    text = _MENTION.sub("@" + BREAK, text)
+    text = _NUMBERED.sub(lambda found: found.group(0) + BREAK, text)
+    text = _ISSUE_URL.sub(lambda found: found.group(0) + BREAK, text)
+    return _COMMAND_LINE.sub(lambda found: found.group(1) + BREAK + "/", text)
 
 
 def shown_url(url: str, limit: int = 300) -> str:

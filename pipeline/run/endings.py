@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from pipeline.config.settings import RepoSettings, Settings
@@ -49,6 +50,7 @@ from pipeline.core.states import (
     RunState,
 )
 from pipeline.intake.lifecycle import CommentInFlight, Lifecycle
+from pipeline.intake.sanitize import inert_quote
 from pipeline.notify.escalation import (
     EndingText,
     Notifies,
@@ -204,7 +206,7 @@ class Endings:
             if run.state == RunState.SUCCEEDED:
                 self._resolve_pending(run, repo)  # recovery resolved it, unless the forge failed
             elif root.issue_number is not None:
-                _, body = ending_message(text)
+                _, body = ending_message(_quotable(text))
                 blocked = run.state != RunState.CANCELLED
                 self.lifecycle.ended(root.issue_number, repo, run.id, body, blocked=blocked)
         except FatalError as exc:
@@ -282,6 +284,14 @@ class Endings:
                 )
             elif before and not record.frozen:
                 log.warning("repo %s unfrozen; its queue runs again", repo.name)
+
+
+def _quotable(text: EndingText) -> EndingText:
+    """``text`` for the issue: what the agent, its tests or the CI wrote (the question, the
+    error) inert there, so it mentions nobody and runs no quick action under the daemon's
+    token (``inert_quote``)."""
+    question = inert_quote(text.question) if text.question is not None else None
+    return replace(text, what_happened=inert_quote(text.what_happened), question=question)
 
 
 def _answerable(run: Run) -> bool:

@@ -23,6 +23,7 @@ from pipeline.core.masking import mask
 from pipeline.core.states import Decision, Outcome, RunState, Verdict, VerdictState
 from pipeline.intake.issue_text import Snapshot, trusted_issue
 from pipeline.intake.lifecycle import VIA_LABEL, Lifecycle
+from pipeline.intake.sanitize import inert_quote
 from pipeline.queue.worker import RunContext
 from pipeline.run.budget import Spend, SpendLedger
 from pipeline.run.conflicts import ConflictResolver
@@ -200,7 +201,7 @@ class RunFlow:
         ctx.events("repo_file", report.message, {"applied": list(report.applied)})
         number = ctx.run.issue_number
         if report.problems and number is not None:
-            lines = "\n".join(f"- `{problem}`" for problem in report.problems)
+            lines = "\n".join(f"- `{inert_quote(problem)}`" for problem in report.problems)
             body = (
                 f"The repository's `{REPO_FILE}` has values this run could not use; it went on "
                 f"without them:\n\n{lines}\n\nFix them on `{repo.default_branch}`."

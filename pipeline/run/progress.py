@@ -37,7 +37,7 @@ from pipeline.core.errors import (
 from pipeline.core.masking import mask
 from pipeline.core.states import TERMINAL_STATES, Outcome, RunState
 from pipeline.intake.issue_text import PROGRESS_MARK
-from pipeline.intake.sanitize import inert_comments
+from pipeline.intake.sanitize import inert_comments, inert_quote
 from pipeline.trackers.base import Tracker, carries_mark
 
 log = logging.getLogger(__name__)
@@ -117,8 +117,9 @@ class ProgressView:
         if self.review:
             lines.append(f"- Review: {self.review}")
         lines.append(f"- Cost so far: ${self.cost_usd:.2f}")
-        lines.append(f"- Run page: {self.link}")
-        return inert_comments("\n".join(lines)) + "\n\n" + progress_marker(self.run_id)
+        text = inert_quote("\n".join(lines))  # the values are others' words: a step, a check
+        text += f"\n- Run page: {self.link}"  # the daemon's own link, as configured
+        return inert_comments(text) + "\n\n" + progress_marker(self.run_id)
 
     def _tests_line(self) -> str:
         if not self.tests_last:

@@ -11,6 +11,7 @@ from enum import Enum
 
 from pipeline.core.masking import ELLIPSIS
 from pipeline.git.commits import defuse_closing
+from pipeline.intake.sanitize import inert_quote
 
 # Gitea and GitLab refuse a pull (merge) request title over 255 characters, GitHub over 256;
 # an issue's own title may already be 255 long.
@@ -74,9 +75,10 @@ def pull_request_title(title: str, ref: str, limit: int = MAX_PULL_TITLE) -> str
     The forge refuses a longer one, and the branch is pushed by then: the run would end
     without its pull request. The title is the issue's, anyone's text: merged as proposed
     (the title in a merge commit's message or a squash's subject), "Fix #2" would close
-    issue 2.
+    issue 2. Nor may it mention anyone or link another issue (``inert_quote``); the
+    reference to the run's own issue is the daemon's, and links it.
     """
-    title, suffix = defuse_closing(title), f" ({ref})"
+    title, suffix = inert_quote(defuse_closing(title)), f" ({ref})"
     if len(title) + len(suffix) <= limit:
         return title + suffix
     room = max(limit - len(suffix) - len(ELLIPSIS), 0)

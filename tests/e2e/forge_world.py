@@ -5,9 +5,9 @@
 for ``pipeline run``: that forge as the tracker (token and webhook secret by
 ``*_env``), no CI and no deploy probes, and a command agent that writes
 ``NOTES.md``, after waiting for a ``release`` file in its area when the issue's
-body says ``afk-wait``, or stops ``BLOCKED`` when it says ``afk-block``; notifications go
-to a loopback receiver. Outcomes are read from outside: the fake's issues, the
-remote, the receiver, the store.
+body says ``afk-wait``, or stops ``BLOCKED`` when it says ``afk-block`` (or asks what
+follows ``afk-ask:``); notifications go to a loopback receiver. Outcomes are read from
+outside: the fake's issues, the remote, the receiver, the store.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ if "afk-wait" in prompt:
         time.sleep(0.05)
 if "afk-block" in prompt:
     print("BLOCKED: which port should the service use?")
+    sys.exit(0)
+asked = [line.split("afk-ask:", 1)[1] for line in prompt.splitlines() if "afk-ask:" in line]
+if asked:
+    print("BLOCKED: " + asked[0].strip())
     sys.exit(0)
 (wd / "NOTES.md").write_text("done\\n")
 print("wrote NOTES.md")

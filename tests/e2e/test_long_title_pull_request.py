@@ -44,7 +44,8 @@ def test_a_pull_request_title_closes_no_other_issue(
 ) -> None:
     """Title "Fix #2: add notes": merged as proposed (a merge commit's message, a squash's
     subject, Gitea's actionable references of a pull request), the title would close
-    issue 2. The pull request still names #2, with no closing keyword before it."""
+    issue 2. The pull request still names #2, with no closing keyword before it, and as
+    words only (``inert_quote``): no back-link on issue 2 either; its own issue is linked."""
     with forge_world(tmp_path, cli_env, "gitea") as world:
         with world.cli.config.open("a") as config:
             config.write('[repos.app.push]\nmode = "branch"\n')
@@ -54,4 +55,5 @@ def test_a_pull_request_title_closes_no_other_issue(
         world.wait("the run ended", lambda: world.runs()[0].state in ENDED)
         assert world.stop() == 0, world.log.read_text()[-3000:]
         [pull] = world.fake.pulls(SLUG)
-    assert pull.title == f"Refs #2: add notes (#{number})", pull.title
+    assert pull.title.replace("\u200b", "") == f"Refs #2: add notes (#{number})", pull.title
+    assert "#2" not in pull.title and pull.title.endswith(f" (#{number})"), pull.title

@@ -245,3 +245,24 @@ def test_a_crash_while_recording_a_failed_runs_escalation_loses_no_row(
     world.endings.sweep()
     assert [e.reason for e in world.store.list_escalations("web")] == ["push_auth"]
     assert len(world.comments(number)) == 1 and len(world.inbox.sent) == 1
+
+
+def test_quoted_words_act_on_nothing_in_the_comments_but_reach_the_humans(world: World) -> None:
+    """The escalated run's error and the CI's words are quoted inert on the issue (no mention,
+    reference or line-leading quick action); the notification keeps them as written."""
+    number, run = world.issue_run(max_attempts=1)
+    error = "the tests are still red. End of the output:\nping @victim, other/repo#3\n/close"
+    world.endings.announce(world.finish(run, "escalated", "tests_red", error))
+    repo = RepoSettings(name="web", tracker="local", slug="acme/web", remote_url="x")
+    ci = "check @org/team: failure (see #9)\n/assign @victim"
+    world.recovery.resolve_pending(
+        repo, {"root": run.id, "number": number, "sha": "abc", "ci": ci, "deploy": "ok"}
+    )
+    ending, done = world.comments(number)
+    assert "ping @victim, other/repo#3" in ending.replace("\u200b", ""), ending
+    assert "check @org/team: failure (see #9)" in done.replace("\u200b", ""), done
+    for body in (ending, done):
+        assert not any(word in body for word in ("@victim", "other/repo#3", "@org/team", "#9"))
+        assert not any(line.startswith("/") for line in body.splitlines()), body
+    (notice,) = world.inbox.sent
+    assert "ping @victim, other/repo#3\n/close" in notice.body

@@ -57,6 +57,19 @@ def test_view_shows_every_fact_and_the_marker() -> None:
     assert text.endswith(progress_marker(12))
 
 
+def test_the_agents_words_mention_nobody_and_the_link_stays_whole() -> None:
+    """The step and the CI line are others' words, edited into the daemon's comment again
+    and again: no mention or reference in them (``inert_quote``); the daemon's link is kept."""
+    view = ProgressView(4, "https://bot@afk.example/runs/4")
+    view.apply("agent", "asking @victim about other/repo#3\n/close", {})
+    view.apply("verdict", "red", {"ci": "check @org/team: failure (#9)", "deploy": ""})
+    text = view.render()
+    for word in ("@victim", "@org/team", "other/repo#3", "(#9)"):
+        assert word not in text and word in text.replace("\u200b", ""), text
+    assert "\n/close" not in text
+    assert "- Run page: https://bot@afk.example/runs/4" in text
+
+
 def test_test_counts_read_unittest_and_pytest_summaries() -> None:
     """The runner's own counts become one phrase; output without them gives none."""
     assert summarise_tests("Ran 4 tests in 0.01s\n\nOK\n") == "4 tests, all passed"
