@@ -44,6 +44,7 @@ from pipeline.core.faults import checkpoint
 from pipeline.core.states import (
     DEPLOY_BROKEN_CLASS,
     RESUMABLE_REASONS,
+    SUPERSEDED_CLASS,
     TERMINAL_STATES,
     TIMEOUT_CLASS,
     RunState,
@@ -143,7 +144,7 @@ class Endings:
             what_happened=_what_happened(run),
             kept=self._kept(run),
             frozen=frozen and run.state != RunState.SUCCEEDED,
-            retryable=run.state != RunState.SUCCEEDED,
+            retryable=_retryable(run),
             ready_label=self.lifecycle.ready_label(repo) if root.issue_number else None,
             issue_url=root.issue_url,
             sha=run.pushed_sha,
@@ -282,6 +283,12 @@ class Endings:
                 )
             elif before and not record.frozen:
                 log.warning("repo %s unfrozen; its queue runs again", repo.name)
+
+
+def _retryable(run: Run) -> bool:
+    """Not a success, nor a fix-forward its broken run's ending superseded (a retry of it
+    would end the same way; that run's ending names the next step)."""
+    return run.state != RunState.SUCCEEDED and run.error_class != SUPERSEDED_CLASS
 
 
 def _answerable(run: Run) -> bool:
