@@ -135,14 +135,17 @@ class Recovery:
             scope.lease.succeeded()
         # An issue run speaks for itself (also one resuming an escalated run, its parent);
         # a fix-forward resolves the issue of the run at its chain's root.
-        root, deploy = run, verdict.deploy
+        root, deploy, done = run, verdict.deploy, sha
         if run.kind != "issue":
             healer = f"healed by fix-forward run {run.id}"
             if not run.pushed_sha:  # it changed nothing: the broken commit's CI re-ran green
-                healer = f"CI re-run green; fix-forward run {run.id} found nothing to change"
+                # Done in the chain's last push, not a later commit holding it that was judged.
+                done = next((r.pushed_sha for r in self.chain(run) if r.pushed_sha), sha)
+                green = "CI" if done == sha else f"CI of {sha[:12]}, which holds it,"
+                healer = f"{green} re-run green; fix-forward run {run.id} found nothing to change"
             root, deploy = self.chain_root(run), f"{deploy} ({healer})"
         if root.issue_number is not None:
-            resolution = {"root": root.id, "number": root.issue_number, "sha": sha}
+            resolution = {"root": root.id, "number": root.issue_number, "sha": done}
             self.resolve(scope, {**resolution, "ci": verdict.ci, "deploy": deploy})
         summary = f"pushed {sha[:12]}; CI {verdict.ci}; deploy {verdict.deploy}"
         return Decision(DecisionKind.RESOLVED, Outcome(RunState.SUCCEEDED, summary=summary))
