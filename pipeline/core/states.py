@@ -51,6 +51,9 @@ RETRYABLE_TERMINAL: tuple[str, ...] = (RunState.FAILED, RunState.ESCALATED, RunS
 TIMEOUT_CLASS = "timeout"
 # The error class of a run whose push broke the deploy; its fix-forward child heals it.
 DEPLOY_BROKEN_CLASS = "deploy_broken"
+# The error class of a fix-forward ended without an agent because its broken run's final
+# verdict was not "broken" (watched again after a crash: inconclusive, or ended otherwise).
+SUPERSEDED_CLASS = "superseded"
 # The escalation reason of a run whose repo was frozen.
 FROZEN_REASON = "frozen"
 # Escalations a human can answer on the issue: re-adding the ready label resumes the agent.

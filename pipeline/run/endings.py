@@ -45,6 +45,7 @@ from pipeline.core.faults import checkpoint
 from pipeline.core.states import (
     DEPLOY_BROKEN_CLASS,
     RESUMABLE_REASONS,
+    SUPERSEDED_CLASS,
     TERMINAL_STATES,
     TIMEOUT_CLASS,
     RunState,
@@ -145,7 +146,7 @@ class Endings:
             what_happened=_what_happened(run),
             kept=self._kept(run),
             frozen=frozen and run.state != RunState.SUCCEEDED,
-            retryable=run.state != RunState.SUCCEEDED,
+            retryable=_retryable(run),
             ready_label=self.lifecycle.ready_label(repo) if root.issue_number else None,
             issue_url=root.issue_url,
             sha=run.pushed_sha,
@@ -292,6 +293,12 @@ def _quotable(text: EndingText) -> EndingText:
     token (``inert_quote``)."""
     question = inert_quote(text.question) if text.question is not None else None
     return replace(text, what_happened=inert_quote(text.what_happened), question=question)
+
+
+def _retryable(run: Run) -> bool:
+    """Not a success, nor a fix-forward its broken run's ending superseded (a retry of it
+    would end the same way; that run's ending names the next step)."""
+    return run.state != RunState.SUCCEEDED and run.error_class != SUPERSEDED_CLASS
 
 
 def _answerable(run: Run) -> bool:

@@ -158,10 +158,10 @@ class RunFlow:
 
     def _run(self, ctx: RunContext, repo: RepoSettings, start: _Start) -> Outcome:
         run, issue = ctx.run, start.issue
-        healed = self.deps.recovery.nothing_to_heal(run) if run.kind == "fix_forward" else None
-        if healed is not None:  # its broken run, watched again after a crash, was healthy
-            ctx.events("recovery", healed.summary or "nothing to heal")
-            return healed
+        unasked = self.deps.recovery.not_needed(run)
+        if unasked is not None:  # its broken run, watched again after a crash, was not broken
+            ctx.events("recovery", unasked.summary or unasked.error or "not needed")
+            return unasked
         if run.pushed_sha:
             ctx.events("publish", f"already pushed {run.pushed_sha[:12]}; watching again")
             scope = self._scope(ctx, repo, issue, None)

@@ -21,6 +21,7 @@ from pipeline.core.states import (
     DEPLOY_BROKEN_CLASS,
     FIX_FORWARD_PRIORITY,
     FROZEN_REASON,
+    SUPERSEDED_CLASS,
     Decision,
     DecisionKind,
     Outcome,
@@ -34,6 +35,7 @@ from pipeline.intake.lifecycle import Lifecycle
 from pipeline.intake.sanitize import shown_url
 from pipeline.run.prompt import IssueInfo
 from pipeline.run.scope import RunScope
+from pipeline.run.superseded import not_needed
 from pipeline.store import EnqueueOptions, RepoFreeze, Run, Store
 from pipeline.watch.ci import ci_source
 
@@ -102,16 +104,12 @@ class Recovery:
             "broken. Check the deploy, find the cause and fix it forward, test first."
         )
 
-    def nothing_to_heal(self, run: Run) -> Outcome | None:
-        """The ending of a fix-forward whose broken run was judged healthy after all, else
-        None. Killed after queuing its fix-forward, a broken run watches its commit again
-        before the fix-forward may start (the claim waits for the parent's ending); a
-        deploy healthy by then (someone fixed it meanwhile) leaves nothing to fix."""
-        parent = self.store.get_run(run.parent_id) if run.parent_id is not None else None
-        if run.kind != "fix_forward" or parent is None or parent.state != RunState.SUCCEEDED:
+    def not_needed(self, run: Run) -> Outcome | None:
+        """The ending of a fix-forward its broken run's final verdict did not ask for
+        (``pipeline.run.superseded``), else None: it heals."""
+        if run.kind != "fix_forward" or run.parent_id is None:
             return None
-        said = f"nothing to heal: run {parent.id} was judged healthy when watched again"
-        return Outcome(RunState.SUCCEEDED, summary=said)
+        return not_needed(self.store.get_run(run.parent_id))
 
     # Verdicts -------------------------------------------------------------------
 
@@ -137,14 +135,17 @@ class Recovery:
             scope.lease.succeeded()
         # An issue run speaks for itself (also one resuming an escalated run, its parent);
         # a fix-forward resolves the issue of the run at its chain's root.
-        root, deploy = run, verdict.deploy
+        root, deploy, done = run, verdict.deploy, sha
         if run.kind != "issue":
             healer = f"healed by fix-forward run {run.id}"
             if not run.pushed_sha:  # it changed nothing: the broken commit's CI re-ran green
-                healer = f"CI re-run green; fix-forward run {run.id} found nothing to change"
+                # Done in the chain's last push, not a later commit holding it that was judged.
+                done = next((r.pushed_sha for r in self.chain(run) if r.pushed_sha), sha)
+                green = "CI" if done == sha else f"CI of {sha[:12]}, which holds it,"
+                healer = f"{green} re-run green; fix-forward run {run.id} found nothing to change"
             root, deploy = self.chain_root(run), f"{deploy} ({healer})"
         if root.issue_number is not None:
-            resolution = {"root": root.id, "number": root.issue_number, "sha": sha}
+            resolution = {"root": root.id, "number": root.issue_number, "sha": done}
             self.resolve(scope, {**resolution, "ci": verdict.ci, "deploy": deploy})
         summary = f"pushed {sha[:12]}; CI {verdict.ci}; deploy {verdict.deploy}"
         return Decision(DecisionKind.RESOLVED, Outcome(RunState.SUCCEEDED, summary=summary))
@@ -370,12 +371,14 @@ def unhealed_freeze(run: Run, ending: Outcome) -> RepoFreeze | None:
     failed or cancelled without healing, else None.
 
     Escalated fix-forwards were frozen by ``Recovery.escalate``; one that failed with
-    ``deploy_broken`` has queued the next fix-forward of its chain. The one rule for
+    ``deploy_broken`` has queued the next fix-forward of its chain; one ``superseded``
+    was never needed (its broken run ended not broken, ``pipeline.run.superseded``), and
+    that run's ending called the human if one was needed. The one rule for
     both the finish that ends the run and the after-the-fact ``freeze_unhealed``.
     """
     if run.kind != "fix_forward" or ending.state not in (RunState.FAILED, RunState.CANCELLED):
         return None
-    if ending.error_class == DEPLOY_BROKEN_CLASS:
+    if ending.error_class in (DEPLOY_BROKEN_CLASS, SUPERSEDED_CLASS):
         return None
     reason = f"fix-forward run {run.id} ended {ending.state} ({ending.error_class or 'no cause'})"
     return RepoFreeze(reason, FROZEN_BY, escalation=f"{reason}: {ending.error}")

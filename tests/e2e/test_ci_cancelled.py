@@ -151,3 +151,8 @@ def test_red_ci_of_the_later_commit_names_that_commit_and_its_rerun_heals(
         fix = next(r for r in runs if r.kind == "fix_forward")
         assert fix.state == "succeeded", world.describe(runs)
         assert not _frozen(world) and world.store.list_escalations("web") == []
+        # The issue is done in the run's own commit; theirs, re-run green, only vouched for it.
+        issue = world.fake.issue(slug, number)
+        (done,) = [c.body for c in issue.comments if "Done in" in c.body]
+        assert issue.state == "closed" and f"Done in {ours} " in done, done
+        assert theirs[:12] in done and "re-run" in done, done

@@ -160,6 +160,29 @@ def test_a_broken_deploy_link_of_a_chain_posts_nothing(world: World) -> None:
     assert WORKING in world.labels(number)
 
 
+def test_a_superseded_fix_forward_says_so_under_its_broken_runs_escalation(world: World) -> None:
+    """A fix-forward its broken run's escalation superseded (watched again after a crash, the
+    deploy was inconclusive): one line on the issue saying so, no retry offered, no freeze,
+    and the escalation's agent-blocked label stays."""
+    number, run = world.issue_run()
+    ended = world.finish(run, "escalated", "deploy_inconclusive", "the watch was inconclusive")
+    world.endings.announce(ended)
+    fix = world.store.enqueue(
+        "web", EnqueueOptions(kind="fix_forward", priority=1_000_000, parent_id=run.id)
+    ).run
+    claimed = world.store.claim_next("w", max_concurrency=5, lease_s=60)
+    assert claimed is not None and claimed.id == fix.id
+    said = f"superseded: run {run.id} ended escalated; nothing was pushed"
+    world.endings.announce(world.finish(claimed, "cancelled", "superseded", said))
+    assert world.labels(number) == (BLOCKED,)
+    first, second = world.comments(number)
+    assert f"run {run.id}: escalated" in first and f"pipeline runs retry {run.id}" in first
+    assert said in second and f"pipeline runs show {fix.id}" in second
+    assert "runs retry" not in second and "frozen" not in second
+    assert not world.store.get_repo("web").frozen  # type: ignore[union-attr]
+    assert [n.kind for n in world.inbox.sent] == ["escalation"]
+
+
 def test_the_sweep_announces_endings_written_elsewhere(world: World) -> None:
     """A waiting run cancelled from the CLI (no worker) is announced by the periodic sweep."""
     local = world.store.add_local_issue("web", "Queued thing", labels=(WORKING,))

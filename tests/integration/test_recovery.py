@@ -18,8 +18,9 @@ from pipeline.core.states import (
 )
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.run.budget import SpendLedger
-from pipeline.run.recovery import Recovery
+from pipeline.run.recovery import Recovery, unhealed_freeze
 from pipeline.run.scope import RunScope
+from pipeline.run.superseded import not_needed
 from pipeline.store import EnqueueOptions, Run, Store
 from pipeline.testing.scopes import PLACEHOLDER_ISSUE
 from pipeline.testing.sinks import RecordingSink
@@ -52,7 +53,7 @@ def _scope(run: Run, repo: RepoSettings) -> RunScope:
     )
 
 
-def _finished(store: Store, run: Run, state: str, error_class: str) -> Run:
+def _finished(store: Store, run: Run, state: str, error_class: str | None) -> Run:
     claimed = store.claim_next("tester", max_concurrency=5, lease_s=30)
     assert claimed is not None and claimed.id == run.id
     return store.finish(
@@ -167,3 +168,41 @@ def test_a_repeated_watch_queues_one_fix_forward(store: Store, tmp_path: Path) -
     evidence = recovery.evidence_for(first)
     assert evidence is not None and "500 Internal Server Error" in evidence
     assert recovery.chain_root(first).id == parent.id
+
+
+def test_a_fix_forward_runs_only_if_its_broken_run_ended_broken(
+    store: Store, tmp_path: Path
+) -> None:
+    """Watched again after a crash, the broken run's final ending decides its fix-forward:
+    broken heals; healthy leaves nothing to heal; any other ending supersedes it, which
+    freezes nothing (that ending told the human)."""
+    recovery, _ = _recovery(store, tmp_path)
+    endings = {}
+    for state, error_class in [
+        ("failed", "deploy_broken"),
+        ("succeeded", None),
+        ("escalated", "deploy_inconclusive"),
+        ("failed", "timeout"),
+    ]:
+        parent = _finished(store, store.enqueue("web").run, state, error_class)
+        endings[f"{state} {error_class}"] = not_needed(parent)
+    endings["cancelled"] = not_needed(store.cancel_run(store.enqueue("web").run.id, "alice"))
+    assert endings["failed deploy_broken"] is None
+    healthy = endings["succeeded None"]
+    assert healthy is not None and healthy.state == RunState.SUCCEEDED
+    assert "nothing to heal" in (healthy.summary or "")
+    for key in ("escalated deploy_inconclusive", "failed timeout", "cancelled"):
+        ending = endings[key]
+        assert ending is not None and ending.state == RunState.CANCELLED, key
+        assert ending.error_class == "superseded" and "nothing was pushed" in (ending.error or "")
+    inconclusive = endings["escalated deploy_inconclusive"]
+    assert inconclusive is not None and "escalated (deploy_inconclusive)" in (
+        inconclusive.error or ""
+    )
+    parent = store.enqueue("web").run  # still queued: the claim holds its fix-forward back
+    fix = store.enqueue(
+        "web",
+        EnqueueOptions(kind="fix_forward", priority=FIX_FORWARD_PRIORITY, parent_id=parent.id),
+    ).run
+    assert recovery.not_needed(fix) is None
+    assert inconclusive is not None and unhealed_freeze(fix, inconclusive) is None
