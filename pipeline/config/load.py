@@ -27,18 +27,7 @@ from pipeline.core.errors import ConfigError
 
 DEFAULTS_SOURCE = "<built-in defaults>"
 # Keys that would put a secret in the file itself.
-SECRET_KEYS = frozenset(
-    {
-        "token",
-        "api_key",
-        "webhook_secret",
-        "password",
-        "urls",
-        "api_token",
-        "read_token",
-        "git_crypt_key",
-    }
-)
+SECRET_KEYS = v.SECRETS | {"password"}
 _SECRET_HINT = (
     "secrets must not be written in the file; put it in an environment variable "
     "and set {0}_env, or in a file and set {0}_file"

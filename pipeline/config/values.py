@@ -1,7 +1,8 @@
 """The value types of the configuration file: what one key may hold, and the message if not.
 
 Each is an ``Annotated`` type: a base type, its range, and checks that raise a
-``problem`` with the exact text ``config check`` prints.
+``problem`` with the exact text ``config check`` prints. ``table`` makes a settings
+dataclass one TOML table; ``named``, ``changed`` and ``via`` map the file's spelling.
 """
 
 from __future__ import annotations
