@@ -10,48 +10,21 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from pipeline.config import settings as s
+from pipeline.config.presets import BUILTIN_AGENTS
 
 T = TypeVar("T")
 Problems = list[tuple[str, str]]
 GITHUB_API = "https://api.github.com"
 LOCAL = s.TrackerSettings(name="local", kind="local")
-BUILTIN_AGENTS = {
-    "claude": s.AgentPreset(name="claude", kind="claude", command=("claude",)),
-    # `codex exec` reads the key for OpenAI's own API from CODEX_API_KEY.
-    "codex": s.AgentPreset(
-        name="codex", kind="codex", command=("codex",), api_key_var="CODEX_API_KEY"
-    ),
-}
 _PRICES = (
     "price_input_usd_per_mtok",
     "price_cached_input_usd_per_mtok",
     "price_output_usd_per_mtok",
 )
-
-
-def presets(data: dict[str, Any]) -> set[str]:
-    """Lay each ``[agents.NAME]`` table over its kind's built-in preset, before validation.
-
-    Returns the agents whose kind is missing (taken as ``command`` meanwhile).
-    """
-    agents, kindless = data.get("agents"), set()
-    agents = agents if isinstance(agents, dict) else {}
-    for name, table in agents.items():
-        if not isinstance(table, dict):
-            continue
-        kind = table.get("kind", name if name in BUILTIN_AGENTS else None)
-        if kind is None:
-            kindless.add(name)
-        base = BUILTIN_AGENTS.get(kind) if isinstance(kind, str) else None
-        under: dict[str, object] = {"kind": "command"}
-        if base is not None:
-            under = {"kind": base.kind, "command": base.command, "api_key_var": base.api_key_var}
-        agents[name] = under | table
-    return kindless
 
 
 def web_base(api_url: str) -> str:
@@ -62,7 +35,7 @@ def web_base(api_url: str) -> str:
     return re.sub(r"/api(/v\d+)?/?$", "", api_url.rstrip("/"))
 
 
-def build(settings: s.Settings, kindless: set[str], problems: Problems) -> s.Settings:
+def build(settings: s.Settings, problems: Problems) -> s.Settings:
     """The validated file with built-ins and derived values; cross-table problems noted."""
     trackers = {t.name: t for t in (LOCAL, *settings.trackers)}
     for name, tracker in trackers.items():
@@ -70,8 +43,9 @@ def build(settings: s.Settings, kindless: set[str], problems: Problems) -> s.Set
             trackers[name] = dataclasses.replace(tracker, base_url=GITHUB_API)
     agents = {a.name: a for a in (*BUILTIN_AGENTS.values(), *settings.agents)}
     for agent in settings.agents:
-        if agent.name in kindless:
+        if not agent.kind:
             problems.append((f"agents.{agent.name}.kind", "missing required value"))
+            agent = dataclasses.replace(agent, kind="command")
         prices = {price: getattr(agent, price) for price in _PRICES}
         _check(agent, prices, f"agents.{agent.name}", problems)
     repos = [_repo(repo, trackers, agents, problems) for repo in settings.repos]

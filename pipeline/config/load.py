@@ -21,7 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from pipeline.config import values as v
-from pipeline.config.build import build, presets
+from pipeline.config.build import build
 from pipeline.config.settings import Settings, default_data_dir
 from pipeline.core.errors import ConfigError
 
@@ -105,7 +105,6 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     data_dir = default_data_dir(env).absolute()
     data.setdefault("database_url", f"sqlite:///{data_dir / 'history.db'}")
     data.setdefault("volume", str(data_dir / "volume"))
-    kindless = presets(data)
     if hidden := sorted(_hidden(data)):
         raise ConfigError([f"{source}:{key}: unknown key" for key in hidden])
     try:
@@ -113,7 +112,7 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     except ValidationError as exc:
         raise ConfigError([_line(error, source, applied) for error in exc.errors()]) from None
     problems: list[tuple[str, str]] = []
-    settings = dataclasses.replace(build(settings, kindless, problems), source=path)
+    settings = dataclasses.replace(build(settings, problems), source=path)
     if problems:
         raise ConfigError([f"{source}:{key}: {message}" for key, message in problems])
     return settings

@@ -21,6 +21,8 @@ from typing import Annotated
 from pydantic import AfterValidator, Field, model_validator
 
 from pipeline.config import values as v
+from pipeline.config.presets import AgentOptions, AgentTable, overrides, preset
+from pipeline.config.presets import AgentPreset as AgentPreset
 from pipeline.config.secrets import SecretRef as SecretRef
 
 DEFAULT_KEEP_DIRS: tuple[str, ...] = (".venv", "node_modules", "target", ".gradle", "vendor/bundle")
@@ -195,47 +197,6 @@ class TrackerSettings:
 
 
 @v.table
-class AgentPreset:
-    name: str
-    kind: Annotated[str, v.one_of("claude", "codex", "command")]
-    # executable (and fixed leading args); template for kind=command
-    command: v.Command = ()
-    model: v.Text | None = None
-    allowed_tools: tuple[v.Text, ...] = ("Read", "Write", "Edit", "Bash", "Glob", "Grep")
-    append_system_prompt: v.Text | None = None
-    max_turns: Annotated[int, v.S, Field(ge=1, le=10**6)] | None = None
-    max_budget_usd: v.Usd | None = None
-    mcp_config: v.FilePath | None = None
-    extra_args: v.Command = ()
-    api_key: SecretRef = field(default_factory=SecretRef)
-    api_key_var: v.EnvName = "ANTHROPIC_API_KEY"  # the variable the agent reads its key from
-    env: v.Pairs = ()  # non-secret variables passed to the agent
-    idle_timeout_s: v.Seconds = 600.0
-    exit_grace_s: v.Delay = 10.0
-    network: v.Network | None = None  # None: the [sandbox] default
-    allow_hosts: tuple[v.Host, ...] = ()  # hosts this agent may reach besides the sandbox's
-    pass_env: tuple[v.SafeEnv, ...] = ()  # host variables this agent gets besides the defaults
-    # Token prices (USD per million) for agents that report tokens but no cost (codex).
-    price_input_usd_per_mtok: v.Usd | None = None
-    price_cached_input_usd_per_mtok: v.Usd | None = None  # default: the input price
-    price_output_usd_per_mtok: v.Usd | None = None
-
-
-@v.table
-class AgentOptions(AgentPreset):
-    """``[repos.NAME.agent_options]``: what a repository changes of its agent preset."""
-
-    name: str = ""
-    kind: Annotated[str, Field(validation_alias=v.HIDE + "kind")] = "command"
-
-
-def overrides(options: AgentOptions, keys: set[str]) -> tuple[tuple[str, object], ...]:
-    """The ``(field, value)`` pairs of the preset fields the file's ``keys`` set."""
-    keys = {"api_key" if k in ("api_key_env", "api_key_file") else k for k in keys}
-    return tuple((key, getattr(options, key)) for key in sorted(keys))
-
-
-@v.table
 class CopyFile:
     source: Annotated[v.FilePath, Field(validation_alias="from")]
     target: Annotated[v.Relative, Field(validation_alias="to")]  # relative to the worktree root
@@ -372,7 +333,10 @@ class Settings:
     workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     trackers: Annotated[tuple[TrackerSettings, ...], v.named(v.Text)] = ()
-    agents: Annotated[tuple[AgentPreset, ...], v.named(v.Text)] = ()
+    agents: Annotated[
+        tuple[AgentPreset, ...],
+        v.named(v.Text, Annotated[AgentPreset, v.changed(AgentTable, preset)]),
+    ] = ()
     repos: Annotated[tuple[RepoSettings, ...], v.named(v.RepoName)] = ()
     notify: NotifySettings = field(default_factory=NotifySettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)

@@ -207,11 +207,14 @@ def via(source: Any, convert: Callable[[Any], Any]) -> GetPydanticSchema:
     )
 
 
-def named(key: Any) -> GetPydanticSchema:
-    """``tuple[Table, ...]`` from ``[section.NAME]`` tables: each gets ``name`` = NAME."""
+def named(key: Any, item: Any = None) -> GetPydanticSchema:
+    """``tuple[Table, ...]`` from ``[section.NAME]`` tables: each gets ``name`` = NAME.
+
+    ``item``: how each table validates, if not as ``Table`` itself.
+    """
 
     def schema(kind: Any, handler: Any) -> core_schema.CoreSchema:
-        tables = handler(dict[key, kind.__args__[0]])
+        tables = handler(dict[key, item or kind.__args__[0]])  # type: ignore[misc]
         inner = core_schema.no_info_after_validator_function(lambda d: tuple(d.values()), tables)
         return core_schema.no_info_before_validator_function(_name_tables, inner)
 
