@@ -1,8 +1,8 @@
 """The steps of loading that need more than one table: built-ins, derived values, references.
 
-Each table validates itself (``pipeline.config.settings``); a repository's tracker
-and agent, the remote derived from the tracker, ``[budgets]`` and what an agent's
-kind allows are checked here and reported as ``(key.path, problem)``.
+Each table validates itself (``pipeline.config.settings``); the built-in tracker and
+agents, a repository's tracker and agent, the remote derived from the tracker and
+what an agent's kind allows are added or checked here, problems as ``(key.path, problem)``.
 """
 
 from __future__ import annotations
