@@ -59,10 +59,10 @@ def show_command(path: Path | None, out: TextIO, err: TextIO, as_json: bool = Fa
 
 def schema_command(out: TextIO) -> int:
     """``pipeline config schema``: the file's JSON Schema, for editors and linters."""
-    from pipeline.config.models import ConfigFile
+    from pipeline.config.load import file_schema
 
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
-    schema |= ConfigFile.model_json_schema()
+    schema |= file_schema()
     out.write(json.dumps(schema, indent=2) + "\n")
     return EXIT_OK
 

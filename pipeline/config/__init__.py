@@ -1,4 +1,5 @@
-"""The configuration: the TOML file's pydantic models (``models``, ``values``), loading with
-PIPELINE_* overrides (``load``, ``build``) into frozen settings (``settings``), ``config show``
-(``render``) and what ``config check`` and ``pipeline run`` verify on the host (``door``).
+"""The configuration: frozen settings that are also the TOML file's schema (``settings``,
+``presets``, ``secrets``, ``values``), loading with PIPELINE_* overrides (``load``,
+``build``), ``config show`` (``render``) and what ``config check`` and ``pipeline run``
+verify on the host (``door``).
 """

@@ -1,43 +1,33 @@
 """Load a TOML file plus ``PIPELINE_*`` overrides into frozen ``Settings``.
 
-The file is validated by the models of ``pipeline.config.models``; every problem
+The file is validated against the classes of ``pipeline.config.settings``; every problem
 is collected, not just the first, and reported as one line ``FILE:key.path: what
 is wrong`` inside a ``ConfigError``; a bad override names its variable instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import functools
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
+from pipeline.config import values as v
 from pipeline.config.build import build
-from pipeline.config.models import ConfigFile
 from pipeline.config.settings import Settings, default_data_dir
 from pipeline.core.errors import ConfigError
 
 DEFAULTS_SOURCE = "<built-in defaults>"
 # Keys that would put a secret in the file itself.
-SECRET_KEYS = frozenset(
-    {
-        "token",
-        "api_key",
-        "webhook_secret",
-        "password",
-        "urls",
-        "api_token",
-        "read_token",
-        "git_crypt_key",
-    }
-)
+SECRET_KEYS = v.SECRETS | {"password"}
 _SECRET_HINT = (
     "secrets must not be written in the file; put it in an environment variable "
     "and set {0}_env, or in a file and set {0}_file"
@@ -112,15 +102,29 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     applied = _apply_env(data, env)
     base = Path.cwd() if path is None else path.absolute().parent
     context = {"base": base, "env": set(applied.values())}
+    data_dir = default_data_dir(env).absolute()
+    data.setdefault("database_url", f"sqlite:///{data_dir / 'history.db'}")
+    data.setdefault("volume", str(data_dir / "volume"))
+    if hidden := sorted(_hidden(data)):
+        raise ConfigError([f"{source}:{key}: unknown key" for key in hidden])
     try:
-        file = ConfigFile.model_validate(data, context=context)
+        settings = _SETTINGS.validate_python(data, context=context)
     except ValidationError as exc:
         raise ConfigError([_line(error, source, applied) for error in exc.errors()]) from None
     problems: list[tuple[str, str]] = []
-    settings = build(file, path, default_data_dir(env), problems)
+    settings = dataclasses.replace(build(settings, problems), source=path)
     if problems:
         raise ConfigError([f"{source}:{key}: {message}" for key, message in problems])
     return settings
+
+
+def _hidden(data: object, where: str = "") -> Iterator[str]:
+    """The keys a file holds that start like the loader's own (``values.HIDE``)."""
+    items = data.items() if isinstance(data, dict) else ()
+    for key, value in enumerate(data) if isinstance(data, list) else items:
+        if str(key).startswith(v.HIDE):
+            yield f"{where}{key}"
+        yield from _hidden(value, f"{where}{key}.")
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -154,6 +158,27 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[tuple[str, 
     return applied
 
 
+_SETTINGS = TypeAdapter(Settings)
+
+
+@functools.cache
+def file_schema() -> dict[str, Any]:
+    """The file's JSON Schema: the settings' without the keys no file may set."""
+    schema = _SETTINGS.json_schema()
+    schema.pop("required")  # database_url and volume default to the data directory
+    for table in (schema, *schema["$defs"].values()):
+        hidden = [key for key in table.get("properties", {}) if key.startswith(v.HIDE)]
+        for key in hidden:
+            del table["properties"][key]
+            if key[1:] in v.SECRETS:
+                table["properties"] |= {
+                    f"{key[1:]}_{p}": {"type": "string"} for p in ("env", "file")
+                }
+        if "required" in table:
+            table["required"] = [key for key in table["required"] if key not in hidden]
+    return schema
+
+
 _RANGES = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 _WANT = {
     "string_type": "a string",
@@ -161,8 +186,9 @@ _WANT = {
     "float_type": "a number",
     "bool_type": "a boolean (true or false)",
     "list_type": "an array",
+    "tuple_type": "an array",
     "dict_type": "a table",
-    "model_type": "a table",
+    "dataclass_type": "a table",
     "finite_number": "a finite number",
     "greater_than": "> {gt}",
     "greater_than_equal": ">= {ge}",
@@ -187,6 +213,8 @@ def _key(loc: tuple[str | int, ...]) -> str:
     for part in loc:
         if isinstance(part, int) and parts:
             parts[-1] += f"[{part}]"
+        elif parts and parts[-1].startswith(v.HIDE):  # a SecretRef's env or file
+            parts[-1] = f"{parts[-1][1:]}_{part}"
         elif part != "[key]":
             parts.append(str(part))
     return ".".join(parts)
@@ -196,7 +224,7 @@ def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
     kind, ctx, value = error["type"], error.get("ctx", {}), error["input"]
     if kind == "missing":
         return "missing required value"
-    if kind == "extra_forbidden":
+    if kind == "unexpected_keyword_argument":
         name = str(loc[-1])
         return (
             _SECRET_HINT.format(name)
@@ -233,24 +261,18 @@ def suggest(value: str, choices: Sequence[str]) -> str:
 
 def _known(loc: tuple[str | int, ...]) -> list[str]:
     """The keys the table holding ``loc``'s last key may have."""
-    kind: Any = ConfigFile
-    for part in (*loc[:-1], ""):
-        kind = _inner(kind, part) if part else _bare(kind)
-    if isinstance(kind, type) and issubclass(kind, BaseModel):
-        return [str(field.validation_alias or name) for name, field in kind.model_fields.items()]
+    schema = file_schema()
+    node: Any = schema
+    for part in (*loc[:-1], None):
+        while "$ref" in node or "anyOf" in node:
+            kinds = node.get("anyOf", [node])
+            node = next((k for k in kinds if k.get("type") != "null"), {})
+            if "$ref" in node:
+                node = schema["$defs"].get(node["$ref"].rsplit("/", 1)[-1], {})
+        if part is None:
+            return list(node.get("properties", {}))
+        if isinstance(part, int):
+            node = node.get("items", {})
+        else:
+            node = node.get("properties", {}).get(part) or node.get("additionalProperties") or {}
     return []
-
-
-def _bare(kind: Any) -> Any:
-    """``kind`` without ``Annotated`` and ``| None``."""
-    while get_origin(kind) in (Annotated, Union, UnionType):
-        kind = next(arg for arg in get_args(kind) if arg is not type(None))
-    return kind
-
-
-def _inner(kind: Any, part: str | int) -> Any:
-    kind = _bare(kind)
-    if isinstance(kind, type) and issubclass(kind, BaseModel):
-        fields = kind.model_fields.items()
-        return next((f.annotation for n, f in fields if part in (n, f.validation_alias)), None)
-    return get_args(kind)[-1] if get_origin(kind) in (dict, list) else None

@@ -1,20 +1,35 @@
 """The value types of the configuration file: what one key may hold, and the message if not.
 
 Each is an ``Annotated`` type: a base type, its range, and checks that raise a
-``problem`` with the exact text ``config check`` prints.
+``problem`` with the exact text ``config check`` prints. ``table`` makes a settings
+dataclass one TOML table; ``named``, ``changed`` and ``via`` map the file's spelling.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, TypeVar, dataclass_transform
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, WithJsonSchema
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    AfterValidator,
+    AliasGenerator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetPydanticSchema,
+    Strict,
+    ValidationInfo,
+    WithJsonSchema,
+    model_validator,
+    with_config,
+)
+from pydantic_core import PydanticCustomError, core_schema
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY|PASSWD)", re.IGNORECASE)
@@ -28,6 +43,44 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 DAY_S = 86400.0
 _NETWORK_SCHEMES = ("https", "http", "ssh", "git")
+# Fields holding a ``SecretRef``: the file sets ``NAME_env`` and ``NAME_file`` instead.
+SECRETS = frozenset("token webhook_secret api_key git_crypt_key api_token read_token urls".split())
+# Fields no file may set (filled in by the loader, or from ``*_env``/``*_file``): their key
+# starts with a NUL (a file's own such keys are refused first); ``config schema`` omits them.
+HIDE = "\0"
+HIDDEN = SECRETS | {"name", "source", "repo_prompt", "listen_host", "listen_port"}
+# A TOML table: unknown keys are refused, and so are non-finite numbers; leaf types are
+# strict (``"3"`` is no integer), tables and arrays lax (they become dataclasses, tuples).
+_TABLE = ConfigDict(
+    extra="forbid",
+    allow_inf_nan=False,
+    alias_generator=AliasGenerator(validation_alias=lambda n: HIDE + n if n in HIDDEN else n),
+)
+T = TypeVar("T")
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
+def table(cls: type[T]) -> type[T]:
+    """A frozen dataclass that pydantic validates as one TOML table of the file."""
+    made: Any = with_config(_TABLE)(dataclasses.dataclass(frozen=True)(cls))
+    secrets = [f.name for f in dataclasses.fields(made) if f.name in SECRETS]
+    if secrets:
+        made._secrets = model_validator(mode="before")(functools.partial(_fold, secrets))
+    return made  # type: ignore[no-any-return]
+
+
+def _fold(secrets: list[str], data: Any) -> Any:
+    """``NAME_env`` and ``NAME_file`` into the (hidden) ``SecretRef`` field NAME."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for name in secrets:
+        ref = {
+            part: data.pop(f"{name}_{part}") for part in ("env", "file") if f"{name}_{part}" in data
+        }
+        if ref:
+            data[HIDE + name] = ref
+    return data
 
 
 def problem(message: str) -> PydanticCustomError:
@@ -140,15 +193,63 @@ def _http_url(value: str) -> bool:
     return parts.scheme in ("https", "http") and bool(parts.hostname)
 
 
+def one_of(*choices: str) -> GetPydanticSchema:
+    """A string that must be one of ``choices`` (a ``Literal`` that type checkers see as str)."""
+    return GetPydanticSchema(lambda _type, _handler: core_schema.literal_schema(list(choices)))
+
+
+def via(source: Any, convert: Callable[[Any], Any]) -> GetPydanticSchema:
+    """Validated as ``source`` (also its JSON Schema), then ``convert``-ed."""
+    return GetPydanticSchema(
+        lambda _type, handler: core_schema.no_info_after_validator_function(
+            convert, handler(source)
+        )
+    )
+
+
+def named(key: Any, item: Any = None) -> GetPydanticSchema:
+    """``tuple[Table, ...]`` from ``[section.NAME]`` tables: each gets ``name`` = NAME.
+
+    ``item``: how each table validates, if not as ``Table`` itself.
+    """
+
+    def schema(kind: Any, handler: Any) -> core_schema.CoreSchema:
+        tables = handler(dict[key, item or kind.__args__[0]])  # type: ignore[misc]
+        inner = core_schema.no_info_after_validator_function(lambda d: tuple(d.values()), tables)
+        return core_schema.no_info_before_validator_function(_name_tables, inner)
+
+    return GetPydanticSchema(schema)
+
+
+def changed(kind: Any, pick: Callable[[Any, set[str]], Any]) -> GetPydanticSchema:
+    """Validated as ``kind``; ``pick`` gets the result and the keys the table set."""
+
+    def run(value: Any, handler: Callable[[Any], Any]) -> Any:
+        return pick(handler(value), set(value) if isinstance(value, dict) else set())
+
+    return GetPydanticSchema(
+        lambda _type, handler: core_schema.no_info_wrap_validator_function(run, handler(kind))
+    )
+
+
+def _name_tables(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    return {k: {**t, HIDE + "name": k} if isinstance(t, dict) else t for k, t in value.items()}
+
+
 STRING_OR_LIST = WithJsonSchema(
     {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
 )
-Text = Annotated[str, check(str.strip, "must be a non-empty string")]
+S = Strict()
+Flag = Annotated[bool, S]
+S_str = Annotated[str, S]
+Text = Annotated[str, S, check(str.strip, "must be a non-empty string")]
 Label = Annotated[
-    str, check(lambda s: s and s == s.strip(), "must be a label without surrounding whitespace")
+    str, S, check(lambda s: s and s == s.strip(), "must be a label without surrounding whitespace")
 ]
-EnvName = Annotated[str, check(ENV_NAME.match, "must be an environment variable name")]
-Host = Annotated[str, check(_HOST.match, "must be a host, host:port or *.domain")]
+EnvName = Annotated[str, S, check(ENV_NAME.match, "must be an environment variable name")]
+Host = Annotated[str, S, check(_HOST.match, "must be a host, host:port or *.domain")]
 SafeEnv = Annotated[
     EnvName,
     check(
@@ -156,26 +257,35 @@ SafeEnv = Annotated[
         "looks like a secret; an agent gets only its own key (api_key_env/api_key_file)",
     ),
 ]
-Ref = Annotated[str, check(_REF.match, "must be a branch name git accepts (no leading '-')")]
+Pairs = Annotated[
+    tuple[tuple[str, str], ...], via(dict[SafeEnv, S_str], lambda d: tuple(sorted(d.items())))
+]
+Ref = Annotated[str, S, check(_REF.match, "must be a branch name git accepts (no leading '-')")]
 FilePath = Annotated[Path, BeforeValidator(_path), WithJsonSchema({"type": "string"})]
-Command = Annotated[list[Text], BeforeValidator(_command), Field(max_length=1000), STRING_OR_LIST]
+Command = Annotated[
+    tuple[Text, ...], BeforeValidator(_command), Field(max_length=1000), STRING_OR_LIST
+]
 Size = Annotated[int, BeforeValidator(parse_size), WithJsonSchema({"type": ["integer", "string"]})]
-Seconds = Annotated[float, Field(gt=0, le=30 * DAY_S)]
-Delay = Annotated[float, Field(ge=0, le=30 * DAY_S)]
-Count = Annotated[int, Field(ge=0, le=1000)]
-Positive = Annotated[int, Field(ge=1, le=1000)]
-Usd = Annotated[float, Field(ge=0, le=1e6)]
-Network = Literal["allowlist", "open"]
-Regex = Annotated[str, AfterValidator(_regex)]
+Seconds = Annotated[float, S, Field(gt=0, le=30 * DAY_S)]
+Delay = Annotated[float, S, Field(ge=0, le=30 * DAY_S)]
+Count = Annotated[int, S, Field(ge=0, le=1000)]
+Positive = Annotated[int, S, Field(ge=1, le=1000)]
+Usd = Annotated[float, S, Field(ge=0, le=1e6)]
+Fraction = Annotated[float, S, Field(gt=0, le=1)]
+Network = Annotated[str, one_of("allowlist", "open")]
+Regex = Annotated[str, S, AfterValidator(_regex)]
 RepoId = Annotated[
     Text,
     BeforeValidator(lambda v: str(v) if type(v) is int else v),
     WithJsonSchema({"type": ["string", "integer"]}),
 ]
-Listen = Annotated[str, check(parse_listen, "must be host:port with a port 0-65535")]
-HttpUrl = Annotated[str, check(_http_url, "must be a https or http URL with a host")]
+Listen = Annotated[str, S, check(parse_listen, "must be host:port with a port 0-65535")]
+Names = Annotated[tuple[str, ...], via(tuple[S_str, ...], lambda h: tuple(n.lower() for n in h))]
+HostPort = Annotated[tuple[str, int], via(Listen, parse_listen)]
+HttpUrl = Annotated[str, S, check(_http_url, "must be a https or http URL with a host")]
 Relative = Annotated[
     str,
+    S,
     check(
         lambda p: not Path(p).is_absolute() and ".." not in Path(p).parts,
         "must be a relative path without '..'",
@@ -183,6 +293,7 @@ Relative = Annotated[
 ]
 RepoName = Annotated[
     str,
+    S,
     check(
         re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$").match,
         "a repository name may hold only letters, digits, '.', '_' and '-', "
