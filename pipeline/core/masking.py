@@ -8,6 +8,13 @@ and HTML encodings, base64 as in HTTP basic auth). ``mask`` replaces each with
 ``***``, also a secret cut short by a bounded summary: the part before or
 after a ``…`` marker, or at the very start or end of a text cut without one.
 
+What is masked is the union of every place any form occurs, so secrets that
+overlap in the text (``abcdefgh-1234`` and ``1234-ijklmnop`` printed as
+``abcdefgh-1234-ijklmnop``, as output glued on purpose can arrange) become one
+``***``: masking the first one found must not leave the rest of the other
+showing. Overlapping occurrences merge; occurrences that only touch stay two
+masks, as do two secrets printed one after the other.
+
 Values shorter than ``MIN_SECRET_LEN`` are not registered: masking a short
 value would mask ordinary words everywhere. The daemon warns about such
 secrets at start.
@@ -16,16 +23,14 @@ The store masks at write (and read), the HTTP layer at serve time, the log
 through its formatter, notifications and comments before they are sent.
 
 Both ``mask`` and ``redact_url`` run over whole git listings and diffs, so each
-looks first where it can match: ``mask`` keeps the forms the text contains (a
-substring test each) and replaces them with one expression of just those, the
-longest first, as one expression of every form would; ``redact_url`` visits
+looks first where it can match: ``mask`` scans the text once per form (most
+texts contain none) and goes on only for the forms it finds; ``redact_url`` visits
 each ``://`` and reads the scheme back from it, instead of trying the URL
 expression at every letter (quadratic on a long word).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import threading
@@ -114,12 +119,6 @@ class _Snapshot:
     cuts: _Cuts = field(default_factory=_Cuts)
 
 
-@functools.lru_cache(maxsize=64)
-def _alternation(forms: tuple[str, ...]) -> re.Pattern[str]:
-    """One expression matching any of ``forms``, tried in their order."""
-    return re.compile("|".join(re.escape(f) for f in forms))
-
-
 class SecretRegistry:
     """The secret values of one process and every form of them that ``mask`` hides."""
 
@@ -168,36 +167,62 @@ class SecretRegistry:
             self._forms.clear()
             self._cuttable.clear()
             self._snapshot = _Snapshot()
-        _alternation.cache_clear()
 
     def mask(self, text: str) -> str:
         """``text`` with every registered form, whole or cut short, replaced by ``***``."""
         snapshot = self._snapshot
         if not snapshot.forms or not text:
             return text
-        # A form the text does not contain matches nowhere in it: leaving it out of the
-        # expression changes no match, and most texts contain none at all.
-        present = tuple(f for f in snapshot.forms if f in text)
-        if present:
-            text = _alternation(present).sub(MASK, text)
-        parts = text.split(ELLIPSIS)
-        last = len(parts) - 1
-        for n, part in enumerate(parts):
-            head = MIN_CUT_LEN if n > 0 else MIN_EDGE_CUT_LEN
-            tail = MIN_CUT_LEN if n < last else MIN_EDGE_CUT_LEN
-            parts[n] = _trim_cuts(part, snapshot.cuts, head, tail)
-        return ELLIPSIS.join(parts)
+        spans = _form_spans(text, snapshot.forms) + _cut_spans(text, snapshot.cuts)
+        return _replaced(text, spans) if spans else text
 
 
-def _trim_cuts(part: str, cuts: _Cuts, head_minimum: int, tail_minimum: int) -> str:
-    """``part`` with a secret's tail at its start and a secret's head at its end masked."""
-    size = cuts.suffix_at_start(part, head_minimum)
-    if size:
-        part = MASK + part[size:]
-    size = cuts.prefix_at_end(part, tail_minimum)
-    if size:
-        part = part[:-size] + MASK
-    return part
+def _form_spans(text: str, forms: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Where each of ``forms`` occurs in ``text``: every occurrence, overlapping ones too."""
+    spans = []
+    for form in forms:
+        at = text.find(form)  # most texts contain no form: one scan each, as ``in`` would
+        while at != -1:
+            spans.append((at, at + len(form)))
+            at = text.find(form, at + 1)
+    return spans
+
+
+def _cut_spans(text: str, cuts: _Cuts) -> list[tuple[int, int]]:
+    """A secret's tail at the start and a secret's head at the end of each ``…``-part."""
+    spans = []
+    parts = text.split(ELLIPSIS)
+    last, start = len(parts) - 1, 0
+    for n, part in enumerate(parts):
+        end = start + len(part)
+        size = cuts.suffix_at_start(part, MIN_CUT_LEN if n > 0 else MIN_EDGE_CUT_LEN)
+        if size:
+            spans.append((start, start + size))
+        size = cuts.prefix_at_end(part, MIN_CUT_LEN if n < last else MIN_EDGE_CUT_LEN)
+        if size:
+            spans.append((end - size, end))
+        start = end + len(ELLIPSIS)
+    return spans
+
+
+def _replaced(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each run of overlapping ``spans`` replaced by one ``***``.
+
+    Spans that only touch stay apart: two secrets printed one after the other show
+    as ``******``.
+    """
+    spans.sort()
+    pieces: list[str] = []
+    done = 0
+    run_start, run_end = spans[0]
+    for start, end in spans[1:]:
+        if start < run_end:
+            run_end = max(run_end, end)
+            continue
+        pieces += (text[done:run_start], MASK)
+        done, run_start, run_end = run_end, start, end
+    pieces += (text[done:run_start], MASK, text[run_end:])
+    return "".join(pieces)
 
 
 _REGISTRY = SecretRegistry()
