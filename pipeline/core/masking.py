@@ -23,8 +23,10 @@ The store masks at write (and read), the HTTP layer at serve time, the log
 through its formatter, notifications and comments before they are sent.
 
 Both ``mask`` and ``redact_url`` run over whole git listings and diffs, so each
-looks first where it can match: ``mask`` scans the text once per form (most
-texts contain none) and goes on only for the forms it finds; ``redact_url`` visits
+looks first where it can match: ``mask`` keeps the forms the text contains (a
+substring test each; most texts contain none) and, when one form is found that
+cannot overlap itself and no cut piece is, replaces it as a plain string;
+otherwise it collects the spans of every occurrence; ``redact_url`` visits
 each ``://`` and reads the scheme back from it, instead of trying the URL
 expression at every letter (quadratic on a long word).
 """
@@ -77,7 +79,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class _Cuts:
-    """For each character, the (secret, length) pieces a cut-off secret could end/start with."""
+    """By their last/first two characters, the (secret, length) pieces a cut-off secret
+    could end/start with (every piece is at least ``MIN_CUT_LEN`` long)."""
 
     prefixes: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     suffixes: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
@@ -85,7 +88,7 @@ class _Cuts:
     def prefix_at_end(self, text: str, minimum: int) -> int:
         """Length of the longest secret prefix (>= ``minimum``) ``text`` ends with; 0 if none."""
         best = 0
-        for secret, size in self.prefixes.get(text[-1:], ()):
+        for secret, size in self.prefixes.get(text[-2:], ()):
             if best < size <= len(text) and size >= minimum and text.endswith(secret[:size]):
                 best = size
         return best
@@ -93,7 +96,7 @@ class _Cuts:
     def suffix_at_start(self, text: str, minimum: int) -> int:
         """Length of the longest secret suffix (>= ``minimum``) ``text`` starts with; 0 if none."""
         best = 0
-        for secret, size in self.suffixes.get(text[:1], ()):
+        for secret, size in self.suffixes.get(text[:2], ()):
             if best < size <= len(text) and size >= minimum and text.startswith(secret[-size:]):
                 best = size
         return best
@@ -104,8 +107,9 @@ def _index_cuts(cuttable: Mapping[str, int]) -> _Cuts:
     suffixes: dict[str, list[tuple[str, int]]] = {}
     for secret, shortest in cuttable.items():
         for size in range(shortest, len(secret)):
-            prefixes.setdefault(secret[size - 1], []).append((secret, size))
-            suffixes.setdefault(secret[len(secret) - size], []).append((secret, size))
+            prefixes.setdefault(secret[size - 2 : size], []).append((secret, size))
+            start = len(secret) - size
+            suffixes.setdefault(secret[start : start + 2], []).append((secret, size))
     return _Cuts(
         {k: tuple(v) for k, v in prefixes.items()}, {k: tuple(v) for k, v in suffixes.items()}
     )
@@ -115,8 +119,9 @@ def _index_cuts(cuttable: Mapping[str, int]) -> _Cuts:
 class _Snapshot:
     """What ``mask`` reads: replaced as a whole on registration, so reads need no lock."""
 
-    forms: tuple[str, ...] = ()  # longest first: the order the expression tries them in
+    forms: tuple[str, ...] = ()  # longest first
     cuts: _Cuts = field(default_factory=_Cuts)
+    self_overlapping: frozenset[str] = frozenset()  # forms two occurrences of can overlap
 
 
 class SecretRegistry:
@@ -127,6 +132,7 @@ class SecretRegistry:
         self._seen: set[str | bytes] = set()
         self._forms: set[str] = set()
         self._cuttable: dict[str, int] = {}
+        self._self_overlapping: set[str] = set()
         self._snapshot = _Snapshot()
 
     def register(self, value: str | None) -> bool:
@@ -152,8 +158,10 @@ class SecretRegistry:
             self._seen.add(key)
             self._forms |= forms.forms
             self._cuttable.update(forms.cuttable)
+            self._self_overlapping |= {f for f in forms.forms if _overlaps_itself(f)}
             ordered = tuple(sorted(self._forms, key=lambda f: (-len(f), f)))
-            self._snapshot = _Snapshot(ordered, _index_cuts(self._cuttable))
+            cuts = _index_cuts(self._cuttable)
+            self._snapshot = _Snapshot(ordered, cuts, frozenset(self._self_overlapping))
         return True
 
     @property
@@ -166,6 +174,7 @@ class SecretRegistry:
             self._seen.clear()
             self._forms.clear()
             self._cuttable.clear()
+            self._self_overlapping.clear()
             self._snapshot = _Snapshot()
 
     def mask(self, text: str) -> str:
@@ -173,15 +182,25 @@ class SecretRegistry:
         snapshot = self._snapshot
         if not snapshot.forms or not text:
             return text
-        spans = _form_spans(text, snapshot.forms) + _cut_spans(text, snapshot.cuts)
+        # A form the text does not contain occurs nowhere in it; most texts contain none.
+        present = [f for f in snapshot.forms if f in text]
+        cuts = _cut_spans(text, snapshot.cuts)
+        if not cuts and len(present) == 1 and present[0] not in snapshot.self_overlapping:
+            return text.replace(present[0], MASK)  # no two occurrences can overlap
+        spans = _form_spans(text, present) + cuts
         return _replaced(text, spans) if spans else text
 
 
-def _form_spans(text: str, forms: tuple[str, ...]) -> list[tuple[int, int]]:
+def _overlaps_itself(form: str) -> bool:
+    """True when ``form`` starts with one of its own tails (``abab-abab``)."""
+    return any(form.startswith(form[k:]) for k in range(1, len(form)))
+
+
+def _form_spans(text: str, forms: list[str]) -> list[tuple[int, int]]:
     """Where each of ``forms`` occurs in ``text``: every occurrence, overlapping ones too."""
     spans = []
     for form in forms:
-        at = text.find(form)  # most texts contain no form: one scan each, as ``in`` would
+        at = text.find(form)
         while at != -1:
             spans.append((at, at + len(form)))
             at = text.find(form, at + 1)
