@@ -8,6 +8,13 @@ and HTML encodings, base64 as in HTTP basic auth). ``mask`` replaces each with
 ``***``, also a secret cut short by a bounded summary: the part before or
 after a ``…`` marker, or at the very start or end of a text cut without one.
 
+What is masked is the union of every place any form occurs, so secrets that
+overlap in the text (``abcdefgh-1234`` and ``1234-ijklmnop`` printed as
+``abcdefgh-1234-ijklmnop``, as output glued on purpose can arrange) become one
+``***``: masking the first one found must not leave the rest of the other
+showing. Overlapping occurrences merge; occurrences that only touch stay two
+masks, as do two secrets printed one after the other.
+
 Values shorter than ``MIN_SECRET_LEN`` are not registered: masking a short
 value would mask ordinary words everywhere. The daemon warns about such
 secrets at start.
@@ -17,15 +24,15 @@ through its formatter, notifications and comments before they are sent.
 
 Both ``mask`` and ``redact_url`` run over whole git listings and diffs, so each
 looks first where it can match: ``mask`` keeps the forms the text contains (a
-substring test each) and replaces them with one expression of just those, the
-longest first, as one expression of every form would; ``redact_url`` visits
+substring test each; most texts contain none) and, when one form is found that
+cannot overlap itself and no cut piece is, replaces it as a plain string;
+otherwise it collects the spans of every occurrence; ``redact_url`` visits
 each ``://`` and reads the scheme back from it, instead of trying the URL
 expression at every letter (quadratic on a long word).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import threading
@@ -72,7 +79,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class _Cuts:
-    """For each character, the (secret, length) pieces a cut-off secret could end/start with."""
+    """By their last/first two characters, the (secret, length) pieces a cut-off secret
+    could end/start with (every piece is at least ``MIN_CUT_LEN`` long)."""
 
     prefixes: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     suffixes: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
@@ -80,7 +88,7 @@ class _Cuts:
     def prefix_at_end(self, text: str, minimum: int) -> int:
         """Length of the longest secret prefix (>= ``minimum``) ``text`` ends with; 0 if none."""
         best = 0
-        for secret, size in self.prefixes.get(text[-1:], ()):
+        for secret, size in self.prefixes.get(text[-2:], ()):
             if best < size <= len(text) and size >= minimum and text.endswith(secret[:size]):
                 best = size
         return best
@@ -88,7 +96,7 @@ class _Cuts:
     def suffix_at_start(self, text: str, minimum: int) -> int:
         """Length of the longest secret suffix (>= ``minimum``) ``text`` starts with; 0 if none."""
         best = 0
-        for secret, size in self.suffixes.get(text[:1], ()):
+        for secret, size in self.suffixes.get(text[:2], ()):
             if best < size <= len(text) and size >= minimum and text.startswith(secret[-size:]):
                 best = size
         return best
@@ -99,8 +107,9 @@ def _index_cuts(cuttable: Mapping[str, int]) -> _Cuts:
     suffixes: dict[str, list[tuple[str, int]]] = {}
     for secret, shortest in cuttable.items():
         for size in range(shortest, len(secret)):
-            prefixes.setdefault(secret[size - 1], []).append((secret, size))
-            suffixes.setdefault(secret[len(secret) - size], []).append((secret, size))
+            prefixes.setdefault(secret[size - 2 : size], []).append((secret, size))
+            start = len(secret) - size
+            suffixes.setdefault(secret[start : start + 2], []).append((secret, size))
     return _Cuts(
         {k: tuple(v) for k, v in prefixes.items()}, {k: tuple(v) for k, v in suffixes.items()}
     )
@@ -110,14 +119,9 @@ def _index_cuts(cuttable: Mapping[str, int]) -> _Cuts:
 class _Snapshot:
     """What ``mask`` reads: replaced as a whole on registration, so reads need no lock."""
 
-    forms: tuple[str, ...] = ()  # longest first: the order the expression tries them in
+    forms: tuple[str, ...] = ()  # longest first
     cuts: _Cuts = field(default_factory=_Cuts)
-
-
-@functools.lru_cache(maxsize=64)
-def _alternation(forms: tuple[str, ...]) -> re.Pattern[str]:
-    """One expression matching any of ``forms``, tried in their order."""
-    return re.compile("|".join(re.escape(f) for f in forms))
+    self_overlapping: frozenset[str] = frozenset()  # forms two occurrences of can overlap
 
 
 class SecretRegistry:
@@ -128,6 +132,7 @@ class SecretRegistry:
         self._seen: set[str | bytes] = set()
         self._forms: set[str] = set()
         self._cuttable: dict[str, int] = {}
+        self._self_overlapping: set[str] = set()
         self._snapshot = _Snapshot()
 
     def register(self, value: str | None) -> bool:
@@ -153,8 +158,10 @@ class SecretRegistry:
             self._seen.add(key)
             self._forms |= forms.forms
             self._cuttable.update(forms.cuttable)
+            self._self_overlapping |= {f for f in forms.forms if _overlaps_itself(f)}
             ordered = tuple(sorted(self._forms, key=lambda f: (-len(f), f)))
-            self._snapshot = _Snapshot(ordered, _index_cuts(self._cuttable))
+            cuts = _index_cuts(self._cuttable)
+            self._snapshot = _Snapshot(ordered, cuts, frozenset(self._self_overlapping))
         return True
 
     @property
@@ -167,37 +174,74 @@ class SecretRegistry:
             self._seen.clear()
             self._forms.clear()
             self._cuttable.clear()
+            self._self_overlapping.clear()
             self._snapshot = _Snapshot()
-        _alternation.cache_clear()
 
     def mask(self, text: str) -> str:
         """``text`` with every registered form, whole or cut short, replaced by ``***``."""
         snapshot = self._snapshot
         if not snapshot.forms or not text:
             return text
-        # A form the text does not contain matches nowhere in it: leaving it out of the
-        # expression changes no match, and most texts contain none at all.
-        present = tuple(f for f in snapshot.forms if f in text)
-        if present:
-            text = _alternation(present).sub(MASK, text)
-        parts = text.split(ELLIPSIS)
-        last = len(parts) - 1
-        for n, part in enumerate(parts):
-            head = MIN_CUT_LEN if n > 0 else MIN_EDGE_CUT_LEN
-            tail = MIN_CUT_LEN if n < last else MIN_EDGE_CUT_LEN
-            parts[n] = _trim_cuts(part, snapshot.cuts, head, tail)
-        return ELLIPSIS.join(parts)
+        # A form the text does not contain occurs nowhere in it; most texts contain none.
+        present = [f for f in snapshot.forms if f in text]
+        cuts = _cut_spans(text, snapshot.cuts)
+        if not cuts and len(present) == 1 and present[0] not in snapshot.self_overlapping:
+            return text.replace(present[0], MASK)  # no two occurrences can overlap
+        spans = _form_spans(text, present) + cuts
+        return _replaced(text, spans) if spans else text
 
 
-def _trim_cuts(part: str, cuts: _Cuts, head_minimum: int, tail_minimum: int) -> str:
-    """``part`` with a secret's tail at its start and a secret's head at its end masked."""
-    size = cuts.suffix_at_start(part, head_minimum)
-    if size:
-        part = MASK + part[size:]
-    size = cuts.prefix_at_end(part, tail_minimum)
-    if size:
-        part = part[:-size] + MASK
-    return part
+def _overlaps_itself(form: str) -> bool:
+    """True when ``form`` starts with one of its own tails (``abab-abab``)."""
+    return any(form.startswith(form[k:]) for k in range(1, len(form)))
+
+
+def _form_spans(text: str, forms: list[str]) -> list[tuple[int, int]]:
+    """Where each of ``forms`` occurs in ``text``: every occurrence, overlapping ones too."""
+    spans = []
+    for form in forms:
+        at = text.find(form)
+        while at != -1:
+            spans.append((at, at + len(form)))
+            at = text.find(form, at + 1)
+    return spans
+
+
+def _cut_spans(text: str, cuts: _Cuts) -> list[tuple[int, int]]:
+    """A secret's tail at the start and a secret's head at the end of each ``…``-part."""
+    spans = []
+    parts = text.split(ELLIPSIS)
+    last, start = len(parts) - 1, 0
+    for n, part in enumerate(parts):
+        end = start + len(part)
+        size = cuts.suffix_at_start(part, MIN_CUT_LEN if n > 0 else MIN_EDGE_CUT_LEN)
+        if size:
+            spans.append((start, start + size))
+        size = cuts.prefix_at_end(part, MIN_CUT_LEN if n < last else MIN_EDGE_CUT_LEN)
+        if size:
+            spans.append((end - size, end))
+        start = end + len(ELLIPSIS)
+    return spans
+
+
+def _replaced(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each run of overlapping ``spans`` replaced by one ``***``.
+
+    Spans that only touch stay apart: two secrets printed one after the other show
+    as ``******``.
+    """
+    spans.sort()
+    pieces: list[str] = []
+    done = 0
+    run_start, run_end = spans[0]
+    for start, end in spans[1:]:
+        if start < run_end:
+            run_end = max(run_end, end)
+            continue
+        pieces += (text[done:run_start], MASK)
+        done, run_start, run_end = run_end, start, end
+    pieces += (text[done:run_start], MASK, text[run_end:])
+    return "".join(pieces)
 
 
 _REGISTRY = SecretRegistry()

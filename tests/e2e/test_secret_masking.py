@@ -4,7 +4,9 @@ The agent plays the attacker: it knows every secret (they are baked into its
 script, as if it had found them) and prints each whole, cut short by the
 timeline's bounded summary, URL-encoded and as an HTTP basic-auth header, then
 says it is blocked with a secret in its reason, so the run escalates and a
-notification goes out. None of it may reach the daemon's log, its database
+notification goes out. It also prints its own key glued to the CI token, which
+starts with the key's last characters: masking the key must not leave the rest
+of the token showing. None of it may reach the daemon's log, its database
 file, the run log, the run page, the event stream, the frozen evidence or the
 notification channel.
 """
@@ -29,12 +31,13 @@ SECRETS = {
     "AFK_E2E_WEBHOOK_SECRET": "SNTL-e2e-webhook-secret-9d2e",
     "AFK_E2E_API_TOKEN": "SNTL-e2e-api-token-1f8a",
     "AFK_E2E_PUSH_TOKEN": "SNTL-e2e-push/token+6c3b",
-    "AFK_E2E_CI_TOKEN": "SNTL-e2e-ci-token-7e5d",
+    "AFK_E2E_CI_TOKEN": "key-2a9f-SNTL-e2e-ci-token-7e5d",  # overlaps the agent key's tail
     "AFK_E2E_AGENT_KEY": "SNTL-e2e-agent-key-2a9f",
 }
 NOTIFY_PASSWORD = "SNTL-e2e-notify@pass-3c6e"
 GIT_CRYPT_KEY = "SNTL-e2e-gitcrypt-key-8d1b"
 ALL = [*SECRETS.values(), NOTIFY_PASSWORD, GIT_CRYPT_KEY]
+GLUED = SECRETS["AFK_E2E_AGENT_KEY"] + SECRETS["AFK_E2E_CI_TOKEN"].removeprefix("key-2a9f")
 BASIC = base64.b64encode(f"x-access-token:{SECRETS['AFK_E2E_PUSH_TOKEN']}".encode()).decode()
 
 AGENT = """
@@ -46,7 +49,9 @@ for value in secrets:
     print("encoded", urllib.parse.quote(value, safe=""))
     basic = base64.b64encode(("x-access-token:" + value).encode()).decode()
     print("Authorization: Basic", basic)
-print("BLOCKED: the deploy needs", secrets[0], "and", urllib.parse.quote(secrets[3], safe=""))
+print("glued", {glued!r})
+print("BLOCKED: the deploy needs", secrets[0], "and", urllib.parse.quote(secrets[3], safe=""),
+      "and", {glued!r})
 """
 
 
@@ -62,7 +67,7 @@ def _leaks(text: str) -> list[str]:
 def _config(tmp_path: Path, port: int, receiver: Receiver) -> Path:
     remote = make_remote(tmp_path, {"README.md": "calc\n"})
     agent = tmp_path / "agent.py"
-    agent.write_text(AGENT.format(secrets=json.dumps(ALL)))
+    agent.write_text(AGENT.format(secrets=json.dumps(ALL), glued=GLUED))
     urls = tmp_path / "notify-urls"
     urls.write_text(
         f"json://bot:{quote(NOTIFY_PASSWORD, safe='')}@127.0.0.1:{receiver.port}/notify\n"
