@@ -26,6 +26,7 @@ from pipeline.cli.common import (
     who,
 )
 from pipeline.cli.history import json_flag
+from pipeline.core.printable import indented
 from pipeline.notify.escalation import ack_command, ack_refusals, escalation_next_step
 from pipeline.store.records import Escalation
 
@@ -63,15 +64,19 @@ def _next(escalation: Escalation) -> str | None:
 def _listing(escalations: Sequence[Escalation], now: datetime, out: TextIO, every: bool) -> None:
     waiting = [e for e in escalations if not e.acknowledged]
     headers = HEADERS + (("ACKNOWLEDGED",) if every else ())
-    rows = [_row(e, now, every) for e in escalations]
-    render.table(headers, rows, out)
+    render.table(headers, [_row(e, now, every) for e in escalations], out)
     if not waiting:
         out.write("\nnone waits for a human\n")
         return
     out.write(f"\n{len(waiting)} waiting for a human; next steps:\n")
     for escalation in waiting:
         out.write(f"  {escalation.id}: {escalation_next_step(escalation)}\n")
-    out.write(f"then acknowledge it: {ack_command(waiting[0].id)} (several ids at once are fine)\n")
+        if escalation.run_id is None:  # no run to show: the detail is where the cause is
+            out.write(f"     {indented(escalation.detail.strip(), 5)}\n")
+    out.write(
+        f"once handled, acknowledge them: {ack_command('ID...')}\n"
+        "(a frozen repo's are acknowledged by its unfreeze)\n"
+    )
 
 
 def _row(escalation: Escalation, now: datetime, every: bool) -> list[object]:

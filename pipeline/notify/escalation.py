@@ -116,7 +116,7 @@ def ending_message(text: EndingText) -> tuple[str, str]:
     return ending_title(text), "\n".join(lines)
 
 
-def ack_command(escalation_id: int) -> str:
+def ack_command(escalation_id: int | str) -> str:
     return f'pipeline escalations ack {escalation_id} --note "what you did"'
 
 

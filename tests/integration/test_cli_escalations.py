@@ -64,6 +64,7 @@ def test_lists_what_waits_with_the_next_step(world: tuple[Path, Store, dict[str,
     assert '  2: fix the cause its detail names, then pipeline escalations ack 2 --note "' in (
         proc.stdout
     )
+    assert "\n     alpha spent $5.00 today, over its budget\n" in proc.stdout  # no run to show
     assert f"  3: {UNFREEZE_BETA}\n" in proc.stdout
     steps = {e["id"]: e["next_step"] for e in listed(world)}
     assert steps[1] == "pipeline runs retry 1" and steps[3] == UNFREEZE_BETA
