@@ -127,3 +127,13 @@ def test_acknowledged_twice_names_who_did_it(world: tuple[Path, Store, dict[str,
     assert "escalation 2: already acknowledged by alice: raised the budget at " in proc.stderr
     proc = run(world, "escalations", "ack", "1", "--note", "  ")
     assert proc.returncode == 2 and "--note: say what you did" in proc.stderr
+
+
+def test_a_long_note_is_recorded_cut_to_fit(world: tuple[Path, Store, dict[str, str]]) -> None:
+    """`acknowledged_by` holds 200 characters; a longer note (unfreeze's too) is cut, not an
+    error (PostgreSQL refused a value too long for the column)."""
+    note = "checked the deploy, the token and the budget; " * 10
+    assert run(world, "repos", "unfreeze", "beta", "--note", note).returncode == 0
+    assert run(world, "escalations", "ack", "1", "--note", note).returncode == 0
+    every = {e["id"]: str(e["acknowledged_by"]) for e in listed(world, "--all")}
+    assert every[1] == f"alice: {note}"[:200] and every[3].startswith("alice: checked the")
