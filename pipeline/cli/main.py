@@ -17,6 +17,7 @@ from typing import TextIO
 
 from pipeline import __version__
 from pipeline.cli import config as cli_config
+from pipeline.cli import escalations as cli_escalations
 from pipeline.cli import history
 from pipeline.cli import ops as cli_ops
 from pipeline.cli import retention as cli_retention
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.register_repos(top)
     cli_ops.register(top, runs)
     cli_retention.register(db, runs)
+    cli_escalations.register(top)
     return parser
 
 

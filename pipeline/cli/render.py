@@ -182,6 +182,11 @@ def to_json(value: Any) -> str:
     return json.dumps(_plain(value), default=str, indent=2, sort_keys=True)
 
 
+def plain(value: Any) -> Any:
+    """``value`` as JSON would show it: dataclasses as dicts, times as ISO text in UTC."""
+    return _plain(value)
+
+
 def _plain(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         return {k: _plain(v) for k, v in asdict(value).items()}

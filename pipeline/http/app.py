@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 from pipeline.config.settings import Settings
 from pipeline.http import batch as api_batch
 from pipeline.http import dashboard, signin
+from pipeline.http import escalations as api_escalations
 from pipeline.http import runs as api_runs
 from pipeline.http import writes as api_writes
 from pipeline.http.common import (
@@ -117,6 +118,7 @@ def api_index(request: Request) -> Response:
             "events": "/api/events",
             "runs": "/api/runs",
             "repos": "/api/repos",
+            "escalations": "/api/escalations",
             "health": "/health",
             "liveness": "/health/live",
             "readiness": "/health/ready",
@@ -205,6 +207,12 @@ def routes(settings: Settings) -> list[BaseRoute]:
         Route("/api/repos", api_runs.list_repos),
         Route("/api/repos/{repo}/freeze", api_writes.freeze_repo, methods=["POST"]),
         Route("/api/repos/{repo}/unfreeze", api_writes.unfreeze_repo, methods=["POST"]),
+        Route("/api/escalations", api_escalations.list_escalations),
+        Route(
+            "/api/escalations/{escalation_id:int}/ack",
+            api_escalations.ack_escalation,
+            methods=["POST"],
+        ),
         *([] if separate_webhooks else [Route("/webhooks/{tracker}", webhook, methods=["POST"])]),
         Route("/", dashboard.runs_page),
         Route("/fragments/runs", dashboard.runs_fragment),

@@ -122,7 +122,7 @@ def _errors(*codes: int) -> dict[str, Schema]:
         401: "missing or wrong bearer token",
         403: "no API token is configured",
         404: "not found",
-        409: "not possible in the run's state",
+        409: "not possible in the current state (the message says why)",
         422: "a malformed field (named in `field`)",
         429: "queue full; see the Retry-After header",
         413: "body too large",
@@ -344,8 +344,37 @@ def _repo_paths() -> dict[str, Schema]:
     }
 
 
+def _escalation_paths() -> dict[str, Schema]:
+    show = {"type": "string", "enum": ["open", "all"], "default": "open"}
+    listing = {"200": _json("EscalationList", "oldest first"), **_errors(422)}
+    esc_id = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
+    acked = {"200": _json("Escalation", "acknowledged"), **_errors(*WRITE_ERRORS, 409)}
+    return {
+        "/api/escalations": {
+            "get": _op(
+                "Escalations waiting for a human, with the next step",
+                "listEscalations",
+                listing,
+                parameters=[_param("show", "query", show, "`all`: acknowledged ones too")],
+            )
+        },
+        "/api/escalations/{escalation_id}/ack": {
+            "post": _op(
+                "Acknowledge an escalation",
+                "ackEscalation",
+                acked,
+                description="409 when it is acknowledged already, or belongs to the freeze "
+                "of a repo still frozen (unfreeze the repo instead).",
+                parameters=[_param("escalation_id", "path", esc_id)],
+                requestBody=NOTE_BODY,
+                **WRITE,
+            )
+        },
+    }
+
+
 def _paths() -> dict[str, Schema]:
-    return {**_service_paths(), **_run_paths(), **_repo_paths()}
+    return {**_service_paths(), **_run_paths(), **_repo_paths(), **_escalation_paths()}
 
 
 def openapi_description() -> dict[str, Any]:

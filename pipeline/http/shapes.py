@@ -139,6 +139,29 @@ class RepoListJson(TypedDict):
     repos: list[RepoJson]
 
 
+class EscalationJson(TypedDict):
+    """A call for a human: open until acknowledged; ``next_step`` is the command to run."""
+
+    id: int
+    repo_id: int
+    repo: str
+    run_id: int | None
+    reason: str
+    detail: str
+    notified: str
+    created_at: Timestamp
+    acknowledged: bool
+    acknowledged_by: str | None
+    acknowledged_at: Timestamp | None
+    repo_frozen: bool
+    of_freeze: bool  # of its repo's current freeze: the unfreeze acknowledges it
+    next_step: str | None
+
+
+class EscalationListJson(TypedDict):
+    escalations: list[EscalationJson]
+
+
 class TrackerRefusedJson(TypedDict):
     """A repo whose tracker refuses its ready list: 401 or 403 (not a rate limit), the
     token; 404, the repo is missing or the token cannot see it."""
@@ -191,6 +214,8 @@ SHAPES: dict[str, type] = {
     "Batch": BatchJson,
     "Repo": RepoJson,
     "RepoList": RepoListJson,
+    "Escalation": EscalationJson,
+    "EscalationList": EscalationListJson,
     "Health": HealthJson,
     "TrackerRefused": TrackerRefusedJson,
     "Error": ErrorJson,

@@ -3,16 +3,22 @@
 The issue comment and the notification of a run's ending say the same
 three things: what happened, what was kept and where, and the exact next
 step (``pipeline runs retry N``, or ``pipeline repos unfreeze`` when the repo
-is frozen). ``ending_message`` builds both, so they cannot disagree.
+is frozen). ``ending_message`` builds both, so they cannot disagree; the list
+of open escalations (``pipeline escalations``, ``GET /api/escalations``) takes
+its next steps from the same ``next_step``.
 """
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pipeline.core.events import EventSink
+
+if TYPE_CHECKING:
+    from pipeline.store.escalations import AckRefused
+    from pipeline.store.records import Escalation
 
 NotifyKind = Literal["escalation", "freeze", "success", "recovered"]
 
@@ -108,3 +114,40 @@ def ending_message(text: EndingText) -> tuple[str, str]:
         lines.append(f"  (or label the issue `{text.ready_label}` again)")
     lines.append(f"  Review: pipeline runs show {text.run_id}")
     return ending_title(text), "\n".join(lines)
+
+
+def ack_command(escalation_id: int | str) -> str:
+    return f'pipeline escalations ack {escalation_id} --note "what you did"'
+
+
+def escalation_next_step(escalation: Escalation) -> str:
+    """The exact command a human runs next for an escalation still open."""
+    if escalation.of_freeze:  # the unfreeze acknowledges it; nothing else may
+        return unfreeze_command(escalation.repo_name)
+    if escalation.run_id is None:  # a tracker refused, a budget spent: its detail says why
+        return f"fix the cause its detail names, then {ack_command(escalation.id)}"
+    text = EndingText(
+        repo=escalation.repo_name,
+        run_id=escalation.run_id,
+        headline="escalated",
+        reason=escalation.reason,
+        what_happened=escalation.detail,
+        frozen=escalation.repo_frozen,
+    )
+    return next_step(text)
+
+
+def ack_refusals(refused: AckRefused) -> list[str]:
+    """Why nothing was acknowledged, one line per escalation."""
+    lines = [f"escalation {i}: no such escalation" for i in refused.unknown]
+    lines += [
+        f"escalation {e.id}: already acknowledged by {e.acknowledged_by} "
+        f"at {e.acknowledged_at:%Y-%m-%d %H:%M:%S} UTC"
+        for e in refused.done
+    ]
+    lines += [
+        f"escalation {e.id}: repo {e.repo_name} is still frozen; unfreeze it instead, which "
+        f"acknowledges it: {unfreeze_command(e.repo_name)}"
+        for e in refused.frozen
+    ]
+    return lines

@@ -6,7 +6,8 @@ and the API see it through the narrower views of ``pipeline.store.roles``.
 The store decides no policy: priorities, budgets and escalations are the
 callers'. Its parts: ``runs`` (enqueue, cancel, retry), ``fenced`` (a worker's
 lease-checked writes), ``claim`` (claiming, the sweeper), ``history``,
-``repos``, ``issues``, ``outbox`` (notifications until delivered), ``retention``
+``repos``, ``escalations`` (the open ones, acknowledging them), ``issues``,
+``outbox`` (notifications until delivered), ``retention``
 (pruning old history, exports), ``totals`` (aggregates for metrics), ``leader``
 (which replica exports them), ``waiting`` (ready issues held back by their
 dependencies).
@@ -17,6 +18,7 @@ from __future__ import annotations
 from pipeline.store import migrate
 from pipeline.store.claim import ClaimMixin, SweepReport
 from pipeline.store.engine import describe_db_error
+from pipeline.store.escalations import AckRefused, EscalationsMixin
 from pipeline.store.fenced import FencedMixin, Heartbeat
 from pipeline.store.history import HistoryMixin
 from pipeline.store.issues import (
@@ -55,6 +57,7 @@ from pipeline.store.waiting import WaitingIssue, WaitingMixin
 class Store(
     HistoryMixin,
     ReposMixin,
+    EscalationsMixin,
     IssuesMixin,
     RunsMixin,
     FencedMixin,
@@ -84,6 +87,7 @@ class Store(
 
 
 __all__ = [
+    "AckRefused",
     "Attempt",
     "Channel",
     "Claim",

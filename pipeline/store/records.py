@@ -152,6 +152,14 @@ class Escalation:
     notified: str = ""
     acknowledged_by: str | None = None
     acknowledged_at: datetime | None = None
+    repo_name: str = ""
+    repo_frozen: bool = False
+    # One of the escalations of its repo's current freeze: only an unfreeze answers it.
+    of_freeze: bool = False
+
+    @property
+    def acknowledged(self) -> bool:
+        return self.acknowledged_at is not None
 
 
 @dataclass(frozen=True)

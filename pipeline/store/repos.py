@@ -14,6 +14,7 @@ from pipeline.config.settings import RepoSettings
 from pipeline.core.states import FROZEN_REASON, Outcome, RunState
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
+from pipeline.store.escalations import MAX_BY
 from pipeline.store.models import EscalationRow, RepoRow, SideEffectRow
 from pipeline.store.records import Run
 
@@ -99,7 +100,7 @@ def _acknowledge_freeze(
             EscalationRow.acknowledged_at.is_(None),
             of_freeze,
         )
-        .values(acknowledged_by=by, acknowledged_at=now)
+        .values(acknowledged_by=by[:MAX_BY], acknowledged_at=now)  # a long note is cut
     )
 
 

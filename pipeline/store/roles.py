@@ -15,7 +15,7 @@ from pipeline.store.claim import SweepReport
 from pipeline.store.fenced import FinishDetails, Heartbeat, RetryDetails
 from pipeline.store.issues import SeenIssue
 from pipeline.store.outbox import NotificationCounts
-from pipeline.store.records import Issue, Repo, Run, RunEvent, RunFilter, Stats
+from pipeline.store.records import Escalation, Issue, Repo, Run, RunEvent, RunFilter, Stats
 from pipeline.store.repos import FreezePolicy
 from pipeline.store.retention import Progress, PruneReport, RetentionPolicy
 from pipeline.store.runs import EnqueueOptions, EnqueueResult
@@ -169,6 +169,10 @@ class ApiStore(Protocol):
     ) -> bool: ...
 
     def unfreeze_repo(self, name: str, note: str, by: str) -> bool: ...
+
+    def open_escalations(self, *, include_acknowledged: bool = False) -> list[Escalation]: ...
+
+    def acknowledge_escalations(self, ids: Sequence[int], by: str) -> list[Escalation]: ...
 
 
 class HistoryKeeperStore(Protocol):

@@ -45,6 +45,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiHarness]:
         api.store.enqueue("demo", EnqueueOptions(issue_id=issue.id))
         api.finish(api.claim(), cost_usd=0.1)
         api.store.enqueue("alpha")
+        api.store.add_escalation("alpha", "daily_budget", "alpha spent $5.00 today")
         yield api
 
 

@@ -25,6 +25,7 @@ READS = [
     "/api/runs/1",
     "/api/runs/1/log",
     "/api/repos",
+    "/api/escalations",
     "/api/events",
     "/fragments/runs",
     "/fragments/runs/1",

@@ -18,6 +18,7 @@ WRITES = [
     ("/api/runs/batch", {"action": "cancel", "runs": [1]}),
     ("/api/repos/alpha/freeze", {"note": "x"}),
     ("/api/repos/alpha/unfreeze", {"note": "x"}),
+    ("/api/escalations/1/ack", {"note": "x"}),
 ]
 
 

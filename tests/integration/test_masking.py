@@ -167,6 +167,7 @@ def served(store: Store, settings: Settings, run: Run) -> dict[str, str]:
         "/",
         "/repos",
         "/api/repos",
+        "/api/escalations",
     )
     try:
         with httpx.Client(base_url=handle.url, timeout=10.0) as client:
