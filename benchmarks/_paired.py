@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -18,6 +19,21 @@ def spread(values: Sequence[float], digits: int = 4) -> dict[str, float]:
         "median": round(statistics.median(values), digits),
         "max": round(max(values), digits),
     }
+
+
+def show_round(n: int, samples: dict[str, list[float]], digits: int) -> None:
+    """One progress line: round ``n``'s latest sample of each side."""
+    latest = ", ".join(f"{k} {v[-1]:.{digits}f}s" for k, v in samples.items())
+    print(f"round {n + 1}: {latest}", flush=True)
+
+
+def sized_parser(name: str, files: int, rounds: int) -> argparse.ArgumentParser:
+    """The options of a benchmark over a tree of ``--files`` files, ``--rounds`` times."""
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks {name}")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument("--files", type=int, default=files)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser
 
 
 def percentile(values: Sequence[float], pct: float) -> float:

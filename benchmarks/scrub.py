@@ -20,7 +20,6 @@ median of the per-round ratios. The last line printed is one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -30,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks._paired import machine, spread
+from benchmarks._paired import machine, show_round, sized_parser, spread
 from pipeline.core.masking import register_secret, register_secret_bytes
 from pipeline.core.secret_forms import bytes_forms, text_forms
 from pipeline.git import run as git_run
@@ -106,19 +105,12 @@ def measure(runner: GitRunner, rounds: int) -> dict[str, list[float]]:
         samples["scrubbed"].append(timed(scrubbed))
         samples["unscrubbed"].append(timed(plain))
         samples["scrub_only"].append(timed(lambda: git_run._clean(raw, None)))
-        print(
-            f"round {n + 1}: " + ", ".join(f"{k} {v[-1]:.4f}s" for k, v in samples.items()),
-            flush=True,
-        )
+        show_round(n, samples, 4)
     return samples
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks scrub")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    parser.add_argument("--files", type=int, default=26000)
-    parser.add_argument("--rounds", type=int, default=20)
-    args = parser.parse_args(argv)
+    args = sized_parser("scrub", 26000, 20).parse_args(argv)
     forms = register()
     with tempfile.TemporaryDirectory(prefix="afk-bench-scrub-") as tmp:
         runner = listed_repo(Path(tmp), args.files)

@@ -36,7 +36,6 @@ clone_local. The last line printed is one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -48,7 +47,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks._paired import machine, spread
+from benchmarks._paired import machine, show_round, sized_parser, spread
 from pipeline.config.settings import RepoSettings, WorkspaceSettings
 from pipeline.core.proc import run_command, shell_argv
 from pipeline.testing.gitrepos import git, make_remote
@@ -241,21 +240,14 @@ def measure(bench: Bench, rounds: int) -> dict[str, list[float]]:
             if name == "warm":
                 samples["release"].append(bench.end_run())
             samples[name].append(timed(steps[name], n, expected))
-        print(
-            f"round {n + 1}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in samples.items()),
-            flush=True,
-        )
+        show_round(n, samples, 3)
         for leftover in bench.root.glob(f"*-{n}"):
             shutil.rmtree(leftover, ignore_errors=True)
     return samples
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks workspace")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    parser.add_argument("--files", type=int, default=5000)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args(argv)
+    args = sized_parser("workspace", 5000, 5).parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="afk-bench-ws-") as tmp:
         root = Path(tmp)
         pins = build_wheelhouse(root / "wheelhouse")
