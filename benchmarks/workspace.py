@@ -146,8 +146,6 @@ class Bench:
 
     def __init__(self, root: Path, url: str) -> None:
         self.root, self.url = root, url
-        self.warm_cache = root / "volume" / "cache" / "uv"
-        self.env = uv_env(self.warm_cache)
         (root / "volume").mkdir(exist_ok=True)
         self.ws = Workspaces(root / "volume", WorkspaceSettings(fetch_debounce_s=0.0))
         self.repo = RepoSettings(
@@ -157,6 +155,9 @@ class Bench:
             remote_url=url,
             setup_commands=(SYNC,),
         )
+        # The repo's own uv cache, the one its runs' setup uses: every path starts as warm.
+        self.warm_cache = Path(self.ws.cache_env(self.repo)["UV_CACHE_DIR"])
+        self.env = uv_env(self.warm_cache)
         self.pusher = root / "pusher"
         git(root, "clone", "-q", url, str(self.pusher))
         self.base = root / "base"  # the warm base the clone_local path copies

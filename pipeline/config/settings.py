@@ -77,6 +77,9 @@ class WorkspaceSettings:
     # Wall clock of one clone, fetch or push, and how long a remote may send nothing.
     git_timeout_s: Annotated[float, v.S, Field(gt=0, le=86400)] = 1800.0
     git_stall_s: Annotated[float, v.S, Field(gt=0, le=3600)] = 60.0
+    # Package caches: each repository's own (``repo``), or one set for all (``shared``,
+    # trusted setups only: one repository's agent can then plant code another runs).
+    cache_scope: Annotated[str, v.one_of("repo", "shared")] = "repo"
 
     @model_validator(mode="after")
     def _order(self) -> WorkspaceSettings:

@@ -317,7 +317,8 @@ class Jailer:
 
     def jail(self, repo: RepoSettings, tree: Path, cache_env: Mapping[str, str]) -> Jail:
         home = self.home(repo)
-        # One bind for the cache root rather than one per tool: every mount costs the start.
+        # One bind for the repo's cache root rather than one per tool: every mount costs the
+        # start. Only this repo's caches: the rest of the volume stays hidden (ADR 0037).
         caches = tuple(dict.fromkeys(Path(value).parent for value in cache_env.values()))
         layout = tree_layout(tree, writable=(*caches, home), network=self.network_for(repo))
         return Jail(

@@ -2,7 +2,9 @@
 
 Usage is measured like ``du``: the allocated blocks of every file under the
 volume, hard links counted once. Eviction only ever deletes inside
-``<volume>/cache``; frozen evidence and worktrees are never candidates.
+``<volume>/cache``; frozen evidence and worktrees are never candidates. Every
+repository's caches (``<volume>/cache/repos/<repo>/<tool>``) and shared ones
+(``<volume>/cache/<tool>``) compete alike, least recently used first.
 
 A cache is evicted in *units*: usually a single file (pip, uv, npm, yarn,
 the pnpm store and the Go build cache are content-addressed and refetch a
@@ -26,15 +28,22 @@ from pipeline.core.files import remove_tree
 from pipeline.git.mirror import checkout_repo, drop_checkout_index
 from pipeline.git.run import GitRunner
 from pipeline.git.util import RUN_BRANCH_PREFIX
+from pipeline.workspace.prepared import REPO_CACHES
 
-# Directories that are one unit of eviction, as glob patterns relative to <volume>/cache.
-ATOMIC_DIR_PATTERNS: tuple[str, ...] = (
+# Directories that are one unit of eviction, as glob patterns relative to a cache root.
+_TOOL_UNITS: tuple[str, ...] = (
     "go-mod/*@*",
     "go-mod/*/*@*",
     "go-mod/*/*/*@*",
     "go-mod/*/*/*/*@*",
     "cargo/registry/src/*/*",
     "cargo/git/checkouts/*/*",
+)
+# ... relative to <volume>/cache: each repository's caches (<volume>/cache/repos/<repo>/),
+# and the shared ones ([workspace] cache_scope = "shared", or left by an older daemon).
+ATOMIC_DIR_PATTERNS: tuple[str, ...] = (
+    *_TOOL_UNITS,
+    *(f"{REPO_CACHES}/*/{pattern}" for pattern in _TOOL_UNITS),
 )
 
 
@@ -218,10 +227,12 @@ def evict_volume(
 
 
 def _remove_empty_dirs(root: Path) -> None:
-    """Remove directories emptied by eviction, keeping each tool's top directory."""
+    """Remove directories emptied by eviction, keeping each tool's top directory
+    (shared, and each repository's: a running sandbox may have it bound)."""
     for dirpath, _dirnames, _files in sorted(os.walk(root), key=lambda t: -len(t[0])):
         path = Path(dirpath)
-        if path == root or path.parent == root:
+        parts = path.relative_to(root).parts
+        if len(parts) <= 1 or (parts[0] == REPO_CACHES and len(parts) <= 3):
             continue
         try:
             path.rmdir()

@@ -8,9 +8,11 @@ from pathlib import Path
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError
 from pipeline.git.repo import GitRepo
+from pipeline.git.util import safe_component
 from pipeline.sandbox.jail import Jail
 
-# Environment variable -> directory under <volume>/cache.
+# Environment variable -> directory under a cache root: <volume>/cache/repos/<repo>
+# (``[workspace] cache_scope = "repo"``, the default) or <volume>/cache ("shared").
 CACHE_DIRS: tuple[tuple[str, str], ...] = (
     ("PIP_CACHE_DIR", "pip"),
     ("UV_CACHE_DIR", "uv"),
@@ -23,6 +25,7 @@ CACHE_DIRS: tuple[tuple[str, str], ...] = (
     ("GOCACHE", "go-build"),
     ("GRADLE_USER_HOME", "gradle"),
 )
+REPO_CACHES = "repos"  # <volume>/cache/repos/<repo>: one repository's caches
 STRATEGIES = ("worktree", "clone")
 
 
@@ -50,9 +53,17 @@ def cache_env(cache_root: Path) -> dict[str, str]:
     env: dict[str, str] = {}
     for variable, directory in CACHE_DIRS:
         path = cache_root / directory
-        path.mkdir(exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
         env[variable] = str(path)
     return env
+
+
+def repo_cache_root(cache_root: Path, repo: RepoSettings, scope: str) -> Path:
+    """Where ``repo``'s package caches live under ``cache_root``: its own directory
+    (``scope`` ``repo``), or ``cache_root`` itself, shared by every repo (``shared``)."""
+    if scope == "shared":
+        return cache_root
+    return cache_root / REPO_CACHES / safe_component(repo.name)
 
 
 def check_strategy(repo: RepoSettings) -> None:

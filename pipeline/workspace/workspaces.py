@@ -7,7 +7,7 @@ say why)::
     <volume>/repos/<forge>/<owner>/<name>/checkout     persistent checkout, fed from the mirror
     <volume>/repos/<forge>/<owner>/<name>/worktrees/   slot-0 (reused worktree) or clone
     <volume>/repos/<forge>/<owner>/<name>/kept/        dependency dirs between clone runs
-    <volume>/cache/<tool>                              shared package caches
+    <volume>/cache/repos/<name>/<tool>                 the repo's package caches (ADR 0037)
     <volume>/frozen/<run-id>/                          evidence, never touched again
 
 A run gets the repo's reusable worktree slot cleaned (``git clean -ffdx -e
@@ -59,6 +59,7 @@ from pipeline.workspace.prepared import (
     PreparedWorkspace,
     cache_env,
     check_strategy,
+    repo_cache_root,
 )
 from pipeline.workspace.repair import reset_or_rebuild, sound_checkout
 from pipeline.workspace.runtrees import CLONE, clear_leftovers, free_slot, stop_stragglers
@@ -112,9 +113,9 @@ class Workspaces:
             / safe_component(name)
         )
 
-    def cache_env(self) -> dict[str, str]:
-        """Variables pointing every package manager's cache under ``<volume>/cache``."""
-        return cache_env(self.cache_root)
+    def cache_env(self, repo: RepoSettings) -> dict[str, str]:
+        """Variables pointing every package manager's cache into ``repo``'s cache root."""
+        return cache_env(repo_cache_root(self.cache_root, repo, self.settings.cache_scope))
 
     # -- checkout -----------------------------------------------------------
 
@@ -207,7 +208,7 @@ class Workspaces:
         """Run the repo's setup in its fresh tree (on ``target``: branch, base SHA)."""
         branch, base_sha = target
         workdir = self._workdir(repo, tree.where, base_sha)
-        env = self.cache_env()
+        env = self.cache_env(repo)
         jail = self._jail(repo, tree.where, env, base_env)
         setup_s = run_setup(repo, workdir, jail, events, stop)
         return PreparedWorkspace(

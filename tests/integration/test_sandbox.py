@@ -193,6 +193,36 @@ def test_writes_outside_the_tree_fail(prepared: PreparedWorkspace, settings: Set
     assert (prepared.path / "inside.txt").read_text() == "fine"
 
 
+def test_only_the_repos_own_caches_are_there(
+    prepared: PreparedWorkspace, settings: Settings
+) -> None:
+    """The run's caches are writable; another repo's and the shared layout are not there."""
+    cache = settings.volume.resolve() / "cache"
+    other = cache / "repos" / "other" / "pip"
+    other.mkdir(parents=True)
+    shared = cache / "pip"
+    shared.mkdir()
+    targets = [other / "planted", shared / "planted"]
+    out = run_inside(
+        prepared,
+        f"""
+        import os
+        print('cache:', sorted(os.listdir({str(cache)!r})))
+        print('repos:', sorted(os.listdir({str(cache / "repos")!r})))
+        open(os.path.join(os.environ['PIP_CACHE_DIR'], 'own'), 'w').write('x')
+        for path in {[str(t) for t in targets]!r}:
+            try:
+                open(path, 'w').write('x')
+                print('wrote', path)
+            except OSError as exc:
+                print('refused', path, exc.strerror)
+    """,
+    )
+    assert "cache: ['repos']" in out and "repos: ['app']" in out, out
+    assert "wrote" not in out and not any(t.exists() for t in targets)
+    assert (cache / "repos" / "app" / "pip" / "own").read_text() == "x"
+
+
 def test_agent_commits_but_cannot_touch_what_steers_git(prepared: PreparedWorkspace) -> None:
     """A commit works; the checkout's config, hooks, gitfile and alternates are read-only."""
     common = prepared.path.parent.parent / "checkout" / ".git"

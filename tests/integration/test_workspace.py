@@ -299,7 +299,7 @@ def test_setup_runs_in_the_workdir_with_cache_env(tmp_path: Path, workspaces: Wo
     ws = prepare(workspaces, repo, 1, events=sink)
     assert ws.workdir == ws.path / "packages" / "app"
     assert Path((ws.workdir / "where").read_text().strip()) == ws.workdir.resolve()
-    env = workspaces.cache_env()
+    env = workspaces.cache_env(repo)
     assert (ws.workdir / "caches").read_text().split() == [env["PIP_CACHE_DIR"], env["GOMODCACHE"]]
     assert ws.setup_s > 0
     setup_events = sink.of_kind("setup")
@@ -333,9 +333,13 @@ def test_unknown_strategy_is_a_config_error(tmp_path: Path, workspaces: Workspac
         prepare(workspaces, repo, 1)
 
 
-def test_cache_env_points_every_tool_under_the_volume(workspaces: Workspaces) -> None:
-    """Every package manager's cache variable is a directory under <volume>/cache."""
-    env = workspaces.cache_env()
+def test_cache_env_points_every_tool_under_the_repos_own_cache(
+    tmp_path: Path, workspaces: Workspaces
+) -> None:
+    """Every package manager's cache variable is a directory of the repo's own,
+    under <volume>/cache/repos/<repo>: no two repos share one."""
+    app, web = make_repo(tmp_path), make_repo(tmp_path, "web")
+    env = workspaces.cache_env(app)
     expected = {
         "PIP_CACHE_DIR",
         "UV_CACHE_DIR",
@@ -350,7 +354,16 @@ def test_cache_env_points_every_tool_under_the_volume(workspaces: Workspaces) ->
     assert expected <= set(env)
     for value in env.values():
         assert Path(value).is_dir()
-        assert workspaces.cache_root in Path(value).parents
+        assert Path(value).parent == workspaces.cache_root / "repos" / "app"
+    assert not set(env.values()) & set(workspaces.cache_env(web).values())
+
+
+def test_shared_cache_scope_gives_every_repo_the_same_caches(tmp_path: Path, volume: Path) -> None:
+    """``[workspace] cache_scope = "shared"``: every repo's caches are <volume>/cache/<tool>."""
+    ws = Workspaces(volume, WorkspaceSettings(cache_scope="shared"))
+    env = ws.cache_env(make_repo(tmp_path))
+    assert env == ws.cache_env(make_repo(tmp_path, "web"))
+    assert env["PIP_CACHE_DIR"] == str(ws.cache_root / "pip")
 
 
 def test_missing_workdir_is_a_fatal_config_error(tmp_path: Path, workspaces: Workspaces) -> None:
@@ -383,7 +396,7 @@ def test_disk_full_in_setup_is_retryable_and_evicts(tmp_path: Path, volume: Path
     """'No space left on device' from setup fails retryable (disk_full) and evicts caches."""
     ws = Workspaces(volume, WorkspaceSettings(capacity_bytes=1))
     repo = make_repo(tmp_path, setup_commands=("echo 'write: No space left on device'; exit 1",))
-    cached = Path(ws.cache_env()["PIP_CACHE_DIR"]) / "http" / "blob"
+    cached = Path(ws.cache_env(repo)["PIP_CACHE_DIR"]) / "http" / "blob"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"x" * 10_000)
     with pytest.raises(RetryableError) as info:

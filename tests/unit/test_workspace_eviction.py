@@ -39,6 +39,35 @@ def test_go_modules_and_cargo_sources_are_whole_units(tmp_path: Path) -> None:
     ]
 
 
+def test_each_repositorys_caches_are_units_like_the_shared_ones(tmp_path: Path) -> None:
+    """Under ``repos/<repo>/`` a Go module and a Cargo source are whole units too, and
+    one repository's caches compete with another's and the shared ones, oldest first."""
+    calc, web = tmp_path / "repos" / "calc", tmp_path / "repos" / "web"
+    put(calc / "go-mod" / "example.com" / "lib@v1.2.3" / "lib.go", 10, 100.0)
+    put(web / "cargo" / "registry" / "src" / "index-abc" / "serde-1.0" / "lib.rs", 10, 50.0)
+    put(web / "pip" / "http" / "a", 10, 300.0)
+    put(tmp_path / "pip" / "left-by-a-shared-cache", 10, 10.0)
+    names = [u.path.relative_to(tmp_path).as_posix() for u in cache_units(tmp_path)]
+    assert names == [
+        "pip/left-by-a-shared-cache",
+        "repos/web/cargo/registry/src/index-abc/serde-1.0",
+        "repos/calc/go-mod/example.com/lib@v1.2.3",
+        "repos/web/pip/http/a",
+    ]
+
+
+def test_eviction_keeps_each_repositorys_tool_directories(tmp_path: Path) -> None:
+    """Emptied by eviction, a repository's cache directory and its tools' stay (a running
+    sandbox may have them bound); what is below them goes."""
+    old = put(tmp_path / "repos" / "calc" / "pip" / "http" / "a", 8192, 1.0)
+    evicted, _ = evict_caches(
+        tmp_path, usage=100, capacity=100, high_watermark=0.5, low_watermark=0.0
+    )
+    assert evicted == [old]
+    assert (tmp_path / "repos" / "calc" / "pip").is_dir()
+    assert not (tmp_path / "repos" / "calc" / "pip" / "http").exists()
+
+
 def test_eviction_stops_at_the_low_watermark(tmp_path: Path) -> None:
     """Oldest units go until usage is at or under low * capacity, no further."""
     files = [put(tmp_path / "pip" / f"f{i}", 8192, 100.0 + i) for i in range(10)]
