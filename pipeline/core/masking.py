@@ -267,6 +267,18 @@ def has_secrets() -> bool:
     return _REGISTRY.active
 
 
+def registered_forms() -> tuple[str, ...]:
+    """Every form ``mask`` replaces, longest first (``pipeline.core.stream_mask`` reads them)."""
+    return _REGISTRY._snapshot.forms
+
+
+def mask_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``mask`` replaces in ``text``: each form's occurrences and each cut piece."""
+    snapshot = _REGISTRY._snapshot
+    present = [f for f in snapshot.forms if f in text]
+    return _form_spans(text, present) + _cut_spans(text, snapshot.cuts)
+
+
 def mask(text: str) -> str:
     """``text`` with every registered secret masked (see the module docstring)."""
     return _REGISTRY.mask(text)
