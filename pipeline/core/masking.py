@@ -19,8 +19,9 @@ Values shorter than ``MIN_SECRET_LEN`` are not registered: masking a short
 value would mask ordinary words everywhere. The daemon warns about such
 secrets at start.
 
-The store masks at write (and read), the HTTP layer at serve time, the log
-through its formatter, notifications and comments before they are sent.
+The store masks at write (and read), the HTTP layer at serve time (a streamed
+body as one text, ``pipeline.core.stream_mask``), the log through its
+formatter, notifications and comments before they are sent.
 
 Both ``mask`` and ``redact_url`` run over whole git listings and diffs, so each
 looks first where it can match: ``mask`` keeps the forms the text contains (a
