@@ -67,7 +67,7 @@ class JsonLines:
             return _well_formed(value) if _SURROGATE_ESCAPE.search(line) else value
         self.garbage += 1
         if self.garbage <= MAX_GARBAGE_EVENTS:
-            self.events("log", f"{self.agent}: skipped a non-JSON line: {summarise(mask(line))}")
+            self.events("log", f"{self.agent}: skipped a non-JSON line: {summarise(line)}")
         return None
 
 
