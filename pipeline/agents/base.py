@@ -16,6 +16,7 @@ from typing import Protocol
 
 from pipeline.core.errors import CancelRequested, EscalationError, FatalError, RetryableError
 from pipeline.core.events import EventSink
+from pipeline.core.masking import mask
 from pipeline.core.proc import CommandResult, StopToken
 from pipeline.sandbox.jail import Jail
 
@@ -120,12 +121,13 @@ def result_data(result: AgentResult) -> dict[str, object]:
 def blocked_reason(text: str) -> str | None:
     """The reason of the last ``BLOCKED: <reason>`` line in ``text``, if any."""
     found = _BLOCKED.findall(text)
-    return str(found[-1])[:500] if found else None
+    return mask(str(found[-1]))[:500] if found else None
 
 
 def summarise(value: object, limit: int = MAX_SUMMARY_CHARS) -> str:
-    """One bounded line for the timeline."""
-    text = " ".join(str(value).split())
+    """One bounded line for the timeline, masked before it is cut (a secret cut short is
+    no longer a form ``mask`` knows in full: only a piece of at least 4 characters is)."""
+    text = " ".join(mask(str(value)).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

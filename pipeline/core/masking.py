@@ -19,8 +19,9 @@ Values shorter than ``MIN_SECRET_LEN`` are not registered: masking a short
 value would mask ordinary words everywhere. The daemon warns about such
 secrets at start.
 
-The store masks at write (and read), the HTTP layer at serve time, the log
-through its formatter, notifications and comments before they are sent.
+The store masks at write (and read), the HTTP layer at serve time (a streamed
+body as one text, ``pipeline.core.stream_mask``), the log through its
+formatter, notifications and comments before they are sent.
 
 Both ``mask`` and ``redact_url`` run over whole git listings and diffs, so each
 looks first where it can match: ``mask`` keeps the forms the text contains (a
@@ -265,6 +266,18 @@ def clear_secrets() -> None:
 def has_secrets() -> bool:
     """True once any secret is registered (a fast path for callers that parse first)."""
     return _REGISTRY.active
+
+
+def registered_forms() -> tuple[str, ...]:
+    """Every form ``mask`` replaces, longest first (``pipeline.core.stream_mask`` reads them)."""
+    return _REGISTRY._snapshot.forms
+
+
+def mask_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``mask`` replaces in ``text``: each form's occurrences and each cut piece."""
+    snapshot = _REGISTRY._snapshot
+    present = [f for f in snapshot.forms if f in text]
+    return _form_spans(text, present) + _cut_spans(text, snapshot.cuts)
 
 
 def mask(text: str) -> str:

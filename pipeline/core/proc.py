@@ -23,8 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
 
+from pipeline.core.masking import mask
+
 log = logging.getLogger(__name__)
-# Each line of the kept tail is cut here: the tail is for reading the end of an output,
+# Each line of the kept tail is cut here, masked first (a cut inside a secret followed by
+# the next line is no edge ``mask`` sees): the tail is for reading the end of an output,
 # and ``tail_lines`` lines of ``max_line_bytes`` each would be hundreds of megabytes.
 READ_CHUNK = 1 << 16
 TAIL_LINE_CHARS = 8192
@@ -178,7 +181,7 @@ class _LineReader(threading.Thread):
 
     def _line(self, raw: bytes) -> None:
         line = raw.decode("utf-8", errors="replace")
-        self.tail.append(line[:TAIL_LINE_CHARS])
+        self.tail.append(line if len(line) <= TAIL_LINE_CHARS else mask(line)[:TAIL_LINE_CHARS])
         if self.on_line is not None:
             self._tell(line)
 
@@ -247,7 +250,7 @@ def run_command(
     stop = opts.stop
     return CommandResult(
         returncode=None if outcome else proc.returncode,
-        output_tail="\n".join(reader.tail),
+        output_tail=mask("\n".join(reader.tail)),  # masked before callers cut it
         duration_s=time.monotonic() - started,
         timed_out=outcome == "timeout",
         idle_timed_out=outcome == "idle",

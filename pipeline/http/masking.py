@@ -7,17 +7,24 @@ plain-text log, each server-sent event) on its way out, whatever route made it.
 The registry holds each secret's JSON- and HTML-escaped forms too, so what a
 JSON encoder or the template engine did to it is masked as well.
 
-A whole body is masked at once and its ``Content-Length`` recomputed; a
-streamed body is masked chunk by chunk (the event stream sends whole messages
-per chunk). A streamed body of known length is a static file: passed as is.
+A whole body is masked at once and its ``Content-Length`` recomputed. A
+streamed body (the event stream) is masked as one text, not chunk by chunk: a
+secret split across two chunks would show as two unmasked halves, so a
+``StreamMasker`` holds back a chunk's end that could begin a secret until the
+next chunk or the end of the body, and a UTF-8 character split across chunks
+is decoded whole. Bytes that are not UTF-8 pass through as they are (decoded
+with ``surrogateescape``), never making the body skip masking. A streamed body
+of known length is a static file: passed as is.
 """
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from pipeline.core.masking import has_secrets, mask
+from pipeline.core.stream_mask import StreamMasker
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -48,6 +55,8 @@ class _MaskingSend:
         self.start: Message | None = None
         self.masking = False
         self.streaming = False
+        self.decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+        self.masker = StreamMasker()
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -69,7 +78,12 @@ class _MaskingSend:
             await self._flush_start()
             await self.send(message)
             return
-        body = _masked(bytes(message.get("body", b"")))
+        raw = bytes(message.get("body", b""))
+        if more or self.streaming:
+            text = self.masker.feed(self.decoder.decode(raw, final=not more))
+            body = _encoded(text if more else text + self.masker.close())
+        else:
+            body = _masked(raw)
         if self.start is not None:
             _set_length(self.start, None if more or self.streaming else len(body))
         self.streaming = self.streaming or more
@@ -102,10 +116,11 @@ def _set_length(start: Message, length: int | None) -> None:
     start["headers"] = headers
 
 
+def _encoded(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
 def _masked(body: bytes) -> bytes:
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return body
+    text = body.decode("utf-8", "surrogateescape")
     masked = mask(text)
-    return body if masked == text else masked.encode("utf-8")
+    return body if masked == text else _encoded(masked)

@@ -53,8 +53,8 @@ def progress_marker(run_id: int) -> str:
 
 
 def one_line(text: str, limit: int = STEP_CHARS) -> str:
-    """The first non-empty line of ``text``, cut to ``limit`` characters."""
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    """The first non-empty line of ``text``, masked, then cut to ``limit`` characters."""
+    line = mask(next((part.strip() for part in text.splitlines() if part.strip()), ""))
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

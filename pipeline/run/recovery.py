@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import EscalationError, FatalError, PipelineError, RetryableError
 from pipeline.core.faults import checkpoint
+from pipeline.core.masking import mask
 from pipeline.core.states import (
     DEPLOY_BROKEN_CLASS,
     FIX_FORWARD_PRIORITY,
@@ -232,7 +233,7 @@ class Recovery:
         scope.events("recovery", f"repo {scope.repo.name} frozen: {reason}", {"frozen": True})
         exc = EscalationError(
             FROZEN_REASON,
-            f"{reason}.\nLast evidence:\n{verdict.evidence[-EVIDENCE_CHARS:]}\n"
+            f"{reason}.\nLast evidence:\n{mask(verdict.evidence)[-EVIDENCE_CHARS:]}\n"
             f"{_ci_log(verdict.log_hint)}"
             f"The repo's queue is stopped and nothing was reverted; fix "
             f"{scope.repo.default_branch} by hand, then unfreeze the repo.",
@@ -248,7 +249,8 @@ class Recovery:
             f"Fix-forward: commit {sha} on {scope.repo.default_branch} is broken after its push "
             f"({_headline(verdict)}).\n"
             "Do not revert it blindly: find the cause and fix it forward, test first.\n\n"
-            f"Failure evidence (CI log tail or probe output):\n{verdict.evidence[-EVIDENCE_CHARS:]}"
+            "Failure evidence (CI log tail or probe output):\n"
+            f"{mask(verdict.evidence)[-EVIDENCE_CHARS:]}"
             f"\n{_ci_log(verdict.log_hint)}"
             f"\n\n{shown}:\n{diff}"
         )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pipeline.agents.base import AgentRequest, AgentResult
 from pipeline.core.errors import FatalError
+from pipeline.core.masking import mask
 from pipeline.git.commits import Git
 from pipeline.run.prompt import IssueInfo
 from pipeline.run.scope import RunScope
@@ -55,7 +56,8 @@ def parse_verdict(text: str) -> ReviewVerdict:
             verdicts.add(match.group(1).upper())
         else:
             reasons.append(line)
-    why = "\n".join(reasons).strip()[:REASONS_CHARS]
+    # Masked before it is cut: the cut of a secret is followed by more text where it is shown.
+    why = mask("\n".join(reasons).strip())[:REASONS_CHARS]
     if len(verdicts) != 1:
         detail = f" ({why[:300]})" if why else ""
         return ReviewVerdict(False, f"{UNREADABLE}{detail}")

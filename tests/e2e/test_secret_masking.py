@@ -54,6 +54,23 @@ print("BLOCKED: the deploy needs", secrets[0], "and", urllib.parse.quote(secrets
       "and", {glued!r})
 """
 
+# The agent prints its own key (from its environment) split in time: half, a flush and a
+# pause, then the rest; then on a line long enough that the output's kept tail cuts it
+# inside the key, followed by another line; and fails, so that tail is the run's error.
+SPLIT_AGENT = """
+import os, sys, time
+key = os.environ["SCRIPTED_API_KEY"]
+half = len(key) // 2
+sys.stdout.write("split " + key[:half])
+sys.stdout.flush()
+time.sleep(1.0)
+sys.stdout.write(key[half:] + " done\\n")
+sys.stdout.flush()
+print("x" * (8192 - 12) + key + " past the tail's cut")
+print("the last line")
+sys.exit(1)
+"""
+
 
 def _needles() -> list[str]:
     """What must appear nowhere: every sentinel's start, and a basic-auth header built on one."""
@@ -64,10 +81,10 @@ def _leaks(text: str) -> list[str]:
     return [needle for needle in _needles() if needle in text]
 
 
-def _config(tmp_path: Path, port: int, receiver: Receiver) -> Path:
+def _config(tmp_path: Path, port: int, receiver: Receiver, script: str = "") -> Path:
     remote = make_remote(tmp_path, {"README.md": "calc\n"})
     agent = tmp_path / "agent.py"
-    agent.write_text(AGENT.format(secrets=json.dumps(ALL), glued=GLUED))
+    agent.write_text(script or AGENT.format(secrets=json.dumps(ALL), glued=GLUED))
     urls = tmp_path / "notify-urls"
     urls.write_text(
         f"json://bot:{quote(NOTIFY_PASSWORD, safe='')}@127.0.0.1:{receiver.port}/notify\n"
@@ -171,4 +188,31 @@ def test_no_secret_an_agent_prints_is_stored_or_served(
     assert _leaks(database.decode("latin-1")) == []
     manifests = list((tmp_path / "volume" / "frozen").glob("*/manifest.json"))
     assert manifests and _leaks(manifests[0].read_text()) == []
+    assert _leaks(cli("runs", "show", str(runs[0]["id"])).stdout) == []
+
+
+def test_a_key_split_in_time_or_cut_by_the_tail_is_masked(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The agent's key, printed in two flushes or cut by the kept output tail, shows nowhere."""
+    cli_env.update(SECRETS)
+    port = free_port()
+    with Receiver() as receiver:
+        cli = Cli(_config(tmp_path, port, receiver, SPLIT_AGENT), cli_env)
+        cli("db", "upgrade")
+        cli("issue", "add", "--repo", "calc", "--title", "Leak it", "--label", "ready-for-agent")
+        log = tmp_path / "daemon.log"
+        daemon = cli.daemon(log)
+        try:
+            runs = cli.wait_for(lambda rs: bool(rs) and bool(rs[0].get("error")), 90, daemon, log)
+            served = _served(f"http://127.0.0.1:{port}", runs[0]["id"])
+        finally:
+            assert stop_daemon(daemon) == 0, log.read_text()[-3000:]
+    assert "split *** done" in served[f"/api/runs/{runs[0]['id']}/log"]
+    assert "***" in runs[0]["error"]
+    for where, text in served.items():
+        assert _leaks(text) == [], where
+    assert _leaks(log.read_text()) == []
+    database = b"".join(p.read_bytes() for p in sorted(tmp_path.glob("history.db*")))
+    assert _leaks(database.decode("latin-1")) == []
     assert _leaks(cli("runs", "show", str(runs[0]["id"])).stdout) == []

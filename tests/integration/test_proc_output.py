@@ -5,7 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from pipeline.core.masking import register_secret
 from pipeline.core.proc import TAIL_LINE_CHARS, run_command
+
+KEY = "sntl-agent-key-7Qx9vLp2"
 
 CHATTY = """
 import sys
@@ -49,6 +52,26 @@ def test_a_line_longer_than_the_limit_is_cut_and_the_next_one_read_whole(tmp_pat
     assert result.returncode == 0
     assert [len(line) for line in seen] == [1 << 20, 5] and seen[1] == "after"
     assert result.output_tail == "y" * TAIL_LINE_CHARS + "\nafter"
+
+
+def test_a_secret_the_kept_tail_cuts_is_masked_before_the_cut(tmp_path: Path) -> None:
+    """A line cut to ``TAIL_LINE_CHARS`` inside a secret, then another line: the cut is no
+    edge of the joined tail, so the line is masked before it is cut, and nothing of the
+    secret is left for a caller that shows the tail's end (an agent's error, a probe)."""
+    register_secret(KEY)
+    for shown in range(1, len(KEY)):
+        line = "y" * (TAIL_LINE_CHARS - shown) + KEY + " and on"
+        script = f"import sys; sys.stdout.write({line!r} + '\\nthe last line\\n')"
+        result = run_command([sys.executable, "-c", script], cwd=tmp_path, env={})
+        kept = ("y" * (TAIL_LINE_CHARS - shown) + "*** and on")[:TAIL_LINE_CHARS]
+        assert result.output_tail == kept + "\nthe last line", shown
+
+
+def test_the_kept_tail_is_masked(tmp_path: Path) -> None:
+    register_secret(KEY)
+    script = f"print('the key is', {KEY!r}); print('the end')"
+    result = run_command([sys.executable, "-c", script], cwd=tmp_path, env={})
+    assert result.output_tail == "the key is ***\nthe end"
 
 
 CHATTY_BEFORE_READING = """

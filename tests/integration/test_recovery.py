@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.config.settings import RepoSettings, Settings, TrackerSettings
 from pipeline.core.errors import EscalationError
+from pipeline.core.masking import register_secret
 from pipeline.core.states import (
     FIX_FORWARD_PRIORITY,
     DecisionKind,
@@ -18,7 +19,7 @@ from pipeline.core.states import (
 )
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.run.budget import SpendLedger
-from pipeline.run.recovery import Recovery, unhealed_freeze
+from pipeline.run.recovery import EVIDENCE_CHARS, Recovery, unhealed_freeze
 from pipeline.run.scope import RunScope
 from pipeline.run.superseded import not_needed
 from pipeline.store import EnqueueOptions, Run, Store
@@ -206,3 +207,18 @@ def test_a_fix_forward_runs_only_if_its_broken_run_ended_broken(
     ).run
     assert recovery.not_needed(fix) is None
     assert inconclusive is not None and unhealed_freeze(fix, inconclusive) is None
+
+
+def test_a_secret_the_evidence_cut_starts_in_is_masked(store: Store, tmp_path: Path) -> None:
+    """Evidence longer than the escalation shows is cut at its start, after a heading: a
+    secret cut there is no text's edge, so the evidence is masked before it is cut."""
+    key = "sntl-ci-token-7Qx9vLp2"
+    register_secret(key)
+    recovery, repo = _recovery(store, tmp_path, max_fix_forwards=0)
+    run = store.enqueue("web").run
+    for shown in range(1, len(key)):
+        evidence = f"{key} {'x' * (EVIDENCE_CHARS - shown - 1)}"
+        verdict = Verdict(VerdictState.BROKEN, evidence, "red", "broken")
+        decision = recovery.decide(_scope(run, repo), run, "a" * 40, verdict)
+        assert decision.kind == DecisionKind.FROZEN
+        assert f"Last evidence:\n{key[-shown:]} " not in (decision.outcome.error or ""), shown

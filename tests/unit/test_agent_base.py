@@ -20,6 +20,7 @@ from pipeline.core.errors import (
     FatalError,
     RetryableError,
 )
+from pipeline.core.masking import register_secret
 from pipeline.core.proc import CommandResult
 
 SECRET_ENV = {
@@ -263,3 +264,15 @@ def test_an_api_error_is_never_told_as_success() -> None:
     assert outcome_words(overloaded) == "API error 529 (success)"
     assert outcome_words(AgentResult(subtype="error_exit", is_error=True)) == "error (error_exit)"
     assert outcome_words(AgentResult(subtype="success")) == "success"
+
+
+def test_a_summary_and_a_blocked_reason_mask_a_key_before_cutting_it() -> None:
+    """Cut inside a key, a summary would show its first characters (under the 4 that
+    ``mask`` recognises before a ``…``), a blocked reason all that precede the cut."""
+    key = "sntl-agent-key-7Qx9vLp2"
+    register_secret(key)
+    for shown in range(1, len(key)):
+        line = "y" * (199 - shown) + key + " more"
+        assert key[:shown] + "…" not in summarise(line), shown
+        reason = blocked_reason("BLOCKED: " + "y" * (500 - shown) + key + " more")
+        assert reason is not None and not reason.endswith(key[:shown]), shown

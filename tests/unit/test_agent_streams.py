@@ -139,3 +139,16 @@ def test_redacting_sink_masks_every_registered_secret_in_message_and_data() -> N
         {"input": {"command": "echo SNTL-stream-push-token-3d"}},
     )
     assert sink.events == [("tool", "cat token: ***", {"input": {"command": "echo ***"}})]
+
+
+def test_a_key_in_a_skipped_non_json_line_is_masked_before_the_summary_cuts_it() -> None:
+    """The summary of a skipped line cuts it with a ``…``: masked after the cut, the first
+    characters of a key just before the cut would show; masked first, none do."""
+    key = "sntl-agent-key-7Qx9vLp2"
+    register_secret(key)
+    for shown in range(1, 9):
+        sink = RecordingSink()
+        parser = ClaudeStreamParser(RedactingSink(sink, AgentPreset(name="c", kind="claude")))
+        parser.feed("y" * (199 - shown) + key + " and on")
+        [(_, message, _)] = sink.events
+        assert key[:shown] + "…" not in message, shown

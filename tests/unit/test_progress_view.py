@@ -7,11 +7,14 @@ import threading
 import time
 
 from pipeline.core.errors import EscalationError, LeaseLost, RetryableError
+from pipeline.core.masking import register_secret
 from pipeline.run.implement import summarise_tests
 from pipeline.run.progress import (
+    STEP_CHARS,
     CommentSlot,
     ProgressComment,
     ProgressView,
+    one_line,
     progress_after_error,
     progress_marker,
 )
@@ -187,3 +190,13 @@ def test_a_hurried_writer_skips_the_states_not_shown_and_writes_the_end() -> Non
     progress.join(60)
     heads = [body.splitlines()[0] for body in slot.bodies]
     assert heads == ["**afk-pipeline run 8: claimed**", "**afk-pipeline run 8: escalated**"]
+
+
+def test_a_step_line_masks_a_key_before_cutting_it() -> None:
+    """A step cut inside a key keeps none of it (after a ``…``, ``mask`` would recognise
+    only a piece of at least 4 characters)."""
+    key = "sntl-agent-key-7Qx9vLp2"
+    register_secret(key)
+    for shown in range(1, len(key)):
+        line = one_line(f"{'y' * (STEP_CHARS - 1 - shown)}{key} more\nnext")
+        assert key[:shown] + "…" not in line and len(line) <= STEP_CHARS, shown

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.run.review import UNREADABLE, parse_verdict
+from pipeline.core.masking import register_secret
+from pipeline.run.review import REASONS_CHARS, UNREADABLE, parse_verdict
 from pipeline.sandbox.bwrap import Layout, bwrap_argv
 from pipeline.sandbox.jail import Jail, Unconfined
 
@@ -50,3 +51,16 @@ def test_reviewer_jail_mounts_the_tree_read_only(tmp_path: Path) -> None:
     for path in (tree, git_dir, cache):
         assert ("--ro-bind", str(path)) in binds and ("--bind", str(path)) not in binds
     assert ("--bind", str(home)) in binds
+
+
+def test_a_secret_the_reasons_cut_is_masked_before_the_cut() -> None:
+    """A reviewer printing a key where its reasons (or an unreadable answer's excerpt) are
+    cut short: nothing of the key is left, whatever text is put after the reasons."""
+    key = "sntl-review-key-7Qx9vLp2"
+    register_secret(key)
+    for limit in (REASONS_CHARS, 300):  # 300: the excerpt of an unreadable answer
+        text = "y" * (limit - 12) + key + "\nmore reasons"
+        kept = parse_verdict(text + "\nVERDICT: REQUEST_CHANGES").reasons
+        unreadable = parse_verdict(text).reasons
+        assert key[:8] not in kept and key[:8] not in unreadable
+        assert "***" in kept or "***" in unreadable
