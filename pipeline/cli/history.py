@@ -20,6 +20,7 @@ from pipeline.cli.common import (
     CliError,
     Subparsers,
     add_command,
+    checked_note,
     load,
     open_store,
     record_id,
@@ -174,7 +175,7 @@ def _set_frozen(args: argparse.Namespace, out: TextIO, *, frozen: bool) -> int:
             escalation = f"frozen by {by}: {args.note}"
             changed = store.freeze_repo(args.repo, args.note, by=by, escalation=escalation)
         else:
-            changed = store.unfreeze_repo(args.repo, args.note, by=by)
+            changed = store.unfreeze_repo(args.repo, checked_note(args.note, by), by=by)
         repo = store.get_repo(args.repo)
     finally:
         store.close()
@@ -188,8 +189,10 @@ def _set_frozen(args: argparse.Namespace, out: TextIO, *, frozen: bool) -> int:
     return EXIT_OK
 
 
-def json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON")
+def json_flag(parser: argparse.ArgumentParser, *, inherited: bool = False) -> None:
+    """``--json``; ``inherited`` as in ``common_options``."""
+    default = argparse.SUPPRESS if inherited else False
+    parser.add_argument("--json", action="store_true", default=default, help="print JSON")
 
 
 def register_runs(runs: Subparsers) -> None:
