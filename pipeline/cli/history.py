@@ -17,6 +17,7 @@ from pipeline.cli import render
 from pipeline.cli.common import (
     EXIT_FAIL,
     EXIT_OK,
+    MAX_ID,
     CliError,
     Subparsers,
     add_command,
@@ -67,10 +68,11 @@ def run_filter(args: argparse.Namespace) -> RunFilter:
     )
 
 
-def positive(value: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+def positive(value: str, most: int = MAX_ID) -> int:
+    """An argparse type: a whole number from 1 to ``most`` (a larger one must not reach SQL,
+    where PostgreSQL refuses it as out of range)."""
+    if not value.isdigit() or not 1 <= int(value) <= most:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {most}, got {value!r}")
     return int(value)
 
 
