@@ -38,7 +38,7 @@ from pipeline.core.states import BUSY_STATES as BUSY_STATES
 from pipeline.core.states import TERMINAL_STATES as TERMINAL_STATES
 from pipeline.core.states import WAITING_STATES as WAITING_STATES
 from pipeline.store.masked import MaskedJson, MaskedString, MaskedText
-from pipeline.store.shown import ShownName
+from pipeline.store.shown import FittedKey, ShownName
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_STATES)
 _BUSY_SQL = ", ".join(f"'{s}'" for s in BUSY_STATES)
@@ -229,7 +229,7 @@ class SideEffectRow(Base):
     __tablename__ = "side_effects"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(300), unique=True)
+    key: Mapped[str] = mapped_column(FittedKey(300), unique=True)
     run_id: Mapped[int | None] = mapped_column(Integer)
     detail: Mapped[str] = mapped_column(MaskedText, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime)

@@ -197,3 +197,25 @@ def test_a_name_longer_than_its_column_is_queued_cut_with_a_marker(
             assert issue is not None and issue.author == "b" * 199 + "…"
         finally:
             world.close()
+
+
+def test_an_untrusted_long_name_is_explained_once(database_url: str, tmp_path: Path) -> None:
+    """The comment's store key holds the labeller's name (GitLab allows 255 characters) and
+    the slug: past the key's 300 characters PostgreSQL refused it, and every poll failed
+    there. A longer key is kept as its start and a digest: one comment, across polls."""
+    name, slug = "m" * 255, "acme-corporation/platform-team/widgets"  # a GitLab subgroup
+    with FakeGitLab(token="fake-token") as fake:
+        fake.add_repo(slug)
+        number = fake.add_issue(slug, "sneaky", labels=[READY], labelled_by=name)
+        world = IntakeWorld.build(
+            database_url, tmp_path / "v", {"gitlab": fake}, [("gitlab", slug)]
+        )
+        try:
+            assert world.intake.poll("gitlab").error is None
+            world.restart()  # a full poll again: the key is found, nothing posted twice
+            assert world.intake.poll("gitlab").error is None
+            assert world.runs() == []
+            comments = [c.body for c in fake.issue(slug, number).comments]
+            assert len(comments) == 1 and f"@{name}" in comments[0], comments
+        finally:
+            world.close()
