@@ -294,7 +294,7 @@ class NotificationRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
     kind: Mapped[str] = mapped_column(String(30))
-    channel: Mapped[str] = mapped_column(String(300))
+    channel: Mapped[str] = mapped_column(ShownName(300))
     channel_key: Mapped[str] = mapped_column(String(64))
     title: Mapped[str] = mapped_column(MaskedText)
     body: Mapped[str] = mapped_column(MaskedText)
