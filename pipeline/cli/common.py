@@ -37,16 +37,20 @@ def record_id(value: str) -> int:
     return int(text)
 
 
-def common_options(parser: argparse.ArgumentParser) -> None:
+def common_options(parser: argparse.ArgumentParser, *, inherited: bool = False) -> None:
+    """``--config`` and ``--database-url``. ``inherited``: a subcommand of a group that has
+    them too; given before the subcommand they are kept (argparse would reset them to the
+    subcommand's defaults), given after it they win."""
+    default = argparse.SUPPRESS if inherited else None
     parser.add_argument(
         "--config",
         type=Path,
-        default=None,
+        default=default,
         help="config file (default: $PIPELINE_CONFIG, else embedded defaults)",
     )
     parser.add_argument(
         "--database-url",
-        default=None,
+        default=default,
         help="history database (default: $PIPELINE_DATABASE_URL, the config's, "
         "else sqlite under the data directory)",
     )
@@ -84,6 +88,21 @@ def open_store(args: argparse.Namespace, *, require_schema: bool = True) -> Stor
         store.close()
         raise CliError(f"{redact_url(settings.database_url)}: {problem}")
     return store
+
+
+def checked_note(note: str, by: str) -> str:
+    """``--note`` of an acknowledgement or an unfreeze, stripped: refused if longer than
+    what its record holds next to who did it (``note_room``)."""
+    from pipeline.store.escalations import MAX_BY, note_room
+
+    text = note.strip()
+    room = note_room(by)
+    if len(text) > room:
+        raise CliError(
+            f"--note: at most {room} characters, got {len(text)} (it is recorded as "
+            f"'{by}: NOTE' in {MAX_BY} characters); say it shorter"
+        )
+    return text
 
 
 def who() -> str:

@@ -20,6 +20,7 @@ from pipeline.cli.common import (
     CliError,
     Subparsers,
     add_command,
+    checked_note,
     common_options,
     open_store,
     record_id,
@@ -98,12 +99,15 @@ def _row(escalation: Escalation, now: datetime, every: bool) -> list[object]:
 def cmd_escalations_ack(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pipeline.store import AckRefused
 
-    note = args.note.strip()
+    if args.all:
+        raise CliError("--all lists acknowledged escalations too; it means nothing to `ack`")
+    by = who()
+    note = checked_note(args.note, by)
     if not note:
         raise CliError("--note: say what you did (it is recorded with who did it)")
     store = open_store(args)
     try:
-        done = store.acknowledge_escalations(args.ids, by=f"{who()}: {note}")
+        done = store.acknowledge_escalations(args.ids, by=f"{by}: {note}")
     except AckRefused as exc:
         lines = ack_refusals(exc)
         raise CliError("\n".join([*lines, "nothing was acknowledged"])) from None
@@ -127,8 +131,13 @@ def register(top: Subparsers) -> None:
     parser.set_defaults(handler=cmd_escalations)
     sub = parser.add_subparsers(dest="sub", metavar="SUB")
     ack = add_command(
-        sub, "ack", cmd_escalations_ack, "acknowledge escalations (all the ids given, or none)"
+        sub,
+        "ack",
+        cmd_escalations_ack,
+        "acknowledge escalations (all the ids given, or none)",
+        common=False,
     )
     ack.add_argument("ids", nargs="+", type=record_id, metavar="ID")
     ack.add_argument("--note", required=True, help="what you did; recorded with who did it")
-    json_flag(ack)
+    common_options(ack, inherited=True)  # before `ack` or after it, alike
+    json_flag(ack, inherited=True)

@@ -17,9 +17,11 @@ from pipeline.cli import render
 from pipeline.cli.common import (
     EXIT_FAIL,
     EXIT_OK,
+    MAX_ID,
     CliError,
     Subparsers,
     add_command,
+    checked_note,
     load,
     open_store,
     record_id,
@@ -66,10 +68,11 @@ def run_filter(args: argparse.Namespace) -> RunFilter:
     )
 
 
-def positive(value: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+def positive(value: str, most: int = MAX_ID) -> int:
+    """An argparse type: a whole number from 1 to ``most`` (a larger one must not reach SQL,
+    where PostgreSQL refuses it as out of range)."""
+    if not value.isdigit() or not 1 <= int(value) <= most:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {most}, got {value!r}")
     return int(value)
 
 
@@ -174,7 +177,7 @@ def _set_frozen(args: argparse.Namespace, out: TextIO, *, frozen: bool) -> int:
             escalation = f"frozen by {by}: {args.note}"
             changed = store.freeze_repo(args.repo, args.note, by=by, escalation=escalation)
         else:
-            changed = store.unfreeze_repo(args.repo, args.note, by=by)
+            changed = store.unfreeze_repo(args.repo, checked_note(args.note, by), by=by)
         repo = store.get_repo(args.repo)
     finally:
         store.close()
@@ -188,8 +191,10 @@ def _set_frozen(args: argparse.Namespace, out: TextIO, *, frozen: bool) -> int:
     return EXIT_OK
 
 
-def json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON")
+def json_flag(parser: argparse.ArgumentParser, *, inherited: bool = False) -> None:
+    """``--json``; ``inherited`` as in ``common_options``."""
+    default = argparse.SUPPRESS if inherited else False
+    parser.add_argument("--json", action="store_true", default=default, help="print JSON")
 
 
 def register_runs(runs: Subparsers) -> None:

@@ -110,7 +110,7 @@ def main(
         if db_problem is None:
             raise
         url = getattr(args, "database_url", None) or os.environ.get("PIPELINE_DATABASE_URL", "")
-        err.write(f"pipeline: database {_redacted(url)} unavailable: {db_problem}\n")
+        err.write(f"pipeline: database {_redacted(url)} {db_problem}\n")
         return EXIT_FAIL
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pipeline.cli.common import EXIT_OK, CliError, Subparsers, add_command, load, open_store
 from pipeline.cli.history import json_flag, positive, since
+from pipeline.config.settings import MAX_KEEP_DAYS
 from pipeline.store.records import Run
 
 if TYPE_CHECKING:
@@ -136,15 +137,18 @@ def _cell(value: object) -> object:
     return "" if value is None else value
 
 
+def _days(value: str) -> int:
+    """A retention override: as many days as ``[history]`` accepts."""
+    return positive(value, MAX_KEEP_DAYS)
+
+
 def register(db: Subparsers, runs: Subparsers) -> None:
     prune = add_command(
         db, "prune", cmd_db_prune, "apply the [history] retention policy now (batched)"
     )
     prune.add_argument("--dry-run", action="store_true", help="count what would go, remove none")
-    prune.add_argument(
-        "--keep-events-days", type=positive, help="override [history] keep_events_days"
-    )
-    prune.add_argument("--keep-runs-days", type=positive, help="override [history] keep_runs_days")
+    prune.add_argument("--keep-events-days", type=_days, help="override [history] keep_events_days")
+    prune.add_argument("--keep-runs-days", type=_days, help="override [history] keep_runs_days")
     prune.epilog = (
         "exit status: 0 done (also when nothing was old enough), 1 the database failed, "
         "2 bad options, a bad config or a schema that is not current"

@@ -237,6 +237,8 @@ def _message(error: ErrorDetails, loc: tuple[str | int, ...]) -> str:
         choices = re.findall(r"'([^']*)'", str(ctx["expected"]))
         got = f"; got {value!r}" if isinstance(value, str) else f", got {describe_value(value)}"
         return f"must be one of {', '.join(choices)}{got}" + suggest(str(value), choices)
+    if kind in ("string_too_long", "too_long") and isinstance(value, str):  # a column's width
+        return f"must be at most {ctx['max_length']} characters, got {len(str(value))}"
     want = _WANT.get(kind)
     if want is None:
         return error["msg"]

@@ -92,12 +92,15 @@ class WorkspaceSettings:
         return self
 
 
+MAX_KEEP_DAYS = 36500
+
+
 @v.table
 class HistorySettings:
     """Retention: timelines of runs that ended are kept this long, run rows longer."""
 
-    keep_events_days: Annotated[int, v.S, Field(ge=1, le=36500)] = 90
-    keep_runs_days: Annotated[int, v.S, Field(ge=1, le=36500)] = 365
+    keep_events_days: Annotated[int, v.S, Field(ge=1, le=MAX_KEEP_DAYS)] = 90
+    keep_runs_days: Annotated[int, v.S, Field(ge=1, le=MAX_KEEP_DAYS)] = 365
 
     @model_validator(mode="after")
     def _order(self) -> HistorySettings:
@@ -268,10 +271,12 @@ _AFK_KEYS = v.one_of("test_command", "setup_commands", "prompt", "deploy_probes"
 class RepoSettings:
     name: str  # the key in [repos.NAME]; also the repo's name in the store
     tracker: v.Text
-    slug: Annotated[str, v.S, v.check(_SLUG.match, "must look like owner/name")]  # on the tracker
+    slug: Annotated[  # on the tracker
+        str, v.S, v.check(_SLUG.match, "must look like owner/name"), Field(max_length=300)
+    ]
     # default: derived from the tracker's address and the slug
     remote_url: Annotated[v.Text, AfterValidator(v.remote)] = ""
-    default_branch: v.Ref = "main"
+    default_branch: Annotated[v.Ref, Field(max_length=200)] = "main"
     test_command: v.Text | None = None
     test_timeout_s: v.Seconds = 900.0
     setup_commands: tuple[v.Text, ...] = ()
@@ -335,7 +340,7 @@ class Settings:
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
     workspace: WorkspaceSettings = field(default_factory=WorkspaceSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
-    trackers: Annotated[tuple[TrackerSettings, ...], v.named(v.Text)] = ()
+    trackers: Annotated[tuple[TrackerSettings, ...], v.named(v.TrackerName)] = ()
     agents: Annotated[
         tuple[AgentPreset, ...],
         v.named(v.Text, Annotated[AgentPreset, v.changed(AgentTable, preset)]),

@@ -291,9 +291,12 @@ Relative = Annotated[
         "must be a relative path without '..'",
     ),
 ]
+# Names the store keeps in columns of these widths (``pipeline.store.models``).
+TrackerName = Annotated[Text, Field(max_length=100)]
 RepoName = Annotated[
     str,
     S,
+    Field(max_length=200),
     check(
         re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$").match,
         "a repository name may hold only letters, digits, '.', '_' and '-', "

@@ -18,7 +18,6 @@ from starlette.responses import JSONResponse, Response
 
 from pipeline.http.common import (
     MAX_ID,
-    MAX_NOTE,
     ApiContext,
     check_text,
     check_token,
@@ -30,7 +29,7 @@ from pipeline.http.common import (
 )
 from pipeline.http.shapes import EscalationJson
 from pipeline.notify.escalation import ack_refusals, escalation_next_step
-from pipeline.store.escalations import AckRefused
+from pipeline.store.escalations import AckRefused, note_room
 from pipeline.store.records import Escalation
 
 ACTOR = "api"  # as the other writes record it
@@ -59,7 +58,7 @@ async def ack_escalation(request: Request) -> Response:
     if refused is not None:
         return refused
     body = await json_object(request, NOTE_FIELDS)
-    note = check_text("note", body.get("note", ""), MAX_NOTE, allow_newlines=True)
+    note = check_text("note", body.get("note", ""), note_room(ACTOR), allow_newlines=True)
     escalation_id: int = request.path_params["escalation_id"]
     if not 1 <= escalation_id <= MAX_ID:
         return error(404, f"escalation {escalation_id}: no such escalation")

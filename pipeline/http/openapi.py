@@ -16,9 +16,11 @@ from pipeline.core.states import REPO_STATES, RUN_KINDS
 from pipeline.core.when import AGE, VALID_FORMS
 from pipeline.http.batch import ACTIONS, MAX_BATCH
 from pipeline.http.common import MAX_ID, MAX_NAME, MAX_NOTE, MAX_OFFSET, MAX_PAGE, PRIORITY_RANGE
+from pipeline.http.escalations import ACTOR
 from pipeline.http.metrics import RUN_STATES
 from pipeline.http.shapes import component_schemas
 from pipeline.http.sse import EVENT_MAPPING
+from pipeline.store.escalations import note_room
 
 Schema = dict[str, Any]
 
@@ -54,14 +56,15 @@ def _schemas() -> dict[str, Schema]:
         **component_schemas(enums),
         "EnqueueRequest": _enqueue_request(),
         "BatchRequest": _batch_request(),
-        "NoteRequest": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "note": {"type": "string", "maxLength": MAX_NOTE, "pattern": NOTE_PATTERN}
-            },
-        },
+        "NoteRequest": _note_request(MAX_NOTE),
+        # An acknowledgement's (an unfreeze's) note is recorded as "api: <note>", 200 at most.
+        "AckNoteRequest": _note_request(note_room(ACTOR)),
     }
+
+
+def _note_request(most: int) -> Schema:
+    note = {"type": "string", "maxLength": most, "pattern": NOTE_PATTERN}
+    return {"type": "object", "additionalProperties": False, "properties": {"note": note}}
 
 
 def _enqueue_request() -> Schema:
@@ -151,6 +154,7 @@ REPO = _param(
 WRITE: dict[str, Any] = {"security": [{"bearer": []}]}
 WRITE_ERRORS = (401, 403, 404, 422)
 NOTE_BODY = {"required": False, "content": {"application/json": {"schema": _ref("NoteRequest")}}}
+ACK_BODY = {"required": False, "content": {"application/json": {"schema": _ref("AckNoteRequest")}}}
 
 
 def _list_params() -> list[Schema]:
@@ -330,17 +334,15 @@ def _run_actions() -> dict[str, Schema]:
 def _repo_paths() -> dict[str, Schema]:
     answers = {"200": _json("Repo", "the repo"), **_errors(*WRITE_ERRORS)}
 
-    def action(summary: str, operation_id: str) -> Schema:
-        return _op(
-            summary, operation_id, answers, parameters=[REPO], requestBody=NOTE_BODY, **WRITE
-        )
+    def action(summary: str, operation_id: str, body: Schema = NOTE_BODY) -> Schema:
+        return _op(summary, operation_id, answers, parameters=[REPO], requestBody=body, **WRITE)
 
     return {
         "/api/repos": {
             "get": _op("Enrolled repos", "listRepos", {"200": _json("RepoList", "every repo")})
         },
         "/api/repos/{repo}/freeze": {"post": action("Freeze a repo", "freezeRepo")},
-        "/api/repos/{repo}/unfreeze": {"post": action("Unfreeze a repo", "unfreezeRepo")},
+        "/api/repos/{repo}/unfreeze": {"post": action("Unfreeze a repo", "unfreezeRepo", ACK_BODY)},
     }
 
 
@@ -366,7 +368,7 @@ def _escalation_paths() -> dict[str, Schema]:
                 description="409 when it is acknowledged already, or belongs to the freeze "
                 "of a repo still frozen (unfreeze the repo instead).",
                 parameters=[_param("escalation_id", "path", esc_id)],
-                requestBody=NOTE_BODY,
+                requestBody=ACK_BODY,
                 **WRITE,
             )
         },

@@ -32,6 +32,7 @@ from pipeline.http.common import (
     run_json,
 )
 from pipeline.store import UnknownRepo
+from pipeline.store.escalations import note_room
 from pipeline.store.pushed import pushed_run
 from pipeline.store.roles import ApiStore
 from pipeline.store.runs import (
@@ -155,7 +156,9 @@ async def _repo_action(request: Request, *, frozen: bool) -> Response:
         return refused
     name = check_name("repo", request.path_params["repo"])
     body = await json_object(request, NOTE_FIELDS)
-    note = check_text("note", body.get("note", ""), MAX_NOTE, allow_newlines=True)
+    # An unfreeze's note goes where its freeze's escalations record who acknowledged them.
+    most = MAX_NOTE if frozen else note_room(ACTOR)
+    note = check_text("note", body.get("note", ""), most, allow_newlines=True)
     note = note.strip() or ("frozen from the API" if frozen else "unfrozen from the API")
     return await run_in_threadpool(_set_frozen, context(request), name, note, frozen)
 

@@ -148,7 +148,9 @@ class Recovery:
         if root.issue_number is not None:
             resolution = {"root": root.id, "number": root.issue_number, "sha": done}
             self.resolve(scope, {**resolution, "ci": verdict.ci, "deploy": deploy})
-        summary = f"pushed {sha[:12]}; CI {verdict.ci}; deploy {verdict.deploy}"
+        # A fix-forward that found nothing to change pushed nothing: it watched ``sha`` again.
+        did = f"pushed {sha[:12]}" if run.pushed_sha else f"nothing to change; watched {sha[:12]}"
+        summary = f"{did}; CI {verdict.ci}; deploy {verdict.deploy}"
         return Decision(DecisionKind.RESOLVED, Outcome(RunState.SUCCEEDED, summary=summary))
 
     def resolve(self, scope: RunScope, resolution: Mapping[str, object]) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pipeline.store import migrate
 from pipeline.store.claim import ClaimMixin, SweepReport
-from pipeline.store.engine import describe_db_error
+from pipeline.store.db_errors import describe_db_error
 from pipeline.store.escalations import AckRefused, EscalationsMixin
 from pipeline.store.fenced import FencedMixin, Heartbeat
 from pipeline.store.history import HistoryMixin

@@ -185,13 +185,3 @@ def db_now(conn: Connection) -> datetime:
 
 def is_postgres(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
-
-
-def describe_db_error(exc: BaseException) -> str | None:
-    """One line for a database error (unreachable, auth, locked), else None."""
-    from sqlalchemy.exc import DBAPIError, OperationalError
-
-    if isinstance(exc, OperationalError | DBAPIError):
-        detail = str(getattr(exc, "orig", exc) or exc).strip().splitlines()
-        return detail[0] if detail else type(exc).__name__
-    return None

@@ -19,7 +19,14 @@ from pipeline.store.engine import db_now
 from pipeline.store.models import EscalationRow, RepoRow
 from pipeline.store.records import Escalation, from_mapping
 
-MAX_BY = 200  # the width of ``acknowledged_by``
+MAX_BY = 200  # the width of ``acknowledged_by``, which holds "who: note"
+
+
+def note_room(by: str) -> int:
+    """The longest note ``by`` can leave on an acknowledgement (or an unfreeze): the
+    column holds ``"<by>: <note>"``. The CLI and the API refuse a longer one; the store
+    cuts what still comes (a direct caller), never failing on PostgreSQL."""
+    return max(0, MAX_BY - len(by) - 2)
 
 
 class AckRefused(Exception):

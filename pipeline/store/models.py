@@ -1,7 +1,9 @@
 """SQLAlchemy models: the run history and the queue, one schema for both engines.
 
 Free-text columns are ``Masked*`` types (``pipeline.store.masked``): secrets are
-masked in them on every write and read, whichever verb touches them.
+masked in them on every write and read, whichever verb touches them. Names people
+only read (who wrote, labelled, asked, froze, acknowledged) are ``ShownName``
+(``pipeline.store.shown``): a longer one is cut to its column with a marker.
 
 Two partial unique indexes carry the core guarantees in the database itself,
 so that neither a crash nor a second replica can break them:
@@ -36,6 +38,7 @@ from pipeline.core.states import BUSY_STATES as BUSY_STATES
 from pipeline.core.states import TERMINAL_STATES as TERMINAL_STATES
 from pipeline.core.states import WAITING_STATES as WAITING_STATES
 from pipeline.store.masked import MaskedJson, MaskedString, MaskedText
+from pipeline.store.shown import FittedKey, ShownName
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_STATES)
 _BUSY_SQL = ", ".join(f"'{s}'" for s in BUSY_STATES)
@@ -68,7 +71,7 @@ class RepoRow(Base):
     state: Mapped[str] = mapped_column(String(20), default="active")
     frozen_reason: Mapped[str | None] = mapped_column(MaskedText)
     frozen_run_id: Mapped[int | None] = mapped_column(Integer)
-    frozen_by: Mapped[str | None] = mapped_column(String(200))
+    frozen_by: Mapped[str | None] = mapped_column(ShownName(200))
     frozen_at: Mapped[datetime | None] = mapped_column(DateTime)
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
@@ -84,8 +87,8 @@ class IssueRow(Base):
     external_id: Mapped[str] = mapped_column(String(100), default="")
     number: Mapped[int] = mapped_column(Integer)
     title: Mapped[str] = mapped_column(MaskedText, default="")
-    author: Mapped[str] = mapped_column(String(200), default="")
-    labeller: Mapped[str | None] = mapped_column(String(200))
+    author: Mapped[str] = mapped_column(ShownName(200), default="")
+    labeller: Mapped[str | None] = mapped_column(ShownName(200))
     url: Mapped[str] = mapped_column(MaskedText, default="")
     etag: Mapped[str | None] = mapped_column(String(200))
     remote_updated_at: Mapped[str | None] = mapped_column(String(64))
@@ -165,7 +168,7 @@ class RunRow(Base):
     num_turns: Mapped[int] = mapped_column(Integer, default=0)
     setup_s: Mapped[float | None] = mapped_column(Float)
     summary: Mapped[str | None] = mapped_column(MaskedText)
-    requested_by: Mapped[str | None] = mapped_column(String(200))
+    requested_by: Mapped[str | None] = mapped_column(ShownName(200))
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
     # The cap slot a busy run holds (PostgreSQL claims; NULL on SQLite and when not busy).
@@ -209,7 +212,7 @@ class EscalationRow(Base):
     detail: Mapped[str] = mapped_column(MaskedText, default="")
     notified: Mapped[str] = mapped_column(MaskedText, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime)
-    acknowledged_by: Mapped[str | None] = mapped_column(String(200))
+    acknowledged_by: Mapped[str | None] = mapped_column(ShownName(200))
     acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
@@ -226,7 +229,7 @@ class SideEffectRow(Base):
     __tablename__ = "side_effects"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(300), unique=True)
+    key: Mapped[str] = mapped_column(FittedKey(300), unique=True)
     run_id: Mapped[int | None] = mapped_column(Integer)
     detail: Mapped[str] = mapped_column(MaskedText, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime)
@@ -254,10 +257,10 @@ class LocalIssueRow(Base):
     repo: Mapped[str] = mapped_column(String(200))
     title: Mapped[str] = mapped_column(MaskedText)
     body: Mapped[str] = mapped_column(MaskedText, default="")
-    author: Mapped[str] = mapped_column(String(200), default="")
+    author: Mapped[str] = mapped_column(ShownName(200), default="")
     state: Mapped[str] = mapped_column(String(20), default="open")
     labels_json: Mapped[str] = mapped_column(Text, default="[]")
-    labeller: Mapped[str | None] = mapped_column(String(200))
+    labeller: Mapped[str | None] = mapped_column(ShownName(200))
     created_at: Mapped[datetime] = mapped_column(DateTime)
     updated_at: Mapped[datetime] = mapped_column(DateTime)
 
@@ -268,7 +271,7 @@ class LocalCommentRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     issue_id: Mapped[int] = mapped_column(ForeignKey("local_issues.id"))
-    author: Mapped[str] = mapped_column(String(200), default="")
+    author: Mapped[str] = mapped_column(ShownName(200), default="")
     body: Mapped[str] = mapped_column(MaskedText)
     created_at: Mapped[datetime] = mapped_column(DateTime)
 
@@ -291,7 +294,7 @@ class NotificationRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
     kind: Mapped[str] = mapped_column(String(30))
-    channel: Mapped[str] = mapped_column(String(300))
+    channel: Mapped[str] = mapped_column(ShownName(300))
     channel_key: Mapped[str] = mapped_column(String(64))
     title: Mapped[str] = mapped_column(MaskedText)
     body: Mapped[str] = mapped_column(MaskedText)

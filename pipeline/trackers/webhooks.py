@@ -30,6 +30,8 @@ FORM_TYPE = "application/x-www-form-urlencoded"
 # GitLab sends a confidential issue's events under their own name (the hook's
 # "Confidential issues events"), with the same payload as any issue's.
 GITLAB_ISSUE_EVENTS = frozenset({"Issue Hook", "Confidential Issue Hook"})
+# A delivery id is kept in a 200-character column (``webhook_deliveries.delivery_id``).
+MAX_HEADER = 200
 
 
 class WebhookPayloadError(ValueError):
@@ -222,6 +224,10 @@ def _get(payload: Mapping[str, Any], path: str, kind: type, forge: str) -> Any:
 def _header(headers: Mapping[str, str], forge: str, *names: str) -> str:
     for name in names:
         value = headers.get(name)
+        if value and len(value) > MAX_HEADER:  # unsigned, and the store keeps 200 of it
+            raise WebhookPayloadError(
+                f"{forge} webhook: header {name} is longer than {MAX_HEADER} characters"
+            )
         if value:
             return value
     raise WebhookPayloadError(f"{forge} webhook: header {' or '.join(names)} is missing")

@@ -50,6 +50,10 @@ def test_fix_forward_with_nothing_to_change_ends_healed_when_ci_reran_green(
         done = [c.body for c in issue.comments if "Done in" in c.body]
         assert issue.state == "closed" and BLOCKED not in issue.labels, done
         assert len(done) == 1 and "re-run" in done[0], done
+        # It pushed nothing: its summary (`pipeline runs show`, the API) says what it did.
+        assert fix.pushed_sha is None and fix.summary is not None
+        assert fix.summary.startswith(f"nothing to change; watched {sha[:12]}"), fix.summary
+        assert "pushed" not in fix.summary, fix.summary
 
 
 @pytest.mark.timeout(300)

@@ -64,3 +64,16 @@ def test_refusals_name_the_cause(api: ApiHarness) -> None:
     bad = api.client.post("/api/escalations/2/ack", json={"note": 5}, headers=AUTH)
     assert bad.status_code == 422
     assert list(listed(api)) == [1, 2, 3]
+
+
+def test_a_note_too_long_for_its_record_is_422_with_the_limit(api: ApiHarness) -> None:
+    """Recorded as "api: <note>" in 200 characters: a longer note was cut without a word."""
+    for path, most in (("/api/escalations/1/ack", 195), ("/api/repos/beta/unfreeze", 195)):
+        long = api.client.post(path, json={"note": "y" * (most + 1)}, headers=AUTH)
+        assert long.status_code == 422, long.text
+        assert long.json() == {"error": f"note: must be at most {most} characters", "field": "note"}
+    assert list(listed(api)) == [1, 2, 3]
+    fits = api.client.post("/api/escalations/1/ack", json={"note": "y" * 195}, headers=AUTH)
+    assert fits.status_code == 200 and fits.json()["acknowledged_by"] == "api: " + "y" * 195
+    spec = api.client.get("/openapi.json").json()["components"]["schemas"]
+    assert spec["AckNoteRequest"]["properties"]["note"]["maxLength"] == 195

@@ -58,8 +58,10 @@ BAD_FILTERS = [
     (("--since", "1d", "--until", "3d"), "--until 3d: must be later", "--since 1d"),
     (("--text", "a\x01b"), "--text: must not contain", "control characters"),
     (("--repo-state", "melted"), "invalid choice: 'melted'", "frozen"),
-    (("--limit", "0"), "--limit", "at least 1"),
-    (("--limit", "many"), "--limit", "at least 1"),
+    (("--limit", "0"), "--limit", "from 1 to 2147483647"),
+    (("--limit", "many"), "--limit", "from 1 to 2147483647"),
+    # PostgreSQL refused it as out of range ("database unavailable", exit 1).
+    (("--limit", "9" * 20), "--limit", "from 1 to 2147483647"),
 ]
 
 

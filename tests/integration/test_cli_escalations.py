@@ -129,11 +129,35 @@ def test_acknowledged_twice_names_who_did_it(world: tuple[Path, Store, dict[str,
     assert proc.returncode == 2 and "--note: say what you did" in proc.stderr
 
 
-def test_a_long_note_is_recorded_cut_to_fit(world: tuple[Path, Store, dict[str, str]]) -> None:
-    """`acknowledged_by` holds 200 characters; a longer note (unfreeze's too) is cut, not an
-    error (PostgreSQL refused a value too long for the column)."""
+def test_a_note_too_long_for_its_record_is_refused_with_the_limit(
+    world: tuple[Path, Store, dict[str, str]],
+) -> None:
+    """`acknowledged_by` holds "alice: NOTE" in 200 characters: a longer note (an unfreeze's
+    too) is refused naming the limit, nothing recorded; one that fits is kept whole."""
     note = "checked the deploy, the token and the budget; " * 10
-    assert run(world, "repos", "unfreeze", "beta", "--note", note).returncode == 0
-    assert run(world, "escalations", "ack", "1", "--note", note).returncode == 0
+    for args in (("repos", "unfreeze", "beta"), ("escalations", "ack", "1")):
+        proc = run(world, *args, "--note", note)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"--note: at most 193 characters, got {len(note.strip())}" in proc.stderr
+    assert [e["id"] for e in listed(world)] == [1, 2, 3]
+    record = world[1].get_repo("beta")
+    assert record is not None and record.frozen
+    fits = "x" * 193
+    assert run(world, "escalations", "ack", "1", "--note", fits).returncode == 0
+    assert run(world, "repos", "unfreeze", "beta", "--note", fits).returncode == 0
     every = {e["id"]: str(e["acknowledged_by"]) for e in listed(world, "--all")}
-    assert every[1] == f"alice: {note}"[:200] and every[3].startswith("alice: checked the")
+    assert every[1] == every[3] == f"alice: {fits}"
+
+
+def test_options_before_ack_are_kept(world: tuple[Path, Store, dict[str, str]]) -> None:
+    """`escalations --json ack` prints JSON and `--database-url` before `ack` is the one
+    used: the subcommand's own defaults used to reset them silently."""
+    proc = run(world, "escalations", "--json", "ack", "2", "--note", "raised the budget")
+    assert proc.returncode == 0, proc.stderr
+    assert [e["id"] for e in json.loads(proc.stdout)] == [2]
+    elsewhere = f"sqlite:///{world[0].parent / 'elsewhere.db'}"
+    proc = run(world, "escalations", "--database-url", elsewhere, "ack", "1", "--note", "x")
+    assert proc.returncode == 2 and "elsewhere.db" in proc.stderr, proc.stdout + proc.stderr
+    proc = run(world, "escalations", "--all", "ack", "1", "--note", "x")
+    assert proc.returncode == 2 and "--all lists acknowledged escalations" in proc.stderr
+    assert [e["id"] for e in listed(world)] == [1, 3]

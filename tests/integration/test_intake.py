@@ -171,3 +171,51 @@ def test_an_issue_gone_since_listed_does_not_block_the_rest(
     assert (report.seen, report.enqueued) == (2, 1)
     assert queued_numbers(world) == [kept]
     assert world.intake.metrics.poll_errors[fake.forge] == 1
+
+
+def test_a_name_longer_than_its_column_is_queued_cut_with_a_marker(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A forge's user name may be longer than the 200 characters the store keeps (GitLab
+    allows 255): PostgreSQL refused it, so the issue was never queued and every poll
+    failed on it ("database unavailable"). It is queued, the name cut with a marker."""
+    name = "b" * 250
+    with FakeGitLab(token="fake-token") as fake:
+        fake.add_repo(SLUG)
+        fake.set_permission(SLUG, name, WRITER["gitlab"])
+        number = fake.add_issue(SLUG, "long name", author=name, labels=[READY])
+        world = IntakeWorld.build(
+            database_url, tmp_path / "v", {"gitlab": fake}, [("gitlab", SLUG)]
+        )
+        try:
+            report = world.intake.poll("gitlab")
+            assert (report.enqueued, report.error) == (1, None), report
+            (run,) = world.runs()
+            assert run.issue_number == number and run.requested_by == "b" * 199 + "…"
+            assert run.issue_id is not None
+            issue = world.store.get_issue(run.issue_id)
+            assert issue is not None and issue.author == "b" * 199 + "…"
+        finally:
+            world.close()
+
+
+def test_an_untrusted_long_name_is_explained_once(database_url: str, tmp_path: Path) -> None:
+    """The comment's store key holds the labeller's name (GitLab allows 255 characters) and
+    the slug: past the key's 300 characters PostgreSQL refused it, and every poll failed
+    there. A longer key is kept as its start and a digest: one comment, across polls."""
+    name, slug = "m" * 255, "acme-corporation/platform-team/widgets"  # a GitLab subgroup
+    with FakeGitLab(token="fake-token") as fake:
+        fake.add_repo(slug)
+        number = fake.add_issue(slug, "sneaky", labels=[READY], labelled_by=name)
+        world = IntakeWorld.build(
+            database_url, tmp_path / "v", {"gitlab": fake}, [("gitlab", slug)]
+        )
+        try:
+            assert world.intake.poll("gitlab").error is None
+            world.restart()  # a full poll again: the key is found, nothing posted twice
+            assert world.intake.poll("gitlab").error is None
+            assert world.runs() == []
+            comments = [c.body for c in fake.issue(slug, number).comments]
+            assert len(comments) == 1 and f"@{name}" in comments[0], comments
+        finally:
+            world.close()

@@ -141,6 +141,16 @@ def test_replayed_delivery_is_ignored(harness: Harness) -> None:
     assert len(harness.world.runs()) == 1
 
 
+def test_a_delivery_id_longer_than_its_column_is_400(harness: Harness) -> None:
+    """The delivery header is not signed and the store keeps 200 characters of it: a longer
+    one failed on PostgreSQL (a 500, nothing said) and was kept whole on SQLite."""
+    number = harness.fake.add_issue(SLUG, "hooked", labels=[READY])
+    answer = harness.send(harness.labelled(number, "alice"), delivery_id="d" * 201)
+    assert answer.status_code == 400, answer.text
+    assert "is longer than 200 characters" in answer.text
+    assert harness.world.runs() == []
+
+
 @pytest.mark.parametrize("how", ["wrong-secret", "missing"])
 def test_bad_signature_is_401_and_counted(harness: Harness, how: str) -> None:
     """A wrong or missing signature gets 401, queues nothing, and is counted and reported."""

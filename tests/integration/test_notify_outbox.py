@@ -124,3 +124,17 @@ def test_the_stored_notification_is_masked(store: Store, monkeypatch: pytest.Mon
     with store.engine.connect() as conn:
         raw = conn.exec_driver_sql("SELECT title, body FROM notifications").all()
     assert "SNTL" not in repr(raw)
+
+
+def test_a_channel_name_longer_than_its_column_is_recorded_cut(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The channel's name (scheme and host) comes from the config and the store keeps 300
+    characters of it: PostgreSQL refused a longer one, so nothing was queued to notify."""
+    host = ".".join(["h" * 60] * 5)  # 304 characters
+    run = store.enqueue("alpha").run
+    Notifier(_settings(monkeypatch, f"json://{host}/x"), store=store).notify(
+        "t", "b", kind="escalation", events=RecordingSink(), run_id=run.id
+    )
+    (row,) = store.run_notifications(run.id)
+    assert row.channel == f"json://{host}"[:299] + "…"

@@ -209,6 +209,20 @@ def test_prune_refuses_a_policy_that_keeps_events_longer_than_runs(
     assert _counts(store) == before
 
 
+def test_prune_refuses_more_days_than_the_config_accepts(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An override past [history]'s 36500 days exits 2 naming the range: it used to end in
+    a traceback (the cutoff date out of range), removing nothing either way."""
+    seed(store, 3 + 10, 2)
+    before = _counts(store)
+    with pytest.raises(SystemExit) as stopped:
+        prune(store, tmp_path, "--keep-runs-days", "99999999999")
+    assert stopped.value.code == 2
+    assert "--keep-runs-days: must be a whole number from 1 to 36500" in capsys.readouterr().err
+    assert _counts(store) == before
+
+
 def test_a_run_gaining_a_child_mid_prune_keeps_its_batch_until_the_next_prune(
     store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -225,6 +225,27 @@ CASES: list[tuple[str, str, str]] = [
         "starting with a letter or digit, got 'my repo'",
     ),
     ("section not a table", "scheduler = 3\n", "scheduler: must be a table, got integer 3"),
+    # Longer than the store's columns: PostgreSQL refused them when the daemon started.
+    (
+        "repo name too long",
+        REPO.replace("web", "w" * 201, 1),
+        f"repos.{'w' * 201}: must be at most 200 characters, got 201",
+    ),
+    (
+        "slug too long",
+        REPO.replace("o/web", "o/" + "s" * 299),
+        "repos.web.slug: must be at most 300 characters, got 301",
+    ),
+    (
+        "default branch too long",
+        REPO + f'default_branch = "{"b" * 201}"\n',
+        "repos.web.default_branch: must be at most 200 characters, got 201",
+    ),
+    (
+        "tracker name too long",
+        f'[trackers.{"t" * 101}]\nkind = "local"\n',
+        f"trackers.{'t' * 101}: must be at most 100 characters, got 101",
+    ),
 ]
 
 
