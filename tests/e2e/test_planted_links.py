@@ -117,3 +117,20 @@ def test_copy_files_through_a_directory_symlink_is_refused(
     assert "config/local.env" in run["error"] and "symlink" in run["error"], run
     assert git(Path(remote), "rev-parse", "main").strip() == initial
     assert SECRET.encode() not in _everything_pushed(remote)
+
+
+def test_a_symlinked_afk_toml_is_not_followed(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """``.afk.toml`` is read from git's objects, never from the disk: a symlink to a file
+    outside the tree (here one that would set the prompt) is reported as not a regular
+    file, and nothing of its target reaches the prompt or the timeline."""
+    secret_file = tmp_path / "operator" / "settings.toml"
+    secret_file.parent.mkdir()
+    secret_file.write_text(f'prompt = "{SECRET}"\n')
+    remote = make_remote(tmp_path, PROJECT)
+    _link_in_remote(remote, {".afk.toml": str(secret_file)})
+    run, shown = one_issue(Cli(_config(tmp_path, remote, {}), cli_env), tmp_path, HANG_GUARD_S)
+    assert run["state"] == "succeeded", run
+    assert SECRET.encode() not in _everything_pushed(remote)
+    messages = [e["message"] for e in shown["events"]]
+    assert any(".afk.toml: not a regular file" in m for m in messages), messages
+    assert not any(SECRET in m for m in messages)
