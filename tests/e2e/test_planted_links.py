@@ -38,6 +38,16 @@ prompt = pathlib.Path(sys.argv[1]).read_bytes()
 print("reported the prompt")
 """
 
+# An agent that stages everything it sees, as agents commonly do.
+COMMIT_AGENT = (
+    PROMPT_AGENT
+    + """
+import subprocess
+subprocess.run(["git", "add", "-A"], cwd=sys.argv[2], check=True)
+subprocess.run(["git", "commit", "-q", "-m", "Add mul"], cwd=sys.argv[2], check=True)
+"""
+)
+
 
 def _link_in_remote(remote: str, links: dict[str, str]) -> None:
     """Commit ``links`` (name: target) as symlinks on the remote's main."""
@@ -51,9 +61,11 @@ def _link_in_remote(remote: str, links: dict[str, str]) -> None:
         git(root, "push", "-q", "origin", "HEAD:refs/heads/main")
 
 
-def _config(tmp_path: Path, remote: str, changes: dict[str, Any]) -> Path:
+def _config(
+    tmp_path: Path, remote: str, changes: dict[str, Any], script: str = PROMPT_AGENT
+) -> Path:
     agent = tmp_path / "agent.py"
-    agent.write_text(PROMPT_AGENT)
+    agent.write_text(script)
     path = local_config(
         tmp_path, remote, [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
     )
@@ -103,7 +115,8 @@ def test_copy_files_through_a_directory_symlink_is_refused(
 ) -> None:
     """The repository makes ``config`` a symlink to ``app``: a secret copied to
     ``config/local.env`` would land in ``app/local.env``, a path git does not exclude
-    and the copied-file check does not look at, so it would be committed and pushed.
+    and the copied-file check does not look at, so an agent's ``git add -A`` committed
+    it and it was pushed.
     The run is refused before the agent starts, saying why; nothing is pushed."""
     source = tmp_path / "operator" / "local.env"
     source.parent.mkdir()
@@ -112,11 +125,12 @@ def test_copy_files_through_a_directory_symlink_is_refused(
     _link_in_remote(remote, {"config": "app"})
     initial = git(Path(remote), "rev-parse", "main").strip()
     copied = {"repos": {"calc": {"copy_files": [{"from": str(source), "to": "config/local.env"}]}}}
-    run, _ = one_issue(Cli(_config(tmp_path, remote, copied), cli_env), tmp_path, HANG_GUARD_S)
+    config = _config(tmp_path, remote, copied, COMMIT_AGENT)
+    run, _ = one_issue(Cli(config, cli_env), tmp_path, HANG_GUARD_S)
+    assert SECRET.encode() not in _everything_pushed(remote)
+    assert git(Path(remote), "rev-parse", "main").strip() == initial
     assert run["state"] in ("failed", "escalated"), run
     assert "config/local.env" in run["error"] and "symlink" in run["error"], run
-    assert git(Path(remote), "rev-parse", "main").strip() == initial
-    assert SECRET.encode() not in _everything_pushed(remote)
 
 
 def test_a_symlinked_afk_toml_is_not_followed(tmp_path: Path, cli_env: dict[str, str]) -> None:
