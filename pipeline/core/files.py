@@ -1,4 +1,5 @@
-"""Files on the host: removing a tree git, caches or tools left read-only."""
+"""Files on the host: removing a tree git, caches or tools left read-only; reading a
+run's tree without following its links out of it."""
 
 from __future__ import annotations
 
@@ -18,3 +19,55 @@ def remove_tree(path: Path) -> None:
         if mode & stat.S_IRWXU != stat.S_IRWXU:
             os.chmod(dirpath, mode | stat.S_IRWXU)
     shutil.rmtree(path)
+
+
+class UnsafeFile(OSError):
+    """A file of a tree the daemon will not read: a link out of the tree, or no regular file."""
+
+
+def read_inside(root: Path, path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path``, a regular file inside ``root``.
+
+    For a file of a run's tree (which the repository and the agent wrote) that the
+    daemon reads itself, outside the sandbox. Symlinks inside the tree are followed;
+    one that leads out of it (to a secret file the sandbox hides, to
+    ``/proc/self/environ``) raises ``UnsafeFile``, and so does anything but a regular
+    file (a FIFO that would block the read, a device that never ends). The caller
+    reads while nothing of the agent's runs, so the checked file is the one opened.
+    ``FileNotFoundError`` when there is nothing at ``path``.
+    """
+    base = root.resolve()
+    real = resolved(root, path)
+    if real != base and base not in real.parents:
+        raise UnsafeFile(f"{path.relative_to(root)} is a link to outside the repository")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(real, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeFile(f"{path.relative_to(root)} is not a regular file")
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 16))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def resolved(root: Path, path: Path) -> Path:
+    """``path`` with every symlink followed; ``UnsafeFile`` for a loop of links."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # a loop: RuntimeError before Python 3.13
+        raise UnsafeFile(f"{path.relative_to(root)} is a loop of symlinks") from exc
+
+
+def links_on_the_way(root: Path, relative: Path) -> Path | None:
+    """The first part of ``root / relative`` (below ``root``) that is a symlink, if any."""
+    current = root
+    for part in relative.parts:
+        current = current / part
+        if current.is_symlink():
+            return current.relative_to(root)
+    return None

@@ -32,7 +32,7 @@ from pipeline.core.events import EventSink
 from pipeline.core.proc import CommandResult, StopToken, shell_argv
 from pipeline.core.states import TRAILER
 from pipeline.git.commits import Git
-from pipeline.run.prompt import IssueInfo, build_prompt, fix_prompt
+from pipeline.run.prompt import IssueInfo, build_prompt, fix_prompt, instruction_files
 from pipeline.run.resume import ResumePlan
 from pipeline.run.review import MAX_REVIEWS, Reviewer, changes_prompt
 from pipeline.run.scope import RunScope
@@ -248,6 +248,16 @@ class _Run:
         return run_test_gate(self.repo, self.scope.workdir, self.scope.jail, self.events, self.stop)
 
 
+def _note_skipped_instructions(run: _Run, scope: RunScope) -> None:
+    """Say on the timeline which instruction files the prompt left out, and why."""
+    for skipped in instruction_files(scope.ws.path, scope.workdir)[1]:
+        run.events(
+            "agent",
+            f"the prompt leaves out the repository's instructions: {skipped}",
+            {"skipped": skipped},
+        )
+
+
 def implement(
     scope: RunScope, extra_prompt: str | None = None, resume: ResumePlan | None = None
 ) -> ImplementOutcome:
@@ -269,6 +279,7 @@ def implement(
         workdir=scope.workdir,
         extra_prompt=extra_prompt,
     )
+    _note_skipped_instructions(run, scope)
     result = _first_invocation(run, resume)
     run.check_changed(result)
     result, gate, iterations = _gate_loop(run, result)

@@ -16,6 +16,7 @@ random token, so a quoted comment cannot close its fence and speak as the prompt
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +24,13 @@ from string import Template
 
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import ConfigError
+from pipeline.core.files import UnsafeFile, read_inside, resolved
 from pipeline.core.states import TRAILER
 
 INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
 MAX_INSTRUCTIONS_CHARS = 20_000
 MAX_FIX_OUTPUT_CHARS = 4_000
+MAX_TEMPLATE_BYTES = 256 * 1024
 
 TEST_FIRST = """\
 Work test-first:
@@ -73,39 +76,61 @@ class IssueInfo:
     untrusted_comments: tuple[tuple[str, str], ...] = ()  # (author, text), quoted as data
 
 
-def repo_instructions(repo_root: Path, workdir: Path) -> str:
-    """The repo's own agent instructions (``AGENTS.md``, ``CLAUDE.md``), bounded."""
-    sections: list[str] = []
+def instruction_files(repo_root: Path, workdir: Path) -> tuple[list[tuple[str, str]], list[str]]:
+    """The repo's own agent instructions (``AGENTS.md``, ``CLAUDE.md``) as ``(label, text)``,
+    bounded, and why each file that is there but was not read was skipped.
+
+    The daemon reads them outside the sandbox, and the repository decides what they
+    are: a link out of the tree (the daemon's ``/proc/self/environ``, a secret file the
+    sandbox hides) or a FIFO is skipped, never read into the prompt.
+    """
+    found: list[tuple[str, str]] = []
+    skipped: list[str] = []
     seen: set[Path] = set()
     for directory in dict.fromkeys((repo_root, workdir)):
         for name in INSTRUCTION_FILES:
-            path = (directory / name).resolve()
-            if path in seen or not path.is_file():
+            path = directory / name
+            if not os.path.lexists(path):
                 continue
-            seen.add(path)
-            text = path.read_text(encoding="utf-8", errors="replace")[:MAX_INSTRUCTIONS_CHARS]
-            label = (
-                path.relative_to(repo_root.resolve())
-                if path.is_relative_to(repo_root.resolve())
-                else path.name
-            )
-            sections.append(f"## The repository's instructions ({label})\n\n{text.strip()}\n\n")
-    return "".join(sections)
+            try:
+                if resolved(repo_root, path) in seen:
+                    continue
+                seen.add(resolved(repo_root, path))
+                raw = read_inside(repo_root, path, MAX_INSTRUCTIONS_CHARS * 4)
+            except OSError as exc:
+                named = f"{path.relative_to(repo_root)}: {exc.strerror}"
+                skipped.append(str(exc) if isinstance(exc, UnsafeFile) else named)
+                continue
+            text = raw.decode("utf-8", errors="replace")[:MAX_INSTRUCTIONS_CHARS]
+            found.append((str(path.resolve().relative_to(repo_root.resolve())), text))
+    return found, skipped
+
+
+def repo_instructions(repo_root: Path, workdir: Path) -> str:
+    """The repo's own agent instructions, as the prompt's ``$instructions`` begin."""
+    found, _skipped = instruction_files(repo_root, workdir)
+    return "".join(
+        f"## The repository's instructions ({label})\n\n{text.strip()}\n\n" for label, text in found
+    )
 
 
 def load_template(repo: RepoSettings, repo_root: Path) -> Template:
-    """The repo's prompt template, or the default one."""
+    """The repo's prompt template, or the default one.
+
+    A template inside the repository is read as its instructions are: not through a
+    link out of the tree, and only a regular file.
+    """
     if repo.prompt_template is None:
         return Template(DEFAULT_TEMPLATE)
     path = repo.prompt_template
-    if not path.is_absolute():
-        path = repo_root / path
     try:
-        return Template(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(
-            f"repos.{repo.name}.prompt_template: cannot read {path}: {exc.strerror}"
-        ) from exc
+        if path.is_absolute():
+            return Template(path.read_text(encoding="utf-8"))
+        raw = read_inside(repo_root, repo_root / path, MAX_TEMPLATE_BYTES)
+        return Template(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        why = str(exc) if isinstance(exc, UnsafeFile | UnicodeDecodeError) else exc.strerror
+        raise ConfigError(f"repos.{repo.name}.prompt_template: cannot read {path}: {why}") from exc
 
 
 def build_prompt(

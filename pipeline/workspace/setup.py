@@ -15,6 +15,7 @@ from pathlib import Path
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import CancelRequested, EscalationError, FatalError, LeaseLost
 from pipeline.core.events import EventSink
+from pipeline.core.files import links_on_the_way
 from pipeline.core.proc import StopToken, shell_argv
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
@@ -41,6 +42,7 @@ def copy_files(repo: RepoSettings, tree: GitRepo) -> None:
     lines: list[str] = []
     tracked = _tracked(tree, [item.target for item in repo.copy_files])
     for item in repo.copy_files:
+        _refuse_links(repo, root, item.target)  # first: resolving a loop of links raises
         target = relative_inside(root, item.target, what=f"repos.{repo.name}.copy_files")
         if item.target in tracked:
             raise FatalError(
@@ -63,6 +65,21 @@ def copy_files(repo: RepoSettings, tree: GitRepo) -> None:
             lines.append(pattern)
     exclude.parent.mkdir(parents=True, exist_ok=True)
     exclude.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _refuse_links(repo: RepoSettings, root: Path, relative: str) -> None:
+    """Refuse a copy whose way into the tree passes a symlink: the copy would land at
+    another path (one git does not exclude, a tracked file) or, through a link an agent
+    left in a kept dependency dir, overwrite a file it points at."""
+    link = links_on_the_way(root, Path(relative))
+    if link is not None:
+        raise FatalError(
+            "config",
+            f"repos.{repo.name}.copy_files: {relative} would be written through "
+            f"{link.as_posix()}, a symlink in the tree: the copy would land where git does "
+            "not keep it out of commits, or on the file the link points at. The run stops "
+            "before its agent starts; copy it to a path without symlinks on the way",
+        )
 
 
 def _tracked(tree: GitRepo, targets: list[str]) -> set[str]:
