@@ -264,9 +264,10 @@ def _wait(
 def _report(
     outcome: DemoOutcome, settings: Settings, out: TextIO, as_json: bool, url: str | None
 ) -> None:
-    history = f"pipeline runs list --database-url {redact_url(settings.database_url)}"
+    where = f" --database-url {redact_url(settings.database_url)}"
     if settings.database_url == default_database_url():
-        history = "pipeline runs list"
+        where = ""
+    history = f"pipeline runs list{where}"
     summary = {
         "ok": outcome.as_designed,
         "runs_by_state": outcome.by_state,
@@ -288,7 +289,7 @@ def _report(
             f"\n{outcome.issues_closed}/{outcome.issues_total} issues resolved, "
             f"{outcome.fix_forwards} fix-forward(s), frozen repos: "
             f"{', '.join(outcome.frozen) or 'none'}; {outcome.wall_s:.1f}s; {verdict}.\n"
-            f"Review the history: {history}  (one run: pipeline runs show ID)\n"
+            f"Review the history: {history}  (one run: pipeline runs show ID{where})\n"
         )
         if url:
             out.write(f"Dashboard: {url}/ (sign in with the token in the demo's api-token file)\n")
