@@ -255,6 +255,7 @@ class Scheduler:
         worker.thread = thread
         self._slots.take(worker)
         self._has_work.set()
+        log.info("run %s started (attempt %s)", run.id, run.attempt)
         thread.start()
 
     # -- executing -----------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Stopping the daemon while an agent works: the log says what became of the run."""
+"""What the daemon's log tells a user watching it: runs starting, retrying, stopped by a
+shutdown and recovered after it, in words."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import os
 import signal
 import sys
 import time
+import tomllib
 from pathlib import Path
 
+from pipeline.testing.configs import write_config
 from pipeline.testing.gitrepos import make_remote
 
-from .conftest import Cli, local_config, stop_daemon
+from .conftest import Cli, local_config, one_issue, stop_daemon
 
 AGENT = """
 import pathlib, sys, time
@@ -62,3 +65,34 @@ def test_a_stop_after_the_grace_names_the_runs_it_left_and_says_it_stopped(
         stop_daemon(daemon)
     assert runs[0]["attempt"] == 2
     assert "sweep: lease expired, to retry: run(s) 1" in log.read_text(), log.read_text()
+
+
+FLAKY_AGENT = """
+import pathlib, sys
+marker, workdir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+if not marker.exists():
+    marker.write_text("failed once")
+    sys.exit("first attempt fails")
+(workdir / "NOTES.md").write_text("done\\n")
+"""
+
+
+def test_a_run_starting_and_retrying_is_told_in_the_log(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Each attempt's start is a line, and a failed attempt that will be retried says so
+    with its error, not only once the attempts are used up."""
+    remote = make_remote(tmp_path, {"test_ok.py": TEST})
+    agent, marker = tmp_path / "agent.py", tmp_path / "volume" / "homes" / "calc" / "failed"
+    agent.write_text(FLAKY_AGENT)
+    config = local_config(tmp_path, remote, [sys.executable, str(agent), str(marker), "{workdir}"])
+    document = tomllib.loads(config.read_text())
+    document["scheduler"]["backoff_base_s"] = 0.5
+    write_config(config, document)
+    run, _ = one_issue(Cli(config, cli_env), tmp_path, guard_s=HANG_GUARD_S)
+    text = (tmp_path / "daemon.log").read_text()
+    assert run["state"] == "succeeded", text[-3000:]
+    assert "run 1 started (attempt 1)" in text, text
+    assert "run 1: attempt 1 failed (agent_error), retry in " in text, text
+    assert "first attempt fails" in text.split("retry in ", 1)[1].splitlines()[0], text
+    assert "run 1 started (attempt 2)" in text, text
