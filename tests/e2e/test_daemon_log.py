@@ -96,3 +96,26 @@ def test_a_run_starting_and_retrying_is_told_in_the_log(
     assert "run 1: attempt 1 failed (agent_error), retry in " in text, text
     assert "first attempt fails" in text.split("retry in ", 1)[1].splitlines()[0], text
     assert "run 1 started (attempt 2)" in text, text
+
+
+def test_a_repo_frozen_by_hand_is_told_without_a_run(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """`pipeline repos freeze` names no run: the log says who and why, not `(run None)`."""
+    remote = make_remote(tmp_path, {"test_ok.py": TEST})
+    config = local_config(tmp_path, remote, [sys.executable, "-c", "pass"])
+    cli = Cli(config, cli_env)
+    cli("db", "upgrade")
+    cli("repos", "freeze", "calc", "--note", "a brake for the walkthrough")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while "repo calc frozen by" not in log.read_text():
+            assert daemon.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    finally:
+        stop_daemon(daemon)
+    line = next(x for x in log.read_text().splitlines() if "repo calc frozen by" in x)
+    assert "(run None)" not in line, line
+    assert ": a brake for the walkthrough; resume with: pipeline repos unfreeze calc" in line
