@@ -81,6 +81,11 @@ def test_serve_keeps_the_dashboard_up_despite_an_earlier_demos_leftovers(tmp_pat
         assert proc.poll() is None  # still serving after the summary
         page = httpx.get(summary["dashboard"], timeout=10)
         assert page.status_code == 200 and "greeter" in page.text
+        # The summary says where the token to sign in with is, and it is the one.
+        token = Path(summary["api_token_file"]).read_text(encoding="utf-8").strip()
+        login = httpx.post(summary["dashboard"] + "login", data={"token": token}, timeout=10)
+        assert login.status_code == 303, login.text
+        assert login.headers["set-cookie"].startswith("afk_session="), login.headers
         os.killpg(proc.pid, signal.SIGINT)
         _, errors = proc.communicate(timeout=60)
     finally:
