@@ -106,7 +106,7 @@ def test_a_repo_frozen_by_hand_is_told_without_a_run(
     config = local_config(tmp_path, remote, [sys.executable, "-c", "pass"])
     cli = Cli(config, cli_env)
     cli("db", "upgrade")
-    cli("repos", "freeze", "calc", "--note", "a brake for the walkthrough")
+    cli("repos", "freeze", "calc", "--note", "a manual brake")
     log = tmp_path / "daemon.log"
     daemon = cli.daemon(log)
     try:
@@ -118,4 +118,4 @@ def test_a_repo_frozen_by_hand_is_told_without_a_run(
         stop_daemon(daemon)
     line = next(x for x in log.read_text().splitlines() if "repo calc frozen by" in x)
     assert "(run None)" not in line, line
-    assert ": a brake for the walkthrough; resume with: pipeline repos unfreeze calc" in line
+    assert ": a manual brake; resume with: pipeline repos unfreeze calc" in line
