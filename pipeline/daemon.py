@@ -296,6 +296,7 @@ class Daemon:
         if self.server is not None:
             self.server.stop()
         self.store.close()
+        log.info("stopped")
 
     def run_forever(self) -> None:
         """Run until SIGTERM or SIGINT."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TextIO
 
@@ -71,7 +72,10 @@ def _local_repo(args: argparse.Namespace, repo: str) -> None:
     configured = settings.repo(repo)
     if configured is None:
         known = ", ".join(r.name for r in settings.repos) or "none"
-        raise CliError(f"--repo {repo}: not an enrolled repo (enrolled: {known})")
+        hint = ""
+        if args.config is None and not os.environ.get("PIPELINE_CONFIG"):
+            hint = "; no config file was read: pass --config FILE or set PIPELINE_CONFIG"
+        raise CliError(f"--repo {repo}: not an enrolled repo (enrolled: {known}){hint}")
     tracker = settings.tracker(configured.tracker)
     if tracker is None or tracker.kind != "local":
         raise CliError(

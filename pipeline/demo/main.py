@@ -199,7 +199,7 @@ def run_demo(options: DemoOptions, out: TextIO, err: TextIO) -> int:
         say.write("daemon started\n")
         outcome = _wait(daemon, issue_ids, progress, started, first_run)
         url = daemon.dashboard_url if options.serve else None
-        _report(outcome, settings, out, options.as_json, url)
+        _report(outcome, settings, out, options.as_json, url, world.api_token_path)
         if url is not None:
             serve_until_interrupted(say, url)
     finally:
@@ -262,11 +262,17 @@ def _wait(
 
 
 def _report(
-    outcome: DemoOutcome, settings: Settings, out: TextIO, as_json: bool, url: str | None
+    outcome: DemoOutcome,
+    settings: Settings,
+    out: TextIO,
+    as_json: bool,
+    url: str | None,
+    token_file: Path,
 ) -> None:
-    history = f"pipeline runs list --database-url {redact_url(settings.database_url)}"
+    where = f" --database-url {redact_url(settings.database_url)}"
     if settings.database_url == default_database_url():
-        history = "pipeline runs list"
+        where = ""
+    history = f"pipeline runs list{where}"
     summary = {
         "ok": outcome.as_designed,
         "runs_by_state": outcome.by_state,
@@ -279,6 +285,7 @@ def _report(
         "review": history,
         "database_url": redact_url(settings.database_url),
         "dashboard": f"{url}/" if url else None,
+        "api_token_file": str(token_file) if url else None,
     }
     if not as_json:
         out.write("\n")
@@ -288,9 +295,9 @@ def _report(
             f"\n{outcome.issues_closed}/{outcome.issues_total} issues resolved, "
             f"{outcome.fix_forwards} fix-forward(s), frozen repos: "
             f"{', '.join(outcome.frozen) or 'none'}; {outcome.wall_s:.1f}s; {verdict}.\n"
-            f"Review the history: {history}  (one run: pipeline runs show ID)\n"
+            f"Review the history: {history}  (one run: pipeline runs show ID{where})\n"
         )
         if url:
-            out.write(f"Dashboard: {url}/ (sign in with the token in the demo's api-token file)\n")
+            out.write(f"Dashboard: {url}/ (sign in with the token in {token_file})\n")
     if as_json:
         out.write(json.dumps(summary, sort_keys=True) + "\n")

@@ -128,8 +128,11 @@ class Scheduler:
         self._periodic.shutdown()
         graceful_until = time.monotonic() + grace_s
         self._slots.join_workers(grace_s)
-        now = self.clock()
-        for worker in self._slots.workers():
+        now, left = self.clock(), self._slots.workers()
+        if left:
+            ids = ", ".join(str(w.run.id) for w in left)
+            log.warning("grace over: stopping run(s) %s; queued again once the lease expires", ids)
+        for worker in left:
             worker.request_stop("shutdown", now)
         self._slots.join_workers(self.settings.kill_grace_s + 1.0)
         # Endings still being told share the same grace (a stopped run tells none).
@@ -252,6 +255,7 @@ class Scheduler:
         worker.thread = thread
         self._slots.take(worker)
         self._has_work.set()
+        log.info("run %s started (attempt %s)", run.id, run.attempt)
         thread.start()
 
     # -- executing -----------------------------------------------------------------

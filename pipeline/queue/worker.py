@@ -233,7 +233,7 @@ class _Ending:
         """A counted failure; the freeze is written only if it uses up the attempts."""
         used_up = self.freeze(Outcome(RunState.FAILED, error_class, error))
         ctx = self.worker.ctx
-        return self.store.schedule_retry(
+        run: Run = self.store.schedule_retry(
             self.worker.run.id,
             ctx.owner,
             ctx.attempt,
@@ -242,6 +242,16 @@ class _Ending:
             error=error,
             freeze=used_up,
         )
+        if run.state == RunState.RETRY_WAIT:
+            log.warning(
+                "run %s: attempt %s failed (%s), retry in %.0fs: %s",
+                run.id,
+                ctx.attempt,
+                error_class,
+                delay_s,
+                error[:300],
+            )
+        return run
 
 
 def _as_outcome(result: Outcome | str | None) -> Outcome | None:

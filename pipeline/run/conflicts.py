@@ -27,18 +27,17 @@ from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
 from pipeline.core.states import TRAILER
 from pipeline.git.commits import Git
-from pipeline.git.run import FALLBACK_EMAIL, FALLBACK_NAME
 from pipeline.run.prompt import IssueInfo
 from pipeline.run.scope import RunScope
 
 __all__ = ["ConflictResolver", "conflict_prompt", "resolve_conflict_with_agent"]
 
 _IN_PROGRESS = ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD")
-_IDENTITY_ENV = (
-    ("GIT_AUTHOR_NAME", FALLBACK_NAME),
-    ("GIT_AUTHOR_EMAIL", FALLBACK_EMAIL),
-    ("GIT_COMMITTER_NAME", FALLBACK_NAME),
-    ("GIT_COMMITTER_EMAIL", FALLBACK_EMAIL),
+_IDENTITY_VARS = (
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
 )
 
 
@@ -189,17 +188,13 @@ def _invoke(resolver: ConflictResolver, git: Git, prompt: str) -> AgentResult:
         raise CancelRequested(f"stopped before the agent ran: {resolver.stop.reason}")
     scope = resolver.scope
     budget = scope.ledger.remaining()
-    env = {**scope.ws.env, "GIT_EDITOR": "true"}
-    # Rebasing needs a committer; the agent's HOME may not hold the daemon's identity.
-    has_env = "GIT_COMMITTER_EMAIL" in env or "EMAIL" in env
-    if not has_env and Git(git.tree, home=scope.home).identity():
-        env.update(_IDENTITY_ENV)
+    env = {**scope.ws.env, "GIT_EDITOR": "true", **scope.git_identity()}
     resolver.events(
         "agent",
         "rebase conflict handed to the agent",
         {"resumed": resolver.resume_session is not None},
     )
-    extra = {key: env[key] for key in ("GIT_EDITOR", *dict(_IDENTITY_ENV)) if key in env}
+    extra = {key: env[key] for key in ("GIT_EDITOR", *_IDENTITY_VARS) if key in env}
     request = AgentRequest(
         prompt,
         scope.workdir,

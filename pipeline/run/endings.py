@@ -274,12 +274,13 @@ class Endings:
             before = self._frozen.get(repo.name)
             self._frozen[repo.name] = record.frozen
             if record.frozen and before is not True:
+                run = record.frozen_run_id
                 log.error(
-                    "repo %s frozen by %s (run %s): %s; resume with: "
+                    "repo %s frozen by %s%s: %s; resume with: "
                     'pipeline repos unfreeze %s --note "..."',
                     repo.name,
                     record.frozen_by,
-                    record.frozen_run_id,
+                    f" (run {run})" if run is not None else "",  # none: frozen by hand
                     _first_line(record.frozen_reason),
                     repo.name,
                 )

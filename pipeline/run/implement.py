@@ -175,7 +175,14 @@ class _Run:
         if budget is not None and budget <= 0:
             ledger.check(spent=True)
         request = AgentRequest(
-            prompt, scope.workdir, scope.ws.env, scope.home, resume, budget, jail=scope.jail
+            prompt,
+            scope.workdir,
+            scope.ws.env,
+            scope.home,
+            resume,
+            budget,
+            jail=scope.jail,
+            extra_env=scope.git_identity(),  # the prompt asks it to commit
         )
         untracked_before, ignored_before = self.git.untracked(), self.git.ignored()
         result = self.agent.run(request, events=self.events, stop=self.stop)

@@ -21,7 +21,9 @@ from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
 from pipeline.core.proc import StopToken
+from pipeline.git.commits import Git
 from pipeline.git.repo import GitRepo
+from pipeline.git.run import FALLBACK_EMAIL, FALLBACK_NAME
 from pipeline.run.budget import SpendLedger
 from pipeline.run.prompt import IssueInfo
 from pipeline.sandbox.jail import Jail
@@ -120,6 +122,26 @@ class RunScope:
     @property
     def home(self) -> Path:
         return self.jail.home
+
+    def git_identity(self) -> dict[str, str]:
+        """Git's fallback identity for the agent, when its sandbox gives it none.
+
+        The prompt asks the agent to commit, and a rebase needs a committer, but the
+        agent's HOME is private: the daemon's own ``~/.gitconfig`` is not there. The
+        host's ``GIT_COMMITTER_EMAIL``/``EMAIL`` or a ``user.email`` the agent's git
+        reads (the repo's config, its HOME's) win; the daemon rewrites the commits anyway.
+        """
+        env = self.jail.environment()
+        if "GIT_COMMITTER_EMAIL" in env or "EMAIL" in env:
+            return {}
+        if not Git(self.tree, home=self.home).identity():
+            return {}
+        return {
+            "GIT_AUTHOR_NAME": FALLBACK_NAME,
+            "GIT_AUTHOR_EMAIL": FALLBACK_EMAIL,
+            "GIT_COMMITTER_NAME": FALLBACK_NAME,
+            "GIT_COMMITTER_EMAIL": FALLBACK_EMAIL,
+        }
 
     def phase(self, name: str) -> None:
         """Tell the caller the run moved between ``implementing`` and ``testing``."""

@@ -57,6 +57,18 @@ class SweepReport:
             map(len, (self.recovered, self.failed, self.cancelled, self.timed_out, self.requeued))
         )
 
+    def __str__(self) -> str:
+        """For the log: ``lease expired, to retry: run(s) 4; back in the queue: run(s) 4``."""
+        parts = (
+            ("lease expired, to retry", self.recovered),
+            ("lease expired, recoveries used up: failed", self.failed),
+            ("lease expired, cancel requested: cancelled", self.cancelled),
+            ("lease expired past the deadline: timed out", self.timed_out),
+            ("back in the queue", self.requeued),
+        )
+        told = [f"{what}: run(s) {', '.join(map(str, ids))}" for what, ids in parts if ids]
+        return "; ".join(told) or "nothing changed"
+
 
 # Built once: aliasing a table copies its column collection, which is slow per call.
 _BUSY_IN_REPO = RunRow.__table__.alias("busy")

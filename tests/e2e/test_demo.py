@@ -81,6 +81,11 @@ def test_serve_keeps_the_dashboard_up_despite_an_earlier_demos_leftovers(tmp_pat
         assert proc.poll() is None  # still serving after the summary
         page = httpx.get(summary["dashboard"], timeout=10)
         assert page.status_code == 200 and "greeter" in page.text
+        # The summary says where the token to sign in with is, and it is the one.
+        token = Path(summary["api_token_file"]).read_text(encoding="utf-8").strip()
+        login = httpx.post(summary["dashboard"] + "login", data={"token": token}, timeout=10)
+        assert login.status_code == 303, login.text
+        assert login.headers["set-cookie"].startswith("afk_session="), login.headers
         os.killpg(proc.pid, signal.SIGINT)
         _, errors = proc.communicate(timeout=60)
     finally:
@@ -89,3 +94,22 @@ def test_serve_keeps_the_dashboard_up_despite_an_earlier_demos_leftovers(tmp_pat
             proc.wait()
     assert proc.returncode == 0, errors
     assert "until Ctrl-C" in errors
+
+
+def test_the_commands_the_summary_names_work_as_printed(tmp_path: Path) -> None:
+    """The text summary's review commands, pasted as printed (ID filled in), read the demo's
+    own history, not the default database."""
+    env = demo_env(tmp_path)
+    proc = subprocess.run([*PIPELINE, "demo"], capture_output=True, text=True, timeout=170, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("Review the history: "))
+    listing, _, rest = line.removeprefix("Review the history: ").partition("  (one run: ")
+    showing = rest.removesuffix(")").replace(" ID", " 1")
+    for command in (listing, showing):
+        argv = command.split()
+        assert argv[0] == "pipeline", command
+        done = subprocess.run(
+            [*PIPELINE, *argv[1:]], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert done.returncode == 0, (command, done.stderr)
+        assert "greeter" in done.stdout or "webapp" in done.stdout, (command, done.stdout)

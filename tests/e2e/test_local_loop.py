@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -165,3 +166,17 @@ def test_a_trailer_from_before_the_run_is_not_its_push(
     assert runs[0]["pushed_sha"] != earlier
     assert remote_sha(remote) == runs[0]["pushed_sha"]
     assert "def mul" in git(Path(remote), "show", "main:app/calc.py")
+
+
+def test_issue_add_without_a_config_says_which_file_it_lacks(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Run as the README's local tracker section shows it, with no --config and no
+    PIPELINE_CONFIG, `pipeline issue add` says no config was read and how to give one."""
+    env = {k: v for k, v in cli_env.items() if k != "PIPELINE_CONFIG"}
+    env["PIPELINE_DATA_DIR"] = str(tmp_path / "data")
+    argv = [sys.executable, "-m", "pipeline", "issue", "add", "--repo", "calc", "--title", "x"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--repo calc: not an enrolled repo (enrolled: none)" in proc.stderr
+    assert "no config file was read: pass --config FILE or set PIPELINE_CONFIG" in proc.stderr
