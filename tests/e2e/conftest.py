@@ -73,6 +73,15 @@ class Cli:
 
 
 ENDED = frozenset({"succeeded", "failed", "escalated", "cancelled"})
+# A one-module project whose suite passes: the remote of most local-tracker loops.
+CALC_PROJECT = {
+    "calc.py": "def add(a, b):\n    return a + b\n",
+    "test_calc.py": (
+        "import unittest\nfrom calc import add\n\n\n"
+        "class T(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
+    ),
+}
 
 
 def one_issue(

@@ -10,16 +10,7 @@ from pathlib import Path
 from pipeline.testing.configs import write_config
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import Cli, local_config, one_issue
-
-PROJECT = {
-    "calc.py": "def add(a, b):\n    return a + b\n",
-    "test_calc.py": (
-        "import unittest\nfrom calc import add\n\n\n"
-        "class T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
-    ),
-}
+from .conftest import CALC_PROJECT, Cli, local_config, one_issue
 
 AGENT = """
 import pathlib, subprocess, sys
@@ -36,7 +27,7 @@ def test_an_agent_that_commits_needs_no_identity_of_its_own(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """The agent's `git commit` works in its sandbox; its change is pushed in one go."""
-    remote = make_remote(tmp_path, PROJECT)
+    remote = make_remote(tmp_path, CALC_PROJECT)
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     config = local_config(tmp_path, remote, [sys.executable, str(agent), "{workdir}"])

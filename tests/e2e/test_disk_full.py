@@ -19,20 +19,12 @@ import pytest
 
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import Cli, local_config, stop_daemon
+from .conftest import CALC_PROJECT, Cli, local_config, stop_daemon
 
 pytestmark = pytest.mark.slow
 
 SIZE = "20m"
 ENDED = ("succeeded", "failed", "escalated", "cancelled")
-PROJECT = {
-    "calc.py": "def add(a, b):\n    return a + b\n",
-    "test_calc.py": (
-        "import unittest\nfrom calc import add\n\n\n"
-        "class T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
-    ),
-}
 AGENT = """
 import pathlib, sys
 workdir = pathlib.Path(sys.argv[1])
@@ -77,7 +69,7 @@ def test_a_run_that_fills_the_volume_is_retried_and_succeeds(
     tmp_path: Path, small_volume: Path, cli_env: dict[str, str]
 ) -> None:
     """The attempt that filled the disk fails as disk_full; its leftovers go; the retry pushes."""
-    remote = make_remote(tmp_path, PROJECT)
+    remote = make_remote(tmp_path, CALC_PROJECT)
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     config = local_config(tmp_path, remote, [sys.executable, str(agent), "{workdir}"])

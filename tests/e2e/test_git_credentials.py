@@ -27,7 +27,7 @@ from pipeline.testing.configs import merged, write_config
 from pipeline.testing.git_http import GitHttpServer
 from pipeline.testing.gitrepos import commit_to_remote, git, make_remote
 
-from .conftest import Cli, local_config, stop_daemon
+from .conftest import CALC_PROJECT, Cli, local_config, stop_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +35,6 @@ TOKEN = "sntl-git-token-Rk52wq"
 KEY = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\nsntl-ssh-key-Jv83tm\n-----END OPENSSH PRIVATE KEY-----\n"
 )
-PROJECT = {
-    "calc.py": "def add(a, b):\n    return a + b\n",
-    "test_calc.py": (
-        "import unittest\nfrom calc import add\n\n\n"
-        "class T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
-    ),
-}
 AGENT = Path(__file__).with_name("cred_agent.py")
 FAKE_SSH = Path(__file__).with_name("fake_ssh.py")
 
@@ -82,7 +74,7 @@ def remote(
     """The private remote over each transport, holding the project on main."""
     srv = tmp_path / "srv"
     srv.mkdir()
-    bare = Path(make_remote(srv, PROJECT, name="calc"))
+    bare = Path(make_remote(srv, CALC_PROJECT, name="calc"))
     if request.param == "https":
         cli_env["AFK_E2E_GIT_TOKEN"] = TOKEN
         with GitHttpServer(srv, TOKEN) as server:

@@ -20,19 +20,11 @@ import pytest
 from pipeline.testing.git_http import GitHttpServer, SilentServer
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import Cli, local_config, stop_daemon
+from .conftest import CALC_PROJECT, Cli, local_config, stop_daemon
 
 pytestmark = pytest.mark.slow
 
 TOKEN = "sntl-hang-token-Qe61ps"
-PROJECT = {
-    "calc.py": "def add(a, b):\n    return a + b\n",
-    "test_calc.py": (
-        "import unittest\nfrom calc import add\n\n\n"
-        "class T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
-    ),
-}
 AGENT = "import pathlib, sys; (pathlib.Path(sys.argv[1]) / 'note.txt').open('a').write('hi\\n')"
 SHUTDOWN_S = 90  # the daemon's 30 s grace for running work, with room on a loaded machine
 SCHEDULER = "[scheduler]\nmax_attempts = 2\nbackoff_base_s = 0.5\nbackoff_max_s = 1\n"
@@ -86,7 +78,7 @@ def stalling(tmp_path: Path) -> Iterator[tuple[GitHttpServer, Path]]:
     """A token-protected HTTP remote that, until told otherwise, never answers."""
     srv = tmp_path / "srv"
     srv.mkdir()
-    bare = Path(make_remote(srv, PROJECT, name="calc"))
+    bare = Path(make_remote(srv, CALC_PROJECT, name="calc"))
     with GitHttpServer(srv, TOKEN) as server:
         server.stall("")
         yield server, bare

@@ -16,18 +16,10 @@ import pytest
 
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import Cli, local_config, stop_daemon
+from .conftest import CALC_PROJECT, Cli, local_config, stop_daemon
 
 pytestmark = pytest.mark.timeout(300)
 
-PROJECT = {
-    "calc.py": "def add(a, b):\n    return a + b\n",
-    "test_calc.py": (
-        "import unittest\nfrom calc import add\n\n\n"
-        "class T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n"
-    ),
-}
 
 # Records each call's run, holds on while the issue's title says "Hold" until the test
 # writes `release`, then adds one module named after its run.
@@ -88,7 +80,7 @@ class Local:
 @pytest.fixture
 def local(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[tuple[Local, Any]]:
     """The world and its running daemon, stopped afterwards."""
-    remote = make_remote(tmp_path, PROJECT)
+    remote = make_remote(tmp_path, CALC_PROJECT)
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
     area = tmp_path / "volume" / "homes" / "calc" / "agent-area"

@@ -8,14 +8,12 @@ builds from URL pieces, separators and secret fragments.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import json
 import logging
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -28,10 +26,10 @@ from pipeline.core.masking import MASK, mask, redact_url, register_secret
 from pipeline.core.secret_forms import text_forms
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
-from pipeline.http.masking import MaskingMiddleware
 from pipeline.store.masked import mask_json
 from pipeline.testing.gitrepos import git
 from pipeline.testing.sinks import RecordingSink
+from tests.unit.test_stream_masking import streamed_body
 
 TOKEN = "sntl-token-7Qx9vLp2"
 LISTING = "".join(f"src/pkg{n // 100:03d}/module_{n:05d}.py\n" for n in range(30_000))
@@ -302,21 +300,5 @@ def _record(message: str) -> logging.LogRecord:
 
 
 def _streamed_chunks(chunks: list[str]) -> list[bytes]:
-    """The bodies the masking middleware sends for an event stream of ``chunks``."""
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: Any) -> None:
-        sent.append(dict(message))
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        headers = [(b"content-type", b"text/event-stream")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        for chunk in chunks:
-            await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.disconnect"}
-
-    asyncio.run(MaskingMiddleware(app)({"type": "http"}, receive, send))
-    return [m["body"] for m in sent if m["type"] == "http.response.body" and m["body"]]
+    """The non-empty bodies the masking middleware sends for an event stream of ``chunks``."""
+    return [body for body in streamed_body([chunk.encode() for chunk in chunks]) if body]

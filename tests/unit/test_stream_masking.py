@@ -82,22 +82,23 @@ def test_any_cuts_show_what_mask_makes_of_the_whole(words: list[str], cuts: list
     assert streamed(_cut(text, cuts)) == mask(text)
 
 
-def test_the_middleware_masks_a_key_split_at_any_byte_of_a_streamed_body() -> None:
+def test_the_middleware_masks_a_key_split_at_any_byte_of_astreamed_body() -> None:
     register_secret(KEY)
     body = f"data: echo {KEY} done\n\n".encode()
     for at in range(len(body) + 1):
-        sent = _streamed_body([body[:at], body[at:]])
+        sent = streamed_body([body[:at], body[at:]])
         assert b"".join(sent) == b"data: echo *** done\n\n", at
 
 
 def test_the_middleware_masks_a_body_that_is_not_utf8() -> None:
     """A stray byte that is not UTF-8 is passed as it is; it does not turn masking off."""
     register_secret(KEY)
-    assert b"".join(_streamed_body([b"\xff " + KEY.encode() + b" \xfe"])) == b"\xff *** \xfe"
-    assert b"".join(_streamed_body([b"\xff ", KEY.encode(), b" \xfe"])) == b"\xff *** \xfe"
+    assert b"".join(streamed_body([b"\xff " + KEY.encode() + b" \xfe"])) == b"\xff *** \xfe"
+    assert b"".join(streamed_body([b"\xff ", KEY.encode(), b" \xfe"])) == b"\xff *** \xfe"
 
 
-def _streamed_body(chunks: list[bytes]) -> list[bytes]:
+def streamed_body(chunks: list[bytes]) -> list[bytes]:
+    """The bodies the masking middleware sends for an event stream of ``chunks``."""
     sent: list[dict[str, Any]] = []
 
     async def send(message: Any) -> None:
