@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.intake.sanitize import inert_quote
 from pipeline.store import Run
 
 from .world import MAINTAINER, READY, WORKING, ShipWorld, Tuning, ship_world
@@ -68,7 +69,9 @@ class Withdrawing:
         self.world.wait_event(run.id, "notify: ", timeout_s=60)
         issue = self.world.fake.issue(self.slug, number)
         endings = [c.body for c in issue.comments if f"afk-pipeline:run={run.id}:ended" in c.body]
-        assert len(endings) == 1 and why in endings[0], [c.body for c in issue.comments]
+        # The ending quotes the reason inert (ADR 35): "#2" carries a zero-width space.
+        told = inert_quote(why)
+        assert len(endings) == 1 and told in endings[0], [c.body for c in issue.comments]
         assert WORKING not in issue.labels
         return run
 
