@@ -179,18 +179,23 @@ def test_writes_outside_the_tree_fail(prepared: PreparedWorkspace, settings: Set
     out = run_inside(
         prepared,
         f"""
-        for path in {[str(t) for t in targets]!r}:
-            try:
-                open(path, 'w').write('x')
-                print('wrote', path)
-            except OSError as exc:
-                print('refused', path, exc.strerror)
+        {_try_writes(targets)}
         open('inside.txt', 'w').write('fine')
     """,
     )
-    assert "wrote" not in out
+    assert "wrote" not in out and out.count("refused ") == len(targets), out
     assert not any(t.exists() for t in targets)
     assert (prepared.path / "inside.txt").read_text() == "fine"
+
+
+def _try_writes(targets: list[Path]) -> str:
+    """One line of code that tries to write each of ``targets``, printing wrote or refused."""
+    code = (
+        f"for path in {[str(t) for t in targets]!r}:\n"
+        "    try: open(path, 'w').write('x'); print('wrote', path)\n"
+        "    except OSError as exc: print('refused', path, exc.strerror)\n"
+    )
+    return f"exec({code!r})"
 
 
 def test_only_the_repos_own_caches_are_there(
@@ -210,16 +215,12 @@ def test_only_the_repos_own_caches_are_there(
         print('cache:', sorted(os.listdir({str(cache)!r})))
         print('repos:', sorted(os.listdir({str(cache / "repos")!r})))
         open(os.path.join(os.environ['PIP_CACHE_DIR'], 'own'), 'w').write('x')
-        for path in {[str(t) for t in targets]!r}:
-            try:
-                open(path, 'w').write('x')
-                print('wrote', path)
-            except OSError as exc:
-                print('refused', path, exc.strerror)
+        {_try_writes(targets)}
     """,
     )
     assert "cache: ['repos']" in out and "repos: ['app']" in out, out
-    assert "wrote" not in out and not any(t.exists() for t in targets)
+    assert "wrote" not in out and out.count("refused ") == len(targets), out
+    assert not any(t.exists() for t in targets)
     assert (cache / "repos" / "app" / "pip" / "own").read_text() == "x"
 
 
