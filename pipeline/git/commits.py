@@ -5,6 +5,7 @@ Only the implement phase writes commits; publish takes them from here.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,12 +17,20 @@ from pipeline.core.states import TRAILER
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import DEFAULT_LIMITS, FALLBACK_IDENTITY, GitLimits, GitRunner
 
+# No global config at all: neither the daemon's ``~/.gitconfig`` nor anyone else's. HOME
+# too, for a git older than ``GIT_CONFIG_GLOBAL``: git takes a HOME it cannot look into
+# (``/dev/null/.gitconfig``) as no file, and nobody can make one there.
+NO_GLOBAL_CONFIG = {"GIT_CONFIG_GLOBAL": os.devnull, "HOME": os.devnull}
+
 
 class Git:
     """Git in one run tree, pinned and hardened (``pipeline.git.run``).
 
-    ``home`` replaces the daemon's HOME for git (whose global config it reads),
-    e.g. to see the identity the agent's HOME gives.
+    ``global_config=False`` has git read no global config, only the repository's (the
+    daemon's own copy) and the system's: what the agent's git sees besides its own HOME.
+    The daemon never points its git at the agent's HOME: that HOME is the agent's to
+    write, and a ``~/.gitconfig`` there could include a FIFO (the daemon's git would
+    block on it) or any file the daemon, unconfined, can read.
     """
 
     def __init__(
@@ -30,10 +39,11 @@ class Git:
         *,
         stop: StopToken | None = None,
         limits: GitLimits = DEFAULT_LIMITS,
-        home: Path | None = None,
+        global_config: bool = True,
     ) -> None:
         self.tree = tree
-        self.runner = GitRunner(tree, stop, limits, env={"HOME": str(home)} if home else {})
+        env = {} if global_config else dict(NO_GLOBAL_CONFIG)
+        self.runner = GitRunner(tree, stop, limits, env=env)
         self._identity: tuple[str, ...] | None = None
 
     @property

@@ -128,13 +128,15 @@ class RunScope:
 
         The prompt asks the agent to commit, and a rebase needs a committer, but the
         agent's HOME is private: the daemon's own ``~/.gitconfig`` is not there. The
-        host's ``GIT_COMMITTER_EMAIL``/``EMAIL`` or a ``user.email`` the agent's git
-        reads (the repo's config, its HOME's) win; the daemon rewrites the commits anyway.
+        host's ``GIT_COMMITTER_EMAIL``/``EMAIL`` or a ``user.email`` in the repo's or the
+        system's config win; the daemon rewrites the commits anyway. The agent's own
+        ``~/.gitconfig`` is never read: it is the agent's to write (a FIFO it includes
+        would hang the daemon's git, a file it names would be read unconfined).
         """
         env = self.jail.environment()
         if "GIT_COMMITTER_EMAIL" in env or "EMAIL" in env:
             return {}
-        if not Git(self.tree, home=self.home).identity():
+        if not Git(self.tree, global_config=False).identity():
             return {}
         return {
             "GIT_AUTHOR_NAME": FALLBACK_NAME,

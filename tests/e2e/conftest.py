@@ -135,6 +135,26 @@ def local_config(
     return config
 
 
+def two_issues_in_turn(cli: Cli, tmp_path: Path, guard_s: float) -> list[dict[str, Any]]:
+    """Two issues of the repo ``calc``, the second labelled once the first run ended (each
+    within ``guard_s``: when to call the daemon hung, not a speed limit); the runs."""
+    cli("db", "upgrade")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        for count, title in enumerate(("First", "Second"), start=1):
+            cli("issue", "add", "--repo", "calc", "--title", title, "--label", "ready-for-agent")
+            runs = cli.wait_for(
+                lambda rs, n=count: len(rs) == n and all(r["state"] in ENDED for r in rs),
+                guard_s,
+                daemon,
+                log,
+            )
+    finally:
+        stop_daemon(daemon)
+    return runs
+
+
 def stop_daemon(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> int:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import ENDED, Cli, local_config, stop_daemon
+from .conftest import Cli, local_config, two_issues_in_turn
 from .test_local_loop import PROJECT
 
 pytestmark = pytest.mark.timeout(180)
@@ -73,7 +72,7 @@ def test_links_in_the_git_dir_do_not_steer_the_daemons_git(
     argv = [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
     env = {name: str(path) for name, path in victims.items()}
     cli = Cli(local_config(tmp_path, remote, argv, env), cli_env)
-    runs = _two_issues_in_turn(cli, tmp_path)
+    runs = two_issues_in_turn(cli, tmp_path, HANG_GUARD_S)
     assert [r["state"] for r in runs] == ["succeeded", "succeeded"], runs
     for victim in victims.values():
         assert victim.read_text() == PRECIOUS, victim
@@ -113,7 +112,7 @@ def test_a_linked_worktrees_dir_leaves_another_repos_slot_alone(
     agent.write_text(SWAPPER)
     argv = [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
     cli = Cli(local_config(tmp_path, remote, argv, {"VICTIM_WORKTREES": str(other)}), cli_env)
-    runs = _two_issues_in_turn(cli, tmp_path)
+    runs = two_issues_in_turn(cli, tmp_path, HANG_GUARD_S)
     assert sorted(p.name for p in (other / "slot-0").iterdir()) == ["app"]
     assert (other / "slot-0" / "app" / "work.py").read_text() == PRECIOUS
     assert runs[0]["state"] == "succeeded", runs
@@ -150,26 +149,7 @@ def test_the_checkouts_head_is_out_of_the_agents_reach(
     agent.write_text(HEAD_BREAKER)
     argv = [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
     cli = Cli(local_config(tmp_path, remote, argv), cli_env)
-    runs = _two_issues_in_turn(cli, tmp_path)
+    runs = two_issues_in_turn(cli, tmp_path, HANG_GUARD_S)
     assert [r["state"] for r in runs] == ["succeeded", "succeeded"], runs
     for name in ("m0", "m1"):
         assert git(Path(remote), "show", f"main:app/{name}.py").strip() == "X = 1"
-
-
-def _two_issues_in_turn(cli: Cli, tmp_path: Path) -> list[dict[str, Any]]:
-    """Two issues of the repo, the second labelled once the first run ended; the runs."""
-    cli("db", "upgrade")
-    log = tmp_path / "daemon.log"
-    daemon = cli.daemon(log)
-    try:
-        for count, title in enumerate(("First", "Second"), start=1):
-            cli("issue", "add", "--repo", "calc", "--title", title, "--label", "ready-for-agent")
-            runs = cli.wait_for(
-                lambda rs, n=count: len(rs) == n and all(r["state"] in ENDED for r in rs),
-                HANG_GUARD_S,
-                daemon,
-                log,
-            )
-    finally:
-        stop_daemon(daemon)
-    return runs
