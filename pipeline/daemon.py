@@ -22,6 +22,7 @@ from pipeline.config.settings import AgentPreset, RepoSettings, Settings, defaul
 from pipeline.core.errors import ConfigError
 from pipeline.core.masking import redact_url, register_settings_secrets, settings_secret_refs
 from pipeline.http.links import link_base
+from pipeline.intake.frozen import FrozenWaits
 from pipeline.intake.lifecycle import Lifecycle
 from pipeline.intake.service import Intake
 from pipeline.notify.apprise import Notifier
@@ -107,6 +108,7 @@ class Daemon:
         self.endings = Endings(settings, self.store, self.lifecycle, self.recovery, self.notifier)
         self.budget = DailyBudget(settings, self.store, self.notifier)
         self.finals = ProgressFinals(settings, self.store, self.trackers)
+        self.frozen_waits = FrozenWaits(self.store, settings, self.lifecycle)
         self.flow = self._flow()
         self.scheduler = self._scheduler()
         self.intake = Intake(
@@ -220,6 +222,9 @@ class Daemon:
         )
         self.periodic.add("endings", self.endings.sweep, self.settings.scheduler.sweep_interval_s)
         self.periodic.add("progress", self.finals.sweep, self.settings.scheduler.sweep_interval_s)
+        self.periodic.add(
+            "frozen-waits", self.frozen_waits.sweep, self.settings.scheduler.sweep_interval_s
+        )
         self.periodic.add(
             "retention", self.prune_history, self.settings.workspace.housekeeping_interval_s
         )

@@ -42,7 +42,7 @@ def marker(key: str) -> str:
     return MARKER.format(key=key)
 
 
-def _effect(repo: RepoSettings, number: int, key: str) -> str:
+def comment_effect(repo: RepoSettings, number: int, key: str) -> str:
     """The store key of the comment ``key`` on issue ``number``."""
     return f"comment:{repo.tracker}:{repo.slug}#{number}:{key}"
 
@@ -65,9 +65,13 @@ class Lifecycle:
         self.stale_s = stale_s
 
     def _run_link(self, run: Run) -> str:
+        return self.run_link(run.id)
+
+    def run_link(self, run_id: int) -> str:
+        """Where a human reads run ``run_id``: its dashboard page, else the command."""
         if self.dashboard_url:
-            return f"{self.dashboard_url.rstrip('/')}/runs/{run.id}"
-        return f"`pipeline runs show {run.id}`"
+            return f"{self.dashboard_url.rstrip('/')}/runs/{run_id}"
+        return f"`pipeline runs show {run_id}`"
 
     def comment_once(
         self,
@@ -92,7 +96,7 @@ class Lifecycle:
                 return self.reserved_comment(repo, number, key, body, run_id)
             except CommentInFlight:
                 return False
-        effect = _effect(repo, number, key)
+        effect = comment_effect(repo, number, key)
         if self.store.has_side_effect(effect):
             return False
         posted = self._post_unless_there(repo, number, key, body)
@@ -109,7 +113,7 @@ class Lifecycle:
         Older, its reserver died: taken over, and posted only if the marker is not
         on the issue yet (the reserver may have died after posting).
         """
-        effect = _effect(repo, number, key)
+        effect = comment_effect(repo, number, key)
         claim = self.store.claim_pending(effect, self.stale_s, run_id)
         if claim == "settled":
             return False

@@ -51,7 +51,7 @@ from pipeline.store.runs import (
     UnknownRun,
 )
 from pipeline.store.totals import Histogram, RepoSpend, TotalsMixin
-from pipeline.store.waiting import WaitingIssue, WaitingMixin
+from pipeline.store.waiting import FrozenWait, WaitingIssue, WaitingMixin
 
 
 class Store(
@@ -94,6 +94,7 @@ __all__ = [
     "EnqueueOptions",
     "EnqueueResult",
     "Escalation",
+    "FrozenWait",
     "Heartbeat",
     "Histogram",
     "Issue",

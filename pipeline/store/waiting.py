@@ -1,4 +1,5 @@
-"""Ready issues that intake holds back, and why (an open dependency, a cycle)."""
+"""Ready issues that wait, and why: held back by intake (an open dependency, a cycle), or
+queued in a frozen repo (``frozen_waits``, told on the issue by ``pipeline.intake.frozen``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from sqlalchemy import func, select, update
 
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
-from pipeline.store.models import IssueRow, RepoRow
+from pipeline.store.models import IssueRow, RepoRow, RunRow, SideEffectRow
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,19 @@ class WaitingIssue:
     url: str
     reason: str
     since: datetime | None
+
+
+@dataclass(frozen=True)
+class FrozenWait:
+    """A queued run of an issue whose repo is frozen: what froze it, when, by whom, why."""
+
+    run_id: int
+    repo: str
+    number: int
+    frozen_run_id: int | None  # None: a person froze the repo
+    frozen_at: datetime
+    frozen_by: str
+    reason: str
 
 
 class WaitingMixin(StoreBase):
@@ -66,3 +80,30 @@ class WaitingMixin(StoreBase):
         with self._read() as conn:
             rows = conn.execute(query).all()
         return [WaitingIssue(r[0], r[1], r[2] or "", r[3] or "", r[4] or "", r[5]) for r in rows]
+
+    def frozen_waits(self) -> list[FrozenWait]:
+        """Every queued run of an issue in a frozen repo, oldest first (one read)."""
+        query = (
+            select(RunRow.id, RepoRow.name, IssueRow.number, RepoRow.frozen_run_id)
+            .add_columns(RepoRow.frozen_at, RepoRow.frozen_by, RepoRow.frozen_reason)
+            .join(RepoRow, RepoRow.id == RunRow.repo_id)
+            .join(IssueRow, IssueRow.id == RunRow.issue_id)
+            .where(RunRow.state == "queued", RepoRow.state == "frozen")
+            .order_by(RunRow.id)
+        )
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return [
+            FrozenWait(r[0], r[1], r[2], r[3], r[4] or datetime.min, r[5] or "", r[6] or "")
+            for r in rows
+        ]
+
+    def settled_effects(self, keys: Collection[str]) -> set[str]:
+        """Which of ``keys`` are done side effects (a reservation still pending is not)."""
+        if not keys:
+            return set()
+        query = select(SideEffectRow.key).where(
+            SideEffectRow.key.in_(list(keys)), SideEffectRow.settled_at.is_not(None)
+        )
+        with self._read() as conn:
+            return {row[0] for row in conn.execute(query)}
