@@ -4,7 +4,10 @@ The list is the one place that says "these N things need you" when a
 notification was missed: each open escalation with its repo, run, reason, age
 and the exact next step (``pipeline.notify.escalation.escalation_next_step``).
 ``ack`` acknowledges all the ids given or none; a freeze's escalation is
-acknowledged by the repo's unfreeze, never on its own.
+acknowledged by the repo's unfreeze, never on its own. A later success of the
+same issue settles the escalations of its earlier runs
+(``pipeline.store.escalations.settle_issue``): they leave the list, and
+``--all`` shows which run settled them.
 """
 
 from __future__ import annotations

@@ -357,6 +357,8 @@ def _escalation_paths() -> dict[str, Schema]:
                 "Escalations waiting for a human, with the next step",
                 "listEscalations",
                 listing,
+                description="Open: not acknowledged, nor settled by a later success of its "
+                "issue (acknowledged_by `afk-pipeline: settled by run N, which succeeded`).",
                 parameters=[_param("show", "query", show, "`all`: acknowledged ones too")],
             )
         },

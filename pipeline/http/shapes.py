@@ -140,7 +140,8 @@ class RepoListJson(TypedDict):
 
 
 class EscalationJson(TypedDict):
-    """A call for a human: open until acknowledged; ``next_step`` is the command to run."""
+    """A call for a human: open until acknowledged (by a human, or settled by a later
+    success of its issue); ``next_step`` is the command to run."""
 
     id: int
     repo_id: int

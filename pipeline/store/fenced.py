@@ -16,9 +16,11 @@ from sqlalchemy import Connection, and_, select, update
 
 from pipeline.core.errors import LeaseLost
 from pipeline.core.faults import sabotaged
+from pipeline.core.states import RunState
 from pipeline.store.base import StoreBase
 from pipeline.store.claim_pg import finish_postgres
 from pipeline.store.engine import db_now
+from pipeline.store.escalations import settle_issue
 from pipeline.store.models import BUSY_STATES, TERMINAL_STATES, RunRow
 from pipeline.store.records import Run
 from pipeline.store.repos import RepoFreeze, freeze_in
@@ -218,7 +220,7 @@ class FencedMixin(StoreBase):
             message = state if error is None else f"{state}: {error}"
             data = {"state": state, "error_class": error_class}
             self._append_event(conn, (run_id, attempt), "state", message, data, now)
-            return _frozen_with(conn, read_run(conn, run_id), freeze)
+            return _settled_with(conn, _frozen_with(conn, read_run(conn, run_id), freeze))
 
     def _finish_postgres(
         self,
@@ -227,13 +229,15 @@ class FencedMixin(StoreBase):
         values: dict[str, object],
         freeze: RepoFreeze | None,
     ) -> Run:
-        """The finish statement in autocommit; with a freeze, both in one transaction."""
-        if freeze is None:
+        """The finish statement in autocommit; with a freeze, or a success that may settle
+        escalations (``settle_issue``), all in one transaction."""
+        if freeze is None and fence[3] != RunState.SUCCEEDED:
             with self.engine.connect() as conn:
                 autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
                 return finish_postgres(autocommit, fence, summary, values)
         with self._write() as conn:
-            return _frozen_with(conn, finish_postgres(conn, fence, summary, values), freeze)
+            run = _frozen_with(conn, finish_postgres(conn, fence, summary, values), freeze)
+            return _settled_with(conn, run)
 
     def schedule_retry(
         self, run_id: int, owner: str, attempt: int, **failure: Unpack[RetryDetails]
@@ -259,6 +263,14 @@ class FencedMixin(StoreBase):
             }
             self._append_event(conn, (run_id, attempt), "state", f"{said}: {error}", data, now)
             return _frozen_with(conn, read_run(conn, run_id), failure.get("freeze"))
+
+
+def _settled_with(conn: Connection, run: Run) -> Run:
+    """``run``; when it succeeded, the escalations of its issue's earlier runs are settled
+    in ``conn``'s transaction, so no crash leaves them open after it (ADR 36)."""
+    if run.state == RunState.SUCCEEDED:
+        settle_issue(conn, run.issue_id, run.id)
+    return run
 
 
 def _frozen_with(conn: Connection, run: Run, freeze: RepoFreeze | None) -> Run:

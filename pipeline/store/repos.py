@@ -14,8 +14,8 @@ from pipeline.config.settings import RepoSettings
 from pipeline.core.states import FROZEN_REASON, Outcome, RunState
 from pipeline.store.base import StoreBase
 from pipeline.store.engine import db_now
-from pipeline.store.escalations import MAX_BY
-from pipeline.store.models import EscalationRow, RepoRow, SideEffectRow
+from pipeline.store.escalations import MAX_BY, settle_issue
+from pipeline.store.models import EscalationRow, RepoRow, RunRow, SideEffectRow
 from pipeline.store.records import Run
 
 
@@ -260,12 +260,17 @@ class ReposMixin(StoreBase):
     ) -> int | None:
         """The escalation's id; with ``once``, a side-effect key written in the same
         transaction: None (nothing added) when that key exists, and no crash between the
-        two can leave a key without its row."""
+        two can leave a key without its row. A run's escalation that a later run of its
+        issue settled already (its ending told late) is written settled (``settle_issue``)."""
         try:
             with self._write() as conn:
                 if once and not _first_claim(conn, once, run_id):
                     return None
-                return self._insert_escalation(conn, repo, reason, detail, run_id)
+                escalation_id = self._insert_escalation(conn, repo, reason, detail, run_id)
+                if run_id is not None:  # its issue may have succeeded since (ADR 36)
+                    issue_id = select(RunRow.issue_id).where(RunRow.id == run_id)
+                    settle_issue(conn, conn.execute(issue_id).scalar_one_or_none())
+                return escalation_id
         except IntegrityError:
             if once:
                 return None  # another replica wrote the key first

@@ -102,11 +102,16 @@ def one_issue(
 
 
 def local_config(
-    tmp_path: Path, remote: str, agent_argv: list[str], agent_env: dict[str, str] | None = None
+    tmp_path: Path,
+    remote: str,
+    agent_argv: list[str],
+    agent_env: dict[str, str] | None = None,
+    database_url: str | None = None,
 ) -> Path:
-    """A config for one repo ``calc`` on the local tracker, run by a scripted command agent."""
+    """A config for one repo ``calc`` on the local tracker, run by a scripted command agent
+    (its history in SQLite under ``tmp_path`` unless ``database_url`` says otherwise)."""
     document: dict[str, Any] = {
-        "database_url": f"sqlite:///{tmp_path / 'history.db'}",
+        "database_url": database_url or f"sqlite:///{tmp_path / 'history.db'}",
         "volume": str(tmp_path / "volume"),
         "poll_interval_s": 0.5,
         "scheduler": {
