@@ -70,8 +70,11 @@ class DaemonSetup:
         self.config.write_text("\n".join(lines) + "\n")
 
     def _remote(self, n: int) -> str:
-        if not self.with_remotes:
-            return f"file://{self.tmp}/absent-{n}.git"
+        if not self.with_remotes:  # one empty repository for all: never cloned, no issue filed
+            shared = self.tmp / "unused.git"
+            if not shared.exists():
+                subprocess.run(["git", "init", "-q", "--bare", str(shared)], check=True)
+            return f"file://{shared}"
         return make_remote(self.tmp, {"README.md": "app\n"}, name=f"remote{n}")
 
 

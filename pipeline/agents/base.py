@@ -20,6 +20,9 @@ from pipeline.core.masking import mask
 from pipeline.core.proc import CommandResult, StopToken
 from pipeline.sandbox.jail import Jail
 
+# What a session id the daemon keeps and passes back on a resume may be: Claude Code's and
+# Codex's are UUIDs; at most the history's column (runs.agent_session), never an option.
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 _BLOCKED = re.compile(r"^[ \t]*BLOCKED:[ \t]*(\S.*?)\s*$", re.MULTILINE)
 _RETRYABLE_TEXT = (
     ("overloaded", "agent_overloaded"),
@@ -129,6 +132,17 @@ def summarise(value: object, limit: int = MAX_SUMMARY_CHARS) -> str:
     no longer a form ``mask`` knows in full: only a piece of at least 4 characters is)."""
     text = " ".join(mask(str(value)).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def checked_session(value: object, events: EventSink, agent: str) -> str | None:
+    """``value`` when it can name a session to resume; else None, and the timeline says so."""
+    if not isinstance(value, str) or not value:
+        return None
+    if _SESSION_ID.fullmatch(value):
+        return value
+    shown = summarise(repr(value[:40]) + ("…" if len(value) > 40 else ""))
+    events("agent", f"{agent}: {shown} ({len(value)} characters) is not a session id; not kept")
+    return None
 
 
 def effective_budget(*budgets: float | None) -> float | None:

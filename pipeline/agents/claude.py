@@ -21,6 +21,7 @@ from pipeline.agents.base import (
     AgentRequest,
     AgentResult,
     blocked_reason,
+    checked_session,
     effective_budget,
     outcome_words,
     result_data,
@@ -85,16 +86,19 @@ class ClaudeStreamParser:
 
     def __post_init__(self) -> None:
         self._lines = JsonLines(self.events, "claude")
+        self._reported: str | None = None
 
     def feed(self, line: str) -> None:
         event = self._lines.decode(line)
         if event is None:
             return
         kind = event.get("type")
-        if isinstance(event.get("session_id"), str):
-            self.session_id = str(event["session_id"])
+        reported = event.get("session_id")
+        if isinstance(reported, str) and reported != self._reported:
+            self._reported = reported  # every event repeats it: judged once
+            self.session_id = checked_session(reported, self.events, "claude")
         if kind == "system" and event.get("subtype") == "init":
-            self.events("agent", f"claude session {self.session_id} started")
+            self.events("agent", f"claude session {self.session_id or 'without an id'} started")
         elif kind == "assistant":
             self._assistant(event.get("message"))
         elif kind == "result":

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.agents.base import AgentResult, blocked_reason, summarise
+from pipeline.agents.base import AgentResult, blocked_reason, checked_session, summarise
 from pipeline.agents.streams import JsonLines
 from pipeline.core.events import EventSink
 from pipeline.core.proc import CommandResult
@@ -122,8 +122,8 @@ class CodexStreamParser:
             return
         kind = event.get("type")
         if kind == "thread.started":
-            self.session_id = _text(event.get("thread_id")) or None
-            self.events("agent", f"codex thread {self.session_id} started")
+            self.session_id = checked_session(event.get("thread_id"), self.events, "codex")
+            self.events("agent", f"codex thread {self.session_id or 'without an id'} started")
         elif kind == "turn.started":
             self.turns += 1
         elif kind == "turn.completed":

@@ -2,9 +2,9 @@
 
 Every ``*_env`` names a set variable, every ``*_file`` a readable file, the
 program of every agent a repository uses is an executable (on ``PATH``, which the
-sandbox passes on), and the volume and the SQLite database's directory exist or
-can be created. Each problem is one ``FILE:key.path: problem`` line, like the
-file's own.
+sandbox passes on), every local remote (a path or ``file://``) is a git repository,
+and the volume and the SQLite database's directory exist or can be created. Each
+problem is one ``FILE:key.path: problem`` line, like the file's own.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from pipeline.config.load import DEFAULTS_SOURCE, SECRET_KEYS
 from pipeline.config.render import to_file
@@ -29,6 +30,9 @@ def door_problems(
     found: list[tuple[str, str]] = []
     _secrets(to_file(settings), "", env, found)
     found.extend(_agent_programs(settings, env.get("PATH") or os.defpath))
+    for repo in settings.repos:
+        if problem := _remote_problem(repo.remote_url):
+            found.append((f"repos.{repo.name}.remote_url", problem))
     directories = {"volume": settings.volume}
     if settings.database_url.startswith("sqlite:///") and not settings.database_url.endswith(
         ":memory:"
@@ -94,6 +98,20 @@ def _missing(key: str, ref: str, env: Mapping[str, str]) -> str | None:
     except OSError as exc:
         return f"cannot read {path}: {exc.strerror}"
     return f"{path} is empty" if empty else None
+
+
+def _remote_problem(remote: str) -> str | None:
+    """A local remote that is no git repository where ``git clone`` looks (PATH, PATH.git,
+    each bare or holding ``.git``); a network remote only a clone can reach."""
+    if not remote.startswith(("/", "file:")):
+        return None
+    path = Path(unquote(urlsplit(remote).path) if remote.startswith("file:") else remote)
+    for where in (path, Path(f"{path}.git")):
+        if (where / ".git").exists() or (
+            (where / "HEAD").is_file() and (where / "objects").is_dir()
+        ):
+            return None
+    return f"local remote {path} {'is not a git repository' if path.exists() else 'does not exist'}"
 
 
 def _directory_problem(path: Path) -> str | None:

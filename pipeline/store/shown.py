@@ -31,20 +31,6 @@ def cut_to(value: str, most: int) -> str:
     return value if len(value) <= most else value[: most - len(CUT)] + CUT
 
 
-class ShownName(TypeDecorator[str]):
-    """``String(length)`` whose longer values are cut to it with a marker (``cut_to``)."""
-
-    impl = String
-    cache_ok = True
-
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        most: int | None = getattr(self.impl_instance, "length", None)
-        return cut_to(value, most) if value is not None and most else value
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
-        return value if value is None else str(value)
-
-
 def fitted_key(value: str, most: int) -> str:
     """``value``, or its start, ``#`` and its SHA-256 in ``most`` characters if longer."""
     if len(value) <= most:
@@ -53,15 +39,33 @@ def fitted_key(value: str, most: int) -> str:
     return f"{value[: most - len(digest) - 1]}#{digest}"
 
 
-class FittedKey(TypeDecorator[str]):
-    """``String(length)`` whose longer values are kept as ``fitted_key`` (writes and lookups)."""
+class _Fitted(TypeDecorator[str]):
+    """``String(length)`` whose longer values are made to fit it by ``fit``."""
 
     impl = String
     cache_ok = True
 
+    @staticmethod
+    def fit(value: str, most: int) -> str:
+        raise NotImplementedError
+
     def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
         most: int | None = getattr(self.impl_instance, "length", None)
-        return fitted_key(value, most) if value is not None and most else value
+        return self.fit(value, most) if value is not None and most else value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
         return value if value is None else str(value)
+
+
+class ShownName(_Fitted):
+    """``String(length)`` whose longer values are cut to it with a marker (``cut_to``)."""
+
+    cache_ok = True
+    fit = staticmethod(cut_to)
+
+
+class FittedKey(_Fitted):
+    """``String(length)`` whose longer values are kept as ``fitted_key`` (writes and lookups)."""
+
+    cache_ok = True
+    fit = staticmethod(fitted_key)

@@ -43,10 +43,15 @@ print('{"type":"result","subtype":"success","is_error":false,"num_turns":1,'
 
 @contextmanager
 def _daemon_world(
-    tmp_path: Path, cli_env: dict[str, str], script: str, kind: str
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    script: str,
+    kind: str,
+    database_url: str | None = None,
 ) -> Iterator[tuple[Cli, Path, Any]]:
-    """One local repo ``calc``, its agent ``script`` as a ``kind`` preset, one ready issue;
-    yields the CLI, the remote and the running daemon (stopped afterwards)."""
+    """One local repo ``calc``, its agent ``script`` as a ``kind`` preset, one ready issue,
+    the history in SQLite or at ``database_url``; yields the CLI, the remote and the
+    running daemon (stopped afterwards)."""
     remote = make_remote(tmp_path, PROJECT)
     agent = tmp_path / "agent.py"
     agent.write_text(script)
@@ -57,6 +62,8 @@ def _daemon_world(
     document = tomllib.loads(config.read_text())
     document["agents"]["scripted"]["kind"] = kind
     document["scheduler"].update({"max_attempts": 2, "backoff_base_s": 0.2, "backoff_max_s": 0.5})
+    if database_url is not None:
+        document["database_url"] = database_url
     write_config(config, document)
     cli = Cli(config, cli_env)
     cli("db", "upgrade")
@@ -169,3 +176,40 @@ def test_a_flood_of_tool_calls_reaches_the_timeline_bounded(
     assert more in [event["message"] for event in events]
     finished = [event for event in events if event["message"].startswith("claude finished")]
     assert finished[0]["data"]["tool_calls"] == 3 * MAX_STREAM_EVENTS
+
+
+# A stream-json whose session id is not one: ten thousand characters, or control
+# characters and a leading dash; then the change and a successful result.
+ODD_SESSION = r"""
+import json, os, pathlib, sys
+sys.stdin.read()
+print(json.dumps({"type": "system", "subtype": "init", "session_id": SESSION}))
+with open(pathlib.Path(os.getcwd()) / "app" / "calc.py", "a") as f:
+    f.write("\n\ndef mul(a, b):\n    return a * b\n")
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
+                  "session_id": SESSION, "result": "done", "total_cost_usd": 0.01,
+                  "usage": {"input_tokens": 10, "output_tokens": 5}}))
+"""
+
+
+@pytest.mark.parametrize(
+    "session", ["s" * 10_000, "--resume\x00\x1b[31m\nid"], ids=["long", "control"]
+)
+def test_a_session_id_that_is_not_one_is_not_kept(
+    tmp_path: Path, cli_env: dict[str, str], history_url: str | None, session: str
+) -> None:
+    """An agent reporting a session id of ten thousand characters, or one of control
+    characters read as an option: the run ships its change and its figures are kept,
+    on either database; the id is not kept (nothing to resume it with) and the timeline
+    says so. PostgreSQL refused the long id (a column of 200), so the run failed after
+    the agent's work; SQLite kept either id whole, to be passed to the agent on a resume."""
+    script = f"SESSION = {session!r}\n" + ODD_SESSION
+    with _daemon_world(tmp_path, cli_env, script, "claude", history_url) as (cli, remote, daemon):
+        run = _ended(cli, daemon, tmp_path / "daemon.log")
+        shown = cli.json("runs", "show", str(run["id"]))
+    assert (run["state"], run["attempt"]) == ("succeeded", 1), run
+    assert "def mul" in git(remote, "show", "main:app/calc.py")
+    assert shown["run"]["agent_session"] is None, shown["run"]
+    assert shown["run"]["cost_usd"] == pytest.approx(0.01), shown["run"]
+    messages = [event["message"] for event in shown["events"]]
+    assert any("not a session id" in message for message in messages), messages

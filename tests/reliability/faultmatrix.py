@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipeline.store import Run
 from pipeline.testing.gitrepos import commit_to_remote
+from pipeline.testing.ports import free_port
 
 from .figures import Figures
 from .killmatrix import check_outcome
@@ -100,7 +101,8 @@ def _claude_spec(mode: str = "ok", overloaded: int = 0) -> Callable[[Path], Worl
 
 
 def _unreachable(root: Path) -> WorldSpec:
-    return WorldSpec(max_attempts=2, remote_urls={"r0": str(root / "gone" / "nowhere.git")})
+    # A network remote nothing listens on: a local path to nothing is refused at the door.
+    return WorldSpec(max_attempts=2, remote_urls={"r0": f"http://127.0.0.1:{free_port()}/r0.git"})
 
 
 def _full_disk_env(root: Path) -> dict[str, str]:

@@ -159,6 +159,23 @@ def test_a_stream_without_turn_end_gives_no_result() -> None:
     assert parser.result(EXITED) is None and not parser.done.is_set()
 
 
+@pytest.mark.parametrize("thread", ["t" * 10_000, "--dangerously-bypass-approvals-and-sandbox"])
+def test_a_thread_id_that_is_not_one_is_not_kept(thread: str) -> None:
+    """A thread id too long for the history, or one ``codex exec resume`` would read as
+    an option: the result has no session (a resume starts afresh) and the timeline says so."""
+    sink = RecordingSink()
+    parser = CodexStreamParser(sink)
+    lines = (FIXTURES / "exec_success.jsonl").read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        event = json.loads(line)
+        if event.get("type") == "thread.started":
+            event["thread_id"] = thread
+        parser.feed(json.dumps(event))
+    result = parser.result(EXITED)
+    assert result is not None and result.session_id is None
+    assert any("is not a session id" in message for _, message, _ in sink.events), sink.events
+
+
 @pytest.mark.parametrize(
     ("command", "shown"),
     [

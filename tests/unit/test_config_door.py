@@ -37,10 +37,12 @@ REPO = '[repos.web]\ntracker = "local"\nslug = "o/web"\nremote_url = "web.git"\n
 
 
 def example_copy(tmp_path: Path) -> Path:
-    """The example config in its own directory, with the key file it names, and the
-    programs of its agents in ``conf/bin`` (``cli_env`` puts them on PATH)."""
+    """The example config in its own directory, with the key file and the local remote it
+    names, and the programs of its agents in ``conf/bin`` (``cli_env`` puts them on PATH)."""
     config = tmp_path / "conf" / "pipeline.toml"
     (config.parent / "secrets").mkdir(parents=True)
+    notes = config.parent / "repos" / "notes.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(notes)], check=True)
     shutil.copy(EXAMPLE, config)
     (config.parent / "secrets" / "web-deploy-key").write_text("key\n", encoding="utf-8")
     (config.parent / "bin").mkdir()
@@ -212,3 +214,66 @@ def test_issue_body_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
     assert main([*argv, "--body-file", str(body)], out, err) == 2
     reason = "not UTF-8 text (byte 3); save the file as UTF-8"
     assert err.getvalue() == f"pipeline: --body-file {body}: {reason}\n"
+
+
+def _one_repo(tmp_path: Path, remote: str) -> tuple[Path, dict[str, str]]:
+    """A config whose one repo ``web`` has ``remote``, its agent installed, its volume
+    and database under ``tmp_path``; and an environment without PIPELINE_* overrides."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        'volume = "volume"\ndatabase_url = "sqlite:///history.db"\n'
+        f'[agents.sh]\nkind = "command"\ncommand = ["{sys.executable}", "{{prompt_file}}"]\n'
+        f'[repos.web]\ntracker = "local"\nslug = "o/web"\nagent = "sh"\nremote_url = "{remote}"\n',
+        encoding="utf-8",
+    )
+    return config, {k: v for k, v in os.environ.items() if not k.startswith("PIPELINE_")}
+
+
+NOT_A_REMOTE = [
+    ("missing path", "web.git", "{dir}/web.git does not exist"),
+    ("missing file url", "file://{dir}/gone.git", "{dir}/gone.git does not exist"),
+    ("plain directory", "{dir}/plain", "{dir}/plain is not a git repository"),
+    ("a file", "{dir}/plain/notes.txt", "{dir}/plain/notes.txt is not a git repository"),
+]
+
+
+@pytest.mark.parametrize(
+    ("remote", "problem"), [c[1:] for c in NOT_A_REMOTE], ids=[c[0] for c in NOT_A_REMOTE]
+)
+def test_a_local_remote_that_is_no_repository_is_refused_before_any_run(
+    tmp_path: Path, remote: str, problem: str
+) -> None:
+    """A repo's remote_url that is a local path (or file:// URL) to nothing, or to no git
+    repository: check and run exit 2 with one line naming the key and the path, before the
+    database is touched. Both accepted it, and every run of that repo failed at its clone."""
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("no repository\n", encoding="utf-8")
+    config, env = _one_repo(tmp_path, remote.format(dir=tmp_path))
+    line = f"{config}:repos.web.remote_url: local remote {problem.format(dir=tmp_path)}"
+    checked = pipeline("config", "check", str(config), env=env)
+    assert (checked.returncode, checked.stderr.splitlines(), checked.stdout) == (2, [line], "")
+    ran = pipeline("run", "--config", str(config), "--no-http", env=env)
+    assert (ran.returncode, ran.stderr.splitlines(), ran.stdout) == (2, [line], "")
+    assert not (tmp_path / "history.db").exists()
+
+
+REMOTES = [
+    ("bare repository", "{dir}/bare.git"),
+    ("bare repository by file url", "file://{dir}/bare.git"),
+    ("bare repository without its .git", "{dir}/bare"),
+    ("working copy", "{dir}/work"),
+    ("https", "https://git.invalid/o/web.git"),
+    ("ssh", "ssh://git@git.invalid/o/web.git"),
+    ("scp-like", "git@git.invalid:o/web.git"),
+]
+
+
+@pytest.mark.parametrize("remote", [c[1] for c in REMOTES], ids=[c[0] for c in REMOTES])
+def test_a_repository_or_a_network_remote_passes_the_door(tmp_path: Path, remote: str) -> None:
+    """A local bare repository or working copy (as git clone finds it: ``PATH``,
+    ``PATH/.git``, ``PATH.git``) passes; a network remote is left to the clone to reach."""
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "bare.git")], check=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path / "work")], check=True)
+    config, env = _one_repo(tmp_path, remote.format(dir=tmp_path))
+    checked = pipeline("config", "check", str(config), env=env)
+    assert (checked.returncode, checked.stderr) == (0, ""), checked.stderr
