@@ -1,5 +1,6 @@
 """Files on the host: removing a tree git, caches or tools left read-only; reading a
-run's tree without following its links out of it."""
+run's tree without following its links out of it; deleting the FIFOs, sockets and
+devices an agent left in it."""
 
 from __future__ import annotations
 
@@ -71,3 +72,54 @@ def links_on_the_way(root: Path, relative: Path) -> Path | None:
         if current.is_symlink():
             return current.relative_to(root)
     return None
+
+
+def drop_special_files(root: Path) -> list[str]:
+    """Delete every FIFO, socket and device node under ``root``; their paths from ``root``.
+
+    For a run's tree once a command of the agent's (or the repository's) ended: git
+    opens ``.gitignore`` and ``.gitattributes`` wherever it looks, and one that is a
+    FIFO blocks the daemon's git (``add``, ``status``, ``checkout``) until its time
+    limit. Git keeps none of them in a commit. One pass of ``os.scandir``: nothing is
+    opened, no link followed, and only what is neither a directory, a regular file nor
+    a symlink by its directory entry is looked at further. A directory the agent made
+    unreadable is made readable (its mode is no part of a commit) and walked too.
+    """
+    dropped: list[str] = []
+    stack = [str(root)]
+    while stack:
+        current = stack.pop()
+        for entry in _entries(current):
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif not entry.is_file(follow_symlinks=False) and _special(entry):
+                    os.unlink(entry.path)
+                    dropped.append(os.path.relpath(entry.path, root))
+            except FileNotFoundError:
+                continue
+    return sorted(dropped)
+
+
+def _entries(directory: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as found:
+            return list(found)
+    except PermissionError:
+        pass
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    try:
+        os.chmod(directory, os.lstat(directory).st_mode | stat.S_IRWXU)
+        with os.scandir(directory) as found:
+            return list(found)
+    except OSError:  # not the daemon's to change: its git cannot read it either
+        return []
+
+
+def _special(entry: os.DirEntry[str]) -> bool:
+    """A FIFO, socket or device: git opens what it should not, or refuses it."""
+    if entry.is_symlink():
+        return False
+    mode = entry.stat(follow_symlinks=False).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)

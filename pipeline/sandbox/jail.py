@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,11 +20,17 @@ from typing import Any, Protocol
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
+from pipeline.core.files import drop_special_files
+from pipeline.core.printable import well_formed
 from pipeline.core.proc import CommandResult, run_command
 from pipeline.git.util import safe_component
 from pipeline.sandbox.bwrap import Layout, bwrap_argv
 from pipeline.sandbox.environment import sandbox_environment
 from pipeline.sandbox.network import Denied, NetworkPolicy, egress
+
+log = logging.getLogger(__name__)
+_SHOWN_NAMES = 5
+_NAME_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -144,10 +151,13 @@ class Jail:
         layout = dataclasses.replace(
             self.layout, workdir=cwd, network=network or self.layout.network
         )
-        with self.sandbox.command(argv, layout, _denial_events(events)) as prepared:
-            result = run_command(
-                prepared.argv, cwd=cwd, env=env, pass_fds=prepared.pass_fds, **options
-            )
+        try:
+            with self.sandbox.command(argv, layout, _denial_events(events)) as prepared:
+                result = run_command(
+                    prepared.argv, cwd=cwd, env=env, pass_fds=prepared.pass_fds, **options
+                )
+        finally:
+            drop_special(self.layout.workdir, events)
         if self.sandbox.mode == "none":
             return result
         return signalled_as_negative(result)
@@ -235,6 +245,28 @@ def _lifeline() -> Iterator[int]:
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def drop_special(tree: Path, events: EventSink | None) -> list[str]:
+    """Delete the FIFOs, sockets and devices a command left in ``tree``; say which.
+
+    The daemon's git reads the tree unconfined right after: a FIFO ``.gitattributes``
+    or ``.gitignore`` would block it, in this run and in every later run of a warm
+    slot. The names are the agent's: a few are shown, each cut and made well formed.
+    """
+    dropped = drop_special_files(tree)
+    if dropped:
+        names = [repr(well_formed(name[:_NAME_CHARS])) for name in dropped[:_SHOWN_NAMES]]
+        more = f" and {len(dropped) - _SHOWN_NAMES} more" if len(dropped) > _SHOWN_NAMES else ""
+        message = (
+            f"removed {len(dropped)} FIFO(s), socket(s) or device(s) left in the tree "
+            f"(git cannot commit them and would block on a FIFO): {', '.join(names)}{more}"
+        )
+        if events is not None:
+            events("sandbox", message, {"removed": len(dropped)})
+        else:
+            log.warning("%s: %s", tree, message)
+    return dropped
 
 
 def _denial_events(events: EventSink | None) -> Denied | None:

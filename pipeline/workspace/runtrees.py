@@ -18,6 +18,7 @@ from pipeline.core.files import remove_tree
 from pipeline.core.proc import kill_stragglers
 from pipeline.git.mirror import checkout_repo
 from pipeline.git.run import GitLimits, GitRunner
+from pipeline.sandbox.jail import drop_special
 from pipeline.workspace.gitcrypt import save_kept
 from pipeline.workspace.slots import SLOT_PREFIX, clean_slot, registered, slot_tree
 
@@ -54,9 +55,14 @@ def clear_leftovers(
     A slot loses its untracked and ignored files (``keep_dirs`` stay); a leftover
     clone goes (its ``keep_dirs`` put aside), as its next run makes a new one
     anyway. Staging directories of a clone or checkout cut short go too. Says on
-    the run's timeline what went.
+    the run's timeline what went. FIFOs, sockets and devices go first, from the slot
+    and the kept dependency dirs: the daemon removes them after every command of a run,
+    but one a run killed with the daemon left would block the slot's reset for good.
     """
     repo_dir = tree.parent.parent
+    for place in (tree, repo_dir / "kept"):
+        if place.name != CLONE:
+            drop_special(place, events)
     removed = [str(p) for p in _staging_leftovers(repo_dir)]
     if tree.name == CLONE:
         if tree.exists():

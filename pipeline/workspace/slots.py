@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.config.settings import RepoSettings
-from pipeline.core.errors import FatalError
+from pipeline.core.errors import FatalError, RetryableError
 from pipeline.core.files import remove_tree
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
@@ -58,6 +58,10 @@ def reset_slot(
             return tree
         except FatalError:
             pass  # a broken slot (e.g. its registration was pruned): rebuild it below
+        except RetryableError as exc:
+            if exc.kind != "git_timeout":
+                raise
+            # git hung in the slot (on something left in it): a new slot, not this one again
     kept = slot.parent.parent / "kept"
     if slot.exists():
         save_kept(slot, kept, repo.keep_dirs)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -158,6 +161,50 @@ def two_issues_in_turn(cli: Cli, tmp_path: Path, guard_s: float) -> list[dict[st
     finally:
         stop_daemon(daemon)
     return runs
+
+
+class FifoWatch(threading.Thread):
+    """Notices a reader opening any FIFO at ``paths``, and lets it go on (writes ``answer``).
+
+    A writer's non-blocking open fails while no one reads; once one does, it succeeds.
+    A git that opened the FIFO waits for a writer until it is killed, so none is missed,
+    and none hangs: a test counts the readers instead of waiting out git's time limit.
+    """
+
+    def __init__(self, *paths: Path, answer: bytes = b"") -> None:
+        super().__init__(daemon=True)
+        self.paths = paths
+        self.answer = answer
+        self.done = threading.Event()
+        self.readers: list[Path] = []
+
+    @property
+    def path(self) -> Path:
+        return self.paths[0]
+
+    def __enter__(self) -> FifoWatch:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.join()
+
+    def run(self) -> None:
+        while not self.done.wait(0.05):
+            for path in self.paths:
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOENT, errno.ENXIO, errno.ENOTDIR, errno.EISDIR):
+                        raise
+                    continue
+                try:
+                    if stat.S_ISFIFO(os.fstat(fd).st_mode):  # not a file made there later
+                        self.readers.append(path)
+                        os.write(fd, self.answer)
+                finally:
+                    os.close(fd)
 
 
 def stop_daemon(proc: subprocess.Popen[bytes], timeout_s: float = 20) -> int:

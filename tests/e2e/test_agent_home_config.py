@@ -10,17 +10,14 @@ it names. Read from outside: the FIFO (did any reader open it?) and the remote.
 
 from __future__ import annotations
 
-import errno
-import os
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from pipeline.testing.gitrepos import git, make_remote
 
-from .conftest import Cli, local_config, two_issues_in_turn
+from .conftest import Cli, FifoWatch, local_config, two_issues_in_turn
 from .test_local_loop import PROJECT
 
 pytestmark = pytest.mark.timeout(180)
@@ -44,34 +41,6 @@ print("added a module")
 """
 
 
-class FifoWatch(threading.Thread):
-    """Notices a reader opening the FIFO at ``path``, and lets it go on (writes a config).
-
-    A writer's non-blocking open fails while no one reads; once one does, it succeeds.
-    A git that opened the FIFO waits for a writer until it is killed, so none is missed.
-    """
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(daemon=True)
-        self.path = path
-        self.done = threading.Event()
-        self.readers = 0
-
-    def run(self) -> None:
-        while not self.done.wait(0.05):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOENT, errno.ENXIO):
-                    raise
-                continue
-            self.readers += 1
-            try:
-                os.write(fd, b"[user]\n\temail = planted@example.invalid\n")
-            finally:
-                os.close(fd)
-
-
 def test_a_fifo_in_the_agents_gitconfig_is_never_opened(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
@@ -86,15 +55,11 @@ def test_a_fifo_in_the_agents_gitconfig_is_never_opened(
     # No identity on the host: the daemon decides one for the agent's git each run.
     env = {k: v for k, v in cli_env.items() if not k.startswith("GIT_") and k != "EMAIL"}
     cli = Cli(local_config(tmp_path, remote, argv), env)
-    watch = FifoWatch(tmp_path / "volume" / "homes" / "calc" / "trap.fifo")
-    watch.start()
-    try:
+    trap = tmp_path / "volume" / "homes" / "calc" / "trap.fifo"
+    with FifoWatch(trap, answer=b"[user]\n\temail = planted@example.invalid\n") as watch:
         runs = two_issues_in_turn(cli, tmp_path, HANG_GUARD_S)
-    finally:
-        watch.done.set()
-        watch.join()
     assert watch.path.exists(), "the agent made no FIFO: the test shows nothing"
-    assert watch.readers == 0, "the daemon's git opened the FIFO the agent planted"
+    assert not watch.readers, "the daemon's git opened the FIFO the agent planted"
     assert [r["state"] for r in runs] == ["succeeded", "succeeded"], runs
     for name in ("first", "second"):
         assert git(Path(remote), "show", f"main:app/{name}.py").strip() == "X = 1"
