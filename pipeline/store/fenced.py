@@ -229,15 +229,22 @@ class FencedMixin(StoreBase):
         values: dict[str, object],
         freeze: RepoFreeze | None,
     ) -> Run:
-        """The finish statement in autocommit; with a freeze, or a success that may settle
-        escalations (``settle_issue``), all in one transaction."""
-        if freeze is None and fence[3] != RunState.SUCCEEDED:
+        """The finish statement in autocommit; with a freeze, both in one transaction.
+
+        A success of an issue's run settles its earlier escalations (``settle_issue``)
+        in a second transaction, so a run without an issue (a fix-forward) keeps the one
+        statement; a crash between the two leaves them open until acknowledged (ADR 36).
+        """
+        if freeze is None:
             with self.engine.connect() as conn:
                 autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
-                return finish_postgres(autocommit, fence, summary, values)
+                run = finish_postgres(autocommit, fence, summary, values)
+            if run.state == RunState.SUCCEEDED and run.issue_id is not None:
+                with self._write() as conn:
+                    _settled_with(conn, run)
+            return run
         with self._write() as conn:
-            run = _frozen_with(conn, finish_postgres(conn, fence, summary, values), freeze)
-            return _settled_with(conn, run)
+            return _frozen_with(conn, finish_postgres(conn, fence, summary, values), freeze)
 
     def schedule_retry(
         self, run_id: int, owner: str, attempt: int, **failure: Unpack[RetryDetails]
@@ -267,7 +274,7 @@ class FencedMixin(StoreBase):
 
 def _settled_with(conn: Connection, run: Run) -> Run:
     """``run``; when it succeeded, the escalations of its issue's earlier runs are settled
-    in ``conn``'s transaction, so no crash leaves them open after it (ADR 36)."""
+    in ``conn``'s transaction (ADR 36)."""
     if run.state == RunState.SUCCEEDED:
         settle_issue(conn, run.issue_id, run.id)
     return run
