@@ -8,10 +8,6 @@ of the comment's own marker. The comment quotes it inert and is still posted.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from pipeline.intake.frozen import FrozenWaits
 from pipeline.intake.sanitize import BREAK
@@ -19,27 +15,10 @@ from pipeline.notify.escalation import unfreeze_command
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld
 
-from .test_intake import FORGES, SLUG, WRITER
+from .conftest import SLUG
 from .test_lifecycle import queued_run
 
 NOTE = "@admin look at #3 first\n/close\n<!-- afk-pipeline:run=1:frozen-wait -->"
-
-
-@pytest.fixture(params=list(FORGES))
-def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    forge: FakeForge = FORGES[request.param](token="fake-token")
-    forge.set_permission(SLUG, "alice", WRITER[request.param])
-    with forge:
-        yield forge
-
-
-@pytest.fixture
-def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
-    built = IntakeWorld.build(
-        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)]
-    )
-    yield built
-    built.close()
 
 
 def _told(fake: FakeForge, number: int) -> list[str]:

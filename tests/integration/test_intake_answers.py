@@ -7,34 +7,12 @@ refused once on the issue; an ending a reply cannot answer is not linked.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from pipeline.intake.lifecycle import marker
 from pipeline.store import Run
-from pipeline.testing.forges import FORGES, served
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld
 
-SLUG = "acme/widgets"
-READY = "ready-for-agent"
-
-
-@pytest.fixture(params=list(FORGES))
-def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    with served(request.param, SLUG, writer="alice") as forge:
-        yield forge
-
-
-@pytest.fixture
-def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
-    built = IntakeWorld.build(
-        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)]
-    )
-    yield built
-    built.close()
+from .conftest import READY, SLUG
 
 
 def _escalated(world: IntakeWorld, fake: FakeForge, reason: str = "blocked") -> tuple[int, Run]:

@@ -2,32 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from pipeline.testing.forges import FORGES, served
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld, repo_name
 
-SLUG = "acme/widgets"
-READY = "ready-for-agent"
-
-
-@pytest.fixture(params=list(FORGES))
-def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    with served(request.param, SLUG, writer="alice") as forge:
-        yield forge
-
-
-@pytest.fixture
-def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
-    built = IntakeWorld.build(
-        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)]
-    )
-    yield built
-    built.close()
+from .conftest import READY, SLUG
 
 
 def test_dependency_closed_by_a_human_releases_the_issue_on_an_unchanged_list(

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from pipeline.core.events import NullSink
 from pipeline.core.masking import register_secret
@@ -14,26 +11,9 @@ from pipeline.store import Run
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld
 
-from .test_intake import FORGES, READY, SLUG, WRITER
+from .conftest import READY, SLUG, intake_over
 
 WORKING, BLOCKED = "agent-working", "agent-blocked"
-
-
-@pytest.fixture(params=list(FORGES))
-def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    forge: FakeForge = FORGES[request.param](token="fake-token")
-    forge.set_permission(SLUG, "alice", WRITER[request.param])
-    with forge:
-        yield forge
-
-
-@pytest.fixture
-def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
-    built = IntakeWorld.build(
-        database_url, tmp_path / "volume", {fake.forge: fake}, [(fake.forge, SLUG)]
-    )
-    yield built
-    built.close()
 
 
 def queued_run(fake: FakeForge, world: IntakeWorld) -> Run:
@@ -72,16 +52,8 @@ def test_success_comments_sha_ci_deploy_and_closes_once(
     for _ in range(2):
         lifecycle.succeeded(run, repo, "abc123def", "success (2 checks)", "healthy (3 probes)")
     # A store that lost its keys (a new database) still finds the marker.
-    fresh = IntakeWorld.build(
-        f"sqlite:///{tmp_path / 'fresh.db'}",
-        tmp_path / "v2",
-        {fake.forge: fake},
-        [(fake.forge, SLUG)],
-    )
-    try:
+    with intake_over(fake, SLUG, f"sqlite:///{tmp_path / 'fresh.db'}", tmp_path / "v2") as fresh:
         fresh.intake.lifecycle.succeeded(run, repo, "abc123def", "success", "healthy")
-    finally:
-        fresh.close()
     issue = fake.issue(SLUG, run.issue_number)
     assert issue.state == "closed" and WORKING not in issue.labels
     [comment] = tagged(fake, run.issue_number, f"run={run.id}:resolved")
