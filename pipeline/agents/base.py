@@ -134,14 +134,18 @@ def summarise(value: object, limit: int = MAX_SUMMARY_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def checked_session(value: object, events: EventSink, agent: str) -> str | None:
-    """``value`` when it can name a session to resume; else None, and the timeline says so."""
+def checked_session(
+    value: object, events: EventSink, source: str, refused: str = "not kept"
+) -> str | None:
+    """``value`` when it can name a session to resume; else None, and the timeline says so
+    (the value escaped and cut, then ``refused``). For an id an agent reports, and for one
+    read back from the history before it is resumed (an older version kept any)."""
     if not isinstance(value, str) or not value:
         return None
     if _SESSION_ID.fullmatch(value):
         return value
     shown = summarise(repr(value[:40]) + ("…" if len(value) > 40 else ""))
-    events("agent", f"{agent}: {shown} ({len(value)} characters) is not a session id; not kept")
+    events("agent", f"{source}: {shown} ({len(value)} characters) is not a session id; {refused}")
     return None
 
 

@@ -18,6 +18,17 @@ DISK_FULL_MARKERS = ("No space left on device", "Disk quota exceeded")
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/@:\s]*):[^/@\s]*@")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_COMPONENT = 80
+# One escape in a path git printed in double quotes (``quote_c_style``): octal or a letter.
+_QUOTED = re.compile(rb"\\([0-7]{3}|.)", re.DOTALL)
+_LETTERS = {
+    b"a": b"\a",
+    b"b": b"\b",
+    b"t": b"\t",
+    b"n": b"\n",
+    b"v": b"\v",
+    b"f": b"\f",
+    b"r": b"\r",
+}
 
 
 class DiskFull(RetryableError):
@@ -60,6 +71,20 @@ def safe_component(raw: str, *, fallback: str = "_") -> str:
         return cleaned
     digest = hashlib.sha1(raw.encode("utf-8", errors="surrogatepass")).hexdigest()[:6]
     return f"{cleaned or fallback}-{digest}"
+
+
+def unquoted(path: str) -> str:
+    """A path as git prints it (in double quotes, C-style escaped, when it holds a control
+    character, a quote, a backslash or a non-ASCII byte) as the name it is."""
+    if len(path) < 2 or not path.startswith('"') or not path.endswith('"'):
+        return path
+    raw = _QUOTED.sub(_unescaped, path[1:-1].encode("utf-8", errors="surrogateescape"))
+    return raw.decode("utf-8", errors="replace")
+
+
+def _unescaped(found: re.Match[bytes]) -> bytes:
+    code = found.group(1)
+    return bytes([int(code, 8) & 0xFF]) if len(code) == 3 else _LETTERS.get(code, code)
 
 
 RUN_BRANCH_PREFIX = "afk/"

@@ -29,16 +29,26 @@ MIN_MISFIRE_GRACE_S = 1
 
 class _SkippedTickFilter(logging.Filter):
     """A tick skipped while the last one still runs is the coalescing asked for below (a poll
-    paced by a forge's rate limit outlasts its interval), not a problem: told at INFO, in words.
-    APScheduler warned about it at every tick."""
+    paced by a forge's rate limit outlasts its interval), not a problem. APScheduler warned at
+    every skipped tick; instead the first skip during one long tick is told at INFO (which job,
+    since when that tick runs) and the later skips of the same tick at DEBUG."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if "maximum number of running instances" in str(record.msg):
-            record.levelno, record.levelname = logging.INFO, "INFO"
-            record.msg = 'periodic job "%s": the last tick is still running; this one is skipped'
-            job = next(iter(record.args or ("?",)))
-            record.args = (getattr(job, "name", job),)
-        return True
+        if "maximum number of running instances" not in str(record.msg):
+            return True
+        job = next(iter(record.args or ("?",)))
+        tick = getattr(job, "func", None)
+        level, started = tick.skipped() if isinstance(tick, _Tick) else (logging.INFO, None)
+        running = f"since {started:%Y-%m-%d %H:%M:%S} UTC" if started else "waiting for a thread"
+        then = "ticks are skipped until it ends" if level == logging.INFO else "this one is skipped"
+        log.log(
+            level,
+            'periodic job "%s": its last tick (%s) is still running; %s',
+            getattr(job, "name", job),
+            running,
+            then,
+        )
+        return False
 
 
 logging.getLogger("apscheduler.scheduler").addFilter(_SkippedTickFilter())
@@ -83,7 +93,7 @@ class Periodic:
         if run_now:
             options["next_run_time"] = datetime.now(UTC)
         self._scheduler.add_job(
-            self._guarded(job),
+            _Tick(job),
             "interval",
             seconds=interval_s,
             id=name,
@@ -107,21 +117,37 @@ class Periodic:
         with self._lock:
             jobs = [self._jobs[name]] if name is not None else list(self._jobs.values())
         for job in jobs:
-            self._guarded(job)()
+            _Tick(job)()
 
     @property
     def names(self) -> list[str]:
         with self._lock:
             return sorted(self._jobs)
 
-    @staticmethod
-    def _guarded(job: PeriodicJob) -> Callable[[], None]:
-        """The job with its errors logged, so one failing tick never stops the next."""
 
-        def tick() -> None:
-            try:
-                job.func()
-            except Exception:
-                log.exception("periodic job %s failed; it runs again next tick", job.name)
+class _Tick:
+    """The job with its errors logged, so one failing tick never stops the next; it also knows
+    since when its current tick runs and whether a skip during that tick was told yet."""
 
-        return tick
+    def __init__(self, job: PeriodicJob) -> None:
+        self.job = job
+        self._lock = threading.Lock()
+        self._started: datetime | None = None
+        self._told = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            self._started, self._told = datetime.now(UTC), False
+        try:
+            self.job.func()
+        except Exception:
+            log.exception("periodic job %s failed; it runs again next tick", self.job.name)
+
+    def skipped(self) -> tuple[int, datetime | None]:
+        """A tick was skipped: INFO for the first skip of the running tick, DEBUG after (and
+        while the first tick still waits for a thread, as there is no long tick to tell of)."""
+        with self._lock:
+            if self._started is None:
+                return logging.DEBUG, None
+            first, self._told = not self._told, True
+            return (logging.INFO if first else logging.DEBUG), self._started

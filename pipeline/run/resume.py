@@ -8,13 +8,16 @@ question, and the trusted replies since the escalation
 --resume``, ``codex exec resume``) with the replies as the next message; the
 run's worktree is the repo's reused slot, the path the session was started
 in. An agent without a session, or one that cannot resume it, gets a fresh
-session whose prompt carries the question and the answer instead.
+session whose prompt carries the question and the answer instead; so does a
+kept id that could not name a session (an older version kept any the agent
+reported): it is never passed to the agent's command line.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.agents.base import checked_session
 from pipeline.config.settings import RepoSettings
 from pipeline.core.events import EventSink
 from pipeline.core.states import RESUMABLE_REASONS, TRAILER, RunState
@@ -105,7 +108,13 @@ def resume_plan(
     mark = marker(f"run={previous.id}:ended")
     trusted = TrustCache(deps.tracker, repo.slug)
     answer = replies_after(detail.comments, mark, previous.finished_at, trusted)
-    plan = ResumePlan(previous.id, previous.agent_session, question_of(previous), answer.replies)
+    session = checked_session(
+        previous.agent_session,
+        deps.events,
+        f"the session run {previous.id} kept",
+        "not resumed: a fresh session is started",
+    )
+    plan = ResumePlan(previous.id, session, question_of(previous), answer.replies)
     how = f"session {plan.session_id}" if plan.session_id else "a fresh session"
     deps.events(
         "resume",

@@ -21,7 +21,7 @@ from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
 from pipeline.core.files import drop_special_files
-from pipeline.core.printable import well_formed
+from pipeline.core.printable import shown_names
 from pipeline.core.proc import CommandResult, run_command
 from pipeline.git.util import safe_component
 from pipeline.sandbox.bwrap import Layout, bwrap_argv
@@ -29,8 +29,6 @@ from pipeline.sandbox.environment import sandbox_environment
 from pipeline.sandbox.network import Denied, NetworkPolicy, egress
 
 log = logging.getLogger(__name__)
-_SHOWN_NAMES = 5
-_NAME_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -256,11 +254,9 @@ def drop_special(tree: Path, events: EventSink | None) -> list[str]:
     """
     dropped = drop_special_files(tree)
     if dropped:
-        names = [repr(well_formed(name[:_NAME_CHARS])) for name in dropped[:_SHOWN_NAMES]]
-        more = f" and {len(dropped) - _SHOWN_NAMES} more" if len(dropped) > _SHOWN_NAMES else ""
         message = (
             f"removed {len(dropped)} FIFO(s), socket(s) or device(s) left in the tree "
-            f"(git cannot commit them and would block on a FIFO): {', '.join(names)}{more}"
+            f"(git cannot commit them and would block on a FIFO): {shown_names(dropped)}"
         )
         if events is not None:
             events("sandbox", message, {"removed": len(dropped)})

@@ -15,6 +15,7 @@ from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import FatalError
 from pipeline.core.events import EventSink
 from pipeline.core.files import remove_tree
+from pipeline.core.printable import shown_names
 from pipeline.core.proc import kill_stragglers
 from pipeline.git.mirror import checkout_repo
 from pipeline.git.run import GitLimits, GitRunner
@@ -24,7 +25,6 @@ from pipeline.workspace.slots import SLOT_PREFIX, clean_slot, registered, slot_t
 
 log = logging.getLogger(__name__)
 CLONE = "clone"
-_SHOWN_PATHS = 5
 
 
 def stop_stragglers(repo: RepoSettings, worktrees: Path) -> None:
@@ -55,7 +55,8 @@ def clear_leftovers(
     A slot loses its untracked and ignored files (``keep_dirs`` stay); a leftover
     clone goes (its ``keep_dirs`` put aside), as its next run makes a new one
     anyway. Staging directories of a clone or checkout cut short go too. Says on
-    the run's timeline what went. FIFOs, sockets and devices go first, from the slot
+    the run's timeline what went: the names are the agent's, a few are shown, each cut
+    and escaped. FIFOs, sockets and devices go first, from the slot
     and the kept dependency dirs: the daemon removes them after every command of a run,
     but one a run killed with the daemon left would block the slot's reset for good.
     """
@@ -63,19 +64,19 @@ def clear_leftovers(
     for place in (tree, repo_dir / "kept"):
         if place.name != CLONE:
             drop_special(place, events)
-    removed = [str(p) for p in _staging_leftovers(repo_dir)]
+    removed = [p.name for p in _staging_leftovers(repo_dir)]
     if tree.name == CLONE:
         if tree.exists():
             save_kept(tree, repo_dir / "kept", repo.keep_dirs)
             remove_tree(tree)
-            removed.append(str(tree))
+            removed.append(tree.name)
     else:
         removed += _clean_slot(repo, tree, limits)
     if removed:
-        shown = ", ".join(removed[:_SHOWN_PATHS]) + (" ..." if len(removed) > _SHOWN_PATHS else "")
         events(
             "setup",
-            f"removed {len(removed)} path(s) an earlier run left in {tree.name}: {shown}",
+            f"removed {len(removed)} path(s) an earlier run left in {tree.name}: "
+            f"{shown_names(removed)}",
             {"removed": len(removed)},
         )
     return removed

@@ -17,6 +17,7 @@ from pipeline.core.errors import FatalError, RetryableError
 from pipeline.core.files import remove_tree
 from pipeline.git.repo import GitRepo
 from pipeline.git.run import GitRunner
+from pipeline.git.util import unquoted
 from pipeline.workspace.gitcrypt import restore_kept, save_kept
 
 SLOT_PREFIX = "slot-"
@@ -106,14 +107,16 @@ def drop_stopped_operations(tree: GitRepo) -> None:
 def clean_slot(run: GitRunner, keep_dirs: Sequence[str]) -> list[str]:
     """Remove the untracked and ignored files of a slot, ``keep_dirs`` excepted.
 
-    Works on a full disk (it only deletes). Returns the paths removed.
+    Works on a full disk (it only deletes). Returns the paths removed, as they are named
+    (git quotes a name with a control character, a quote or a non-ASCII byte in it).
     """
     excludes = [arg for keep in keep_dirs for arg in ("-e", keep_pattern(keep))]
     result = run.run("clean", "-ffdx", *excludes)
     if not result.ok:
         raise FatalError("git", run.failure(result))
     prefix = "Removing "
-    return [line[len(prefix) :] for line in result.stdout.splitlines() if line.startswith(prefix)]
+    lines = result.stdout.splitlines()
+    return [unquoted(line[len(prefix) :]) for line in lines if line.startswith(prefix)]
 
 
 def slot_tree(checkout: GitRepo, slot: Path) -> GitRepo:

@@ -68,6 +68,27 @@ def test_a_killed_runs_leftovers_go_before_the_fetch(tmp_path: Path, repo: RepoS
     assert removed == [{"removed": 3}], sink.events
 
 
+def test_the_names_an_earlier_run_left_are_shown_cut_and_escaped(tmp_path: Path) -> None:
+    """The leftovers event shows a name the agent chose cut to 100 characters, its escape
+    sequences and line breaks escaped: a 300-character path can neither flood the timeline
+    nor steer a terminal."""
+    url = make_remote(tmp_path, {**FILES, f"{'d' * 60}/keep.txt": "kept\n"}, name="app")
+    repo = RepoSettings(name="app", tracker="gh", slug="acme/app", remote_url=url)
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    first = prepare(spaces(volume), repo, 1, RecordingSink())
+    path = f"{'d' * 60}/\x1b]0;owned\x07\x1b[2J\nstill the name{'n' * 220}"
+    (first.path / path).write_text("left by the agent")
+    sink = RecordingSink()
+
+    prepare(spaces(volume), repo, 2, sink)
+
+    assert len(path) >= 300 and not (first.path / path).exists()
+    [message] = [message for _, message, _ in sink.events if "earlier run left in" in message]
+    assert message.isprintable(), message
+    assert message.endswith(f"left in slot-0: {path[:100]!r}"), message
+
+
 def test_a_failed_run_is_cleaned_on_release(tmp_path: Path, repo: RepoSettings) -> None:
     """Releasing a failed run's slot deletes what it wrote at once, dependency dirs kept."""
     volume = tmp_path / "volume"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 
@@ -50,24 +51,58 @@ def test_failing_job_keeps_ticking_and_never_overlaps() -> None:
     assert ticks >= 3 and overlaps == 0
 
 
-def test_a_skipped_tick_is_told_at_info_not_warned(caplog: pytest.LogCaptureFixture) -> None:
-    """A tick skipped because the last one still runs (a paced poll) is no warning."""
-    release = threading.Event()
-    periodic = Periodic()
-    periodic.add("poll", lambda: release.wait(20), 0.05, run_now=True)
-    caplog.set_level(logging.INFO)
-    periodic.start()
+def _skips(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in list(caplog.records) if "is still running" in r.getMessage()]
+
+
+def _wait_for_skips(caplog: pytest.LogCaptureFixture, count: int) -> None:
     deadline = time.monotonic() + 20
-    while not any("skipped" in r.getMessage() for r in caplog.records):
-        assert time.monotonic() < deadline, "no tick was skipped"
-        time.sleep(0.05)
-    release.set()
-    periodic.shutdown()
-    skipped = [r for r in caplog.records if "skipped" in r.getMessage()]
-    assert {r.levelno for r in skipped} == {logging.INFO}
-    assert skipped[0].getMessage() == (
-        'periodic job "poll": the last tick is still running; this one is skipped'
-    )
+    while len(_skips(caplog)) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} ticks were skipped"
+        time.sleep(0.02)
+
+
+def test_a_long_tick_is_told_once_at_info_and_its_later_skips_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ticks skipped during one long tick are told once at INFO (job, since when), then at DEBUG;
+    the next long tick of the job is told at INFO again; nothing is a warning."""
+    gates = [threading.Event(), threading.Event()]
+    started = [threading.Event(), threading.Event()]
+    ticks = 0
+
+    def endings() -> None:
+        nonlocal ticks  # one tick at a time (max_instances=1), so no lock is needed
+        n, ticks = ticks, ticks + 1
+        if n < len(gates):
+            started[n].set()
+            gates[n].wait(20)
+
+    caplog.set_level(logging.DEBUG, logger="pipeline.queue.periodic")
+    periodic = Periodic()
+    periodic.add("endings", endings, 0.05, run_now=True)
+    periodic.start()
+    try:
+        assert started[0].wait(20)
+        _wait_for_skips(caplog, 4)
+        gates[0].set()
+        assert started[1].wait(20)
+        _wait_for_skips(caplog, len(_skips(caplog)) + 4)
+        during = _skips(caplog)
+    finally:
+        for gate in gates:
+            gate.set()
+        periodic.shutdown()
+    told = [r.getMessage() for r in during if r.levelno == logging.INFO]
+    assert len(told) == 2, told
+    for message in told:
+        assert re.fullmatch(
+            r'periodic job "endings": its last tick \(since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)'
+            r" is still running; ticks are skipped until it ends",
+            message,
+        ), message
+    assert {r.levelno for r in during} == {logging.INFO, logging.DEBUG}
+    assert len(during) >= 8
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
