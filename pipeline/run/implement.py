@@ -29,6 +29,7 @@ from pipeline.agents.base import (
 from pipeline.config.settings import RepoSettings
 from pipeline.core.errors import CancelRequested, EscalationError, RetryableError
 from pipeline.core.events import EventSink
+from pipeline.core.printable import shown_names
 from pipeline.core.proc import CommandResult, StopToken, shell_argv
 from pipeline.core.states import TRAILER
 from pipeline.git.commits import Git
@@ -201,12 +202,11 @@ class _Run:
         """The gate tests what is pushed: what the agent made that git ignores goes."""
         dropped = self.git.drop_ignored(before, self.repo.keep_dirs)
         if dropped:
-            shown = ", ".join(dropped[:5]) + (" ..." if len(dropped) > 5 else "")
             self.events(
                 "agent",
                 f"removed {len(dropped)} path(s) the agent made that git ignores, so the "
-                f"tests see what is pushed: {shown}",
-                {"ignored_removed": dropped[:50]},
+                f"tests see what is pushed: {shown_names(dropped)}",
+                {"ignored_removed": len(dropped)},
             )
 
     def clear_stale_locks(self) -> None:

@@ -67,3 +67,36 @@ def test_a_file_the_agent_hid_from_git_is_not_there_for_the_tests(
     removed = [e["message"] for e in shown["events"] if "git ignores" in e["message"]]
     assert removed and "hidden.py" in removed[0], [e["message"] for e in shown["events"]]
     assert ".cache-of-mine/" in removed[0]
+
+
+LOUD_NAME_AGENT = """
+import pathlib, sys
+wd = pathlib.Path(sys.argv[2])
+(wd / ("x" * 200 + "\\x1b[2J\\x07\\nforged line.log")).write_text("noise")
+calc = wd / "app" / "calc.py"
+calc.write_text(calc.read_text() + "\\n\\ndef mul(a, b):\\n    return a * b\\n")
+print("done")
+"""
+
+
+def test_the_ignored_names_the_agent_chose_are_shown_cut_and_escaped(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The agent leaves an ignored file whose name is 200 characters of padding, a terminal
+    escape, a bell and a line break: the timeline names it cut to 100 characters, with no
+    control character, and the event's data counts the removed paths."""
+    remote = make_remote(tmp_path, {**PROJECT, ".gitignore": "*.log\n"})
+    agent = tmp_path / "agent.py"
+    agent.write_text(LOUD_NAME_AGENT)
+    config = local_config(
+        tmp_path, remote, [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
+    )
+    run, shown = one_issue(Cli(config, cli_env), tmp_path, HANG_GUARD_S)
+    assert run["state"] == "succeeded", run
+    removed = [e for e in shown["events"] if "git ignores" in e["message"]]
+    assert len(removed) == 1, [e["message"] for e in shown["events"]]
+    message = removed[0]["message"]
+    assert "x" * 100 in message and "x" * 101 not in message, message
+    assert "forged line" not in message, message
+    assert not any(ord(char) < 32 or char == "\x7f" for char in message), message
+    assert removed[0]["data"] == {"ignored_removed": 1}, removed[0]
