@@ -31,6 +31,7 @@ FULL: dict[str, list[str]] = {
     "sandbox": ["--rounds", "30"],
     "workspace": ["--rounds", "5"],
     "scrub": ["--rounds", "20"],
+    "sweep": ["--rounds", "20"],
 }
 QUICK: dict[str, list[str]] = {
     "claim": ["--repetitions", "1", "--jobs", "300", "--repos", "60"],
@@ -41,6 +42,7 @@ QUICK: dict[str, list[str]] = {
     "sandbox": ["--rounds", "10"],
     "workspace": ["--rounds", "3", "--files", "2000"],
     "scrub": ["--rounds", "5"],
+    "sweep": ["--rounds", "5"],
 }
 
 # (benchmark, field, comparison, target, what the acceptance says)
@@ -59,6 +61,7 @@ TARGETS: list[tuple[str, str, str, float, str]] = [
     ("scheduler", "efficiency_min", ">=", 0.90, "scheduler efficiency (worst engine)"),
     ("scheduler", "violations_total", "==", 0, "scheduler violations"),
     ("sandbox", "added_s_worst", "<", 0.2, "sandbox added to an agent start, s"),
+    ("sweep", "sweep_median_s", "<=", 0.5, "special-file sweep per command, 50,000 files, s"),
 ]
 
 # (benchmark, field, what it tells about a target above): measured, never a target.
@@ -66,6 +69,8 @@ CONTEXT: list[tuple[str, str, str]] = [
     ("claim", "peer_scale_3_vs_1", "procrastinate's own 3 workers / 1 worker, same machine"),
     ("claim", "cpu_busy_pct_1_replica", "machine CPU busy while 1 replica claims, %"),
     ("workspace", "floor_ratio_vs_clone_local", "fetch + checkout + no-op uv sync / clone_local"),
+    ("sweep", "ratio_sweep_vs_git", "sweep / the daemon's git listing of new files (median)"),
+    ("sweep", "ratio_sweep_vs_git_full_walk", "sweep / git listing every ignored file (median)"),
 ]
 
 
