@@ -3,9 +3,9 @@
 ``fake`` is every forge kind in turn (GitHub, Gitea, GitLab) holding one repo,
 ``forge_slug``, with ``forge_writer`` allowed to write to it; ``world`` enrols that
 repo and wires the intake over real tracker clients and a real store on both
-engines. A module with its own repo or maintainer overrides the small fixture
-(``def forge_writer() -> str: return "maint"``); a module with its own forge setup
-overrides ``fake`` or ``world`` as a whole.
+engines. A module with its own repo, maintainer, repos not enrolled or intake knobs
+overrides the small fixture (``def forge_writer() -> str: return "maint"``); a module
+with its own forge setup overrides ``fake`` or ``world`` as a whole.
 """
 
 from __future__ import annotations
@@ -51,17 +51,37 @@ def forge_writer() -> str:
     return "alice"
 
 
+@pytest.fixture
+def forge_others() -> tuple[str, ...]:
+    """More repos on the fake forge, with no writer, that ``world`` does not enrol."""
+    return ()
+
+
+@pytest.fixture
+def world_knobs() -> WorldKnobs:
+    """The knobs ``world`` builds its intake with (``IntakeWorld.build``'s defaults)."""
+    return {}
+
+
 @pytest.fixture(params=list(FORGES))
-def fake(request: pytest.FixtureRequest, forge_slug: str, forge_writer: str) -> Iterator[FakeForge]:
-    """Each fake forge, served, holding ``forge_slug`` with ``forge_writer`` as a writer."""
+def fake(
+    request: pytest.FixtureRequest,
+    forge_slug: str,
+    forge_writer: str,
+    forge_others: tuple[str, ...],
+) -> Iterator[FakeForge]:
+    """Each fake forge, served, holding ``forge_slug`` with ``forge_writer`` as a writer,
+    and ``forge_others``."""
     with served(request.param, forge_slug, writer=forge_writer) as forge:
+        for slug in forge_others:
+            forge.add_repo(slug)
         yield forge
 
 
 @pytest.fixture
 def world(
-    fake: FakeForge, forge_slug: str, database_url: str, tmp_path: Path
+    fake: FakeForge, forge_slug: str, world_knobs: WorldKnobs, database_url: str, tmp_path: Path
 ) -> Iterator[IntakeWorld]:
     """The intake over ``fake`` with ``forge_slug`` enrolled, a store on each engine."""
-    with intake_over(fake, forge_slug, database_url, tmp_path / "volume") as built:
+    with intake_over(fake, forge_slug, database_url, tmp_path / "volume", **world_knobs) as built:
         yield built

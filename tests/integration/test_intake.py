@@ -2,45 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pipeline.intake.lifecycle import marker
-from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab
+from pipeline.testing.forges import FakeGitea, served
 from pipeline.testing.forges.base import FakeForge
-from pipeline.testing.intake_world import IntakeWorld
+from pipeline.testing.intake_world import IntakeWorld, WorldKnobs
 
-SLUG = "acme/widgets"
+from .conftest import READY, SLUG, intake_over
+
 OTHER = "acme/other"  # on the forge, not enrolled
-READY = "ready-for-agent"
-WRITER = {"github": "write", "gitea": "write", "gitlab": "30"}
-FORGES = {"github": FakeGitHub, "gitea": FakeGitea, "gitlab": FakeGitLab}
 UNTRUSTED_KEY = "untrusted:mallory"
 
 
-@pytest.fixture(params=list(FORGES))
-def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    forge: FakeForge = FORGES[request.param](token="fake-token")
-    forge.add_repo(SLUG)
-    forge.add_repo(OTHER)
-    forge.set_permission(SLUG, "alice", WRITER[request.param])
-    with forge:
-        yield forge
+@pytest.fixture
+def forge_others() -> tuple[str, ...]:
+    """A second repo on the forge, for showing that one not enrolled is ignored."""
+    return (OTHER,)
 
 
 @pytest.fixture
-def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
-    built = IntakeWorld.build(
-        database_url,
-        tmp_path / "volume",
-        {fake.forge: fake},
-        [(fake.forge, SLUG)],
-        poll_interval_s=10.0,
-    )
-    yield built
-    built.close()
+def world_knobs() -> WorldKnobs:
+    """Polled every 10 s, as the tests advance the clock."""
+    return {"poll_interval_s": 10.0}
 
 
 def untrusted_comments(fake: FakeForge, number: int) -> list[str]:
@@ -102,16 +88,8 @@ def test_untrusted_labeller_gets_one_comment_across_polls_and_restarts(
     world.intake.poll(fake.forge)
     assert len(untrusted_comments(fake, number)) == 1
     # A store that lost its keys still finds the marker on the issue.
-    fresh = IntakeWorld.build(
-        f"sqlite:///{tmp_path / 'fresh.db'}",
-        tmp_path / "v2",
-        {fake.forge: fake},
-        [(fake.forge, SLUG)],
-    )
-    try:
+    with intake_over(fake, SLUG, f"sqlite:///{tmp_path / 'fresh.db'}", tmp_path / "v2") as fresh:
         fresh.intake.poll(fake.forge)
-    finally:
-        fresh.close()
     assert len(untrusted_comments(fake, number)) == 1
 
 
@@ -120,19 +98,12 @@ def test_a_label_by_a_configured_trusted_actor_is_queued(
 ) -> None:
     """``trusted_actors`` trusts a user the forge gives no write access, without asking it."""
     number = fake.add_issue(SLUG, "by bob", labels=[READY], labelled_by="bob")
-    built = IntakeWorld.build(
-        database_url,
-        tmp_path / "volume",
-        {fake.forge: fake},
-        [(fake.forge, SLUG)],
-        trusted_actors=("bob",),
-    )
-    try:
+    with intake_over(
+        fake, SLUG, database_url, tmp_path / "volume", trusted_actors=("bob",)
+    ) as built:
         built.intake.poll(fake.forge)
         assert queued_numbers(built) == [number]
         assert not any("permission" in p or "members" in p for p in fake.paths())
-    finally:
-        built.close()
 
 
 def test_a_missing_repo_does_not_stop_the_others_on_its_tracker(
@@ -180,14 +151,9 @@ def test_a_name_longer_than_its_column_is_queued_cut_with_a_marker(
     allows 255): PostgreSQL refused it, so the issue was never queued and every poll
     failed on it ("database unavailable"). It is queued, the name cut with a marker."""
     name = "b" * 250
-    with FakeGitLab(token="fake-token") as fake:
-        fake.add_repo(SLUG)
-        fake.set_permission(SLUG, name, WRITER["gitlab"])
+    with served("gitlab", SLUG, writer=name) as fake:
         number = fake.add_issue(SLUG, "long name", author=name, labels=[READY])
-        world = IntakeWorld.build(
-            database_url, tmp_path / "v", {"gitlab": fake}, [("gitlab", SLUG)]
-        )
-        try:
+        with intake_over(fake, SLUG, database_url, tmp_path / "v") as world:
             report = world.intake.poll("gitlab")
             assert (report.enqueued, report.error) == (1, None), report
             (run,) = world.runs()
@@ -195,8 +161,6 @@ def test_a_name_longer_than_its_column_is_queued_cut_with_a_marker(
             assert run.issue_id is not None
             issue = world.store.get_issue(run.issue_id)
             assert issue is not None and issue.author == "b" * 199 + "…"
-        finally:
-            world.close()
 
 
 def test_an_untrusted_long_name_is_explained_once(database_url: str, tmp_path: Path) -> None:
@@ -204,18 +168,12 @@ def test_an_untrusted_long_name_is_explained_once(database_url: str, tmp_path: P
     the slug: past the key's 300 characters PostgreSQL refused it, and every poll failed
     there. A longer key is kept as its start and a digest: one comment, across polls."""
     name, slug = "m" * 255, "acme-corporation/platform-team/widgets"  # a GitLab subgroup
-    with FakeGitLab(token="fake-token") as fake:
-        fake.add_repo(slug)
+    with served("gitlab", slug) as fake:
         number = fake.add_issue(slug, "sneaky", labels=[READY], labelled_by=name)
-        world = IntakeWorld.build(
-            database_url, tmp_path / "v", {"gitlab": fake}, [("gitlab", slug)]
-        )
-        try:
+        with intake_over(fake, slug, database_url, tmp_path / "v") as world:
             assert world.intake.poll("gitlab").error is None
             world.restart()  # a full poll again: the key is found, nothing posted twice
             assert world.intake.poll("gitlab").error is None
             assert world.runs() == []
             comments = [c.body for c in fake.issue(slug, number).comments]
             assert len(comments) == 1 and f"@{name}" in comments[0], comments
-        finally:
-            world.close()

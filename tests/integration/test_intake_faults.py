@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pipeline.testing.forges import FORGES, WRITER
 from pipeline.testing.forges.base import FakeForge
-from pipeline.testing.intake_world import IntakeWorld
+from pipeline.testing.intake_world import IntakeWorld, WorldKnobs
 from pipeline.trackers import HttpOptions
 
-from .test_intake import FORGES, READY, SLUG, WRITER, queued_numbers, untrusted_comments
+from .conftest import READY, SLUG, intake_over
+from .test_intake import queued_numbers, untrusted_comments
 
 POLL_S = 10.0
 TIMEOUT_S = 1.0
@@ -47,27 +48,13 @@ def fault(name: str, now: float) -> tuple[dict[str, Any], float]:
     return faults[name]
 
 
-@pytest.fixture(params=list(FORGES))
-def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    forge: FakeForge = FORGES[request.param](token="fake-token")
-    forge.add_repo(SLUG)
-    forge.set_permission(SLUG, "alice", WRITER[request.param])
-    with forge:
-        yield forge
-
-
 @pytest.fixture
-def world(fake: FakeForge, database_url: str, tmp_path: Path) -> Iterator[IntakeWorld]:
-    built = IntakeWorld.build(
-        database_url,
-        tmp_path / "volume",
-        {fake.forge: fake},
-        [(fake.forge, SLUG)],
-        poll_interval_s=POLL_S,
-        options=HttpOptions(timeout_s=TIMEOUT_S, mutation_spacing_s=0.0),
-    )
-    yield built
-    built.close()
+def world_knobs() -> WorldKnobs:
+    """Polled every ``POLL_S``; a request that hangs gives up after ``TIMEOUT_S``."""
+    return {
+        "poll_interval_s": POLL_S,
+        "options": HttpOptions(timeout_s=TIMEOUT_S, mutation_spacing_s=0.0),
+    }
 
 
 def wait_out(world: IntakeWorld, fake: FakeForge, expected_wait_s: float) -> None:
@@ -210,20 +197,17 @@ def test_back_off_starts_from_the_trackers_own_poll_interval(
     fake: FakeForge, database_url: str, tmp_path: Path
 ) -> None:
     """A tracker polled every 5 s (the global default is hourly) backs off 5 s, then 10 s."""
-    world = IntakeWorld.build(
+    with intake_over(
+        fake,
+        SLUG,
         database_url,
         tmp_path / "volume",
-        {fake.forge: fake},
-        [(fake.forge, SLUG)],
         poll_interval_s=3600.0,
         tracker_poll_interval_s=5.0,
-    )
-    try:
+    ) as world:
         fake.inject(LIST, status=503, times=2)
         world.intake.poll(fake.forge)
         wait_out(world, fake, 5.0)
         assert world.intake.poll(fake.forge).error is not None
         wait_out(world, fake, 10.0)
         assert world.intake.poll(fake.forge).error is None
-    finally:
-        world.close()

@@ -20,12 +20,14 @@ from pipeline.testing.forges import (
     FakeGitLab,
     send_github_form_webhook,
     send_webhook,
+    served,
 )
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld
 from tests.unit.test_tracker_webhooks import DOC_PAYLOAD, DOC_SECRET, DOC_SIGNATURE
 
-from .test_intake import FORGES, OTHER, READY, SLUG, WRITER, untrusted_comments
+from .conftest import READY, SLUG, intake_over
+from .test_intake import OTHER, untrusted_comments
 
 SECRET_ENV = "AFK_TEST_WEBHOOK_SECRET"
 SECRET = "webhook-s3cret"
@@ -80,31 +82,20 @@ class Harness:
         return []
 
 
-@pytest.fixture(params=list(FORGES))
-def fake(request: pytest.FixtureRequest) -> Iterator[FakeForge]:
-    forge: FakeForge = FORGES[request.param](token="fake-token")
-    forge.add_repo(SLUG)
-    forge.add_repo(OTHER)
-    forge.set_permission(SLUG, "alice", WRITER[request.param])
-    with forge:
-        yield forge
+@pytest.fixture
+def forge_others() -> tuple[str, ...]:
+    """A second repo on the forge, for a delivery about one not enrolled."""
+    return (OTHER,)
 
 
 @contextmanager
 def serving(fake: FakeForge, database_url: str, volume: Path) -> Iterator[Harness]:
-    world = IntakeWorld.build(
-        database_url,
-        volume,
-        {fake.forge: fake},
-        [(fake.forge, SLUG)],
-        webhook_secret_env=SECRET_ENV,
-    )
-    served = Harness(world, fake)
-    try:
-        yield served
-    finally:
-        served.server.stop()
-        world.close()
+    with intake_over(fake, SLUG, database_url, volume, webhook_secret_env=SECRET_ENV) as world:
+        harness = Harness(world, fake)
+        try:
+            yield harness
+        finally:
+            harness.server.stop()
 
 
 @pytest.fixture
@@ -112,8 +103,8 @@ def harness(
     fake: FakeForge, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Harness]:
     monkeypatch.setenv(SECRET_ENV, SECRET)
-    with serving(fake, database_url, tmp_path / "volume") as served:
-        yield served
+    with serving(fake, database_url, tmp_path / "volume") as built:
+        yield built
 
 
 def test_labelled_webhook_queues_the_issue_without_a_poll(harness: Harness) -> None:
@@ -203,9 +194,7 @@ def test_github_form_encoded_delivery_queues_the_issue(
     """A GitHub delivery sent as application/x-www-form-urlencoded (GitHub's default content
     type) is verified over its raw body and queues the issue like a JSON one."""
     monkeypatch.setenv(SECRET_ENV, SECRET)
-    with FakeGitHub(token="fake-token") as fake:
-        fake.add_repo(SLUG)
-        fake.set_permission(SLUG, "alice", WRITER["github"])
+    with served("github", SLUG, writer="alice") as fake:
         with serving(fake, database_url, tmp_path / "volume") as harness:
             number = fake.add_issue(SLUG, "form-encoded", labels=[READY])
             payload = harness.labelled(number, "alice")
