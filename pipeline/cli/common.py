@@ -62,7 +62,7 @@ def add_command(
     parser = sub.add_parser(name, help=help_text, description=help_text)
     if common:
         common_options(parser)
-    parser.set_defaults(handler=handler)
+    parser.set_defaults(handler=handler, parser=parser)
     return parser
 
 
@@ -75,7 +75,7 @@ def command_group(top: Subparsers, name: str, help_text: str, **options: Any) ->
         parser.print_help(err)
         return EXIT_USAGE
 
-    parser.set_defaults(handler=usage)
+    parser.set_defaults(handler=usage, parser=parser)
     return parser.add_subparsers(dest="sub", metavar="SUB")
 
 

@@ -83,7 +83,10 @@ def main(
     argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # refused by the command they were given to, with its usage, not the top level's
+        command: argparse.ArgumentParser = getattr(args, "parser", parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:  # `pipeline` alone; a group alone has a handler that says so
         parser.print_help(out)

@@ -161,3 +161,19 @@ def test_a_config_file_from_the_environment_is_named_with_its_variable(
     assert err.getvalue() == (
         f"PIPELINE_CONFIG: {missing}: cannot read the file: No such file or directory\n"
     )
+
+
+def test_an_option_a_command_does_not_take_is_refused_by_that_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`pipeline runs export … --json` names `runs export` and shows its usage, the options
+    it does take, rather than the top level's."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["runs", "export", "--since", "1d", "--json"], io.StringIO(), io.StringIO())
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: pipeline runs export ") and "--format" in err
+    assert err.endswith("pipeline runs export: error: unrecognized arguments: --json\n")
+    line = usage_error(capsys, "escalations", "ack", "1", "--note", "x", "--al")
+    assert line == "pipeline escalations ack: error: unrecognized arguments: --al"
