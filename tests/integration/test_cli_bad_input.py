@@ -177,3 +177,25 @@ def test_an_option_a_command_does_not_take_is_refused_by_that_command(
     assert err.endswith("pipeline runs export: error: unrecognized arguments: --json\n")
     line = usage_error(capsys, "escalations", "ack", "1", "--note", "x", "--al")
     assert line == "pipeline escalations ack: error: unrecognized arguments: --al"
+
+
+def test_a_data_directory_that_cannot_be_made_is_named_as_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A volume nobody configured lives in the data directory: when it cannot be made,
+    `config check` says PIPELINE_DATA_DIR is where to look, not only the key never set."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(blocker / "data"))
+    config = tmp_path / "pipeline.toml"
+    config.write_text("", encoding="utf-8")
+    err = io.StringIO()
+    assert main(["config", "check", str(config)], io.StringIO(), err) == 2
+    assert err.getvalue().splitlines() == [
+        f"{config}:{key}: {where} does not exist and cannot be created in {blocker} "
+        f"(under PIPELINE_DATA_DIR; set PIPELINE_DATA_DIR or {key} to a writable place)"
+        for key, where in (
+            ("volume", blocker / "data" / "volume"),
+            ("database_url", blocker / "data"),
+        )
+    ]
