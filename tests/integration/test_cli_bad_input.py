@@ -199,3 +199,13 @@ def test_a_data_directory_that_cannot_be_made_is_named_as_the_variable(
             ("database_url", blocker / "data"),
         )
     ]
+
+
+def test_export_help_names_every_time_form_it_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`runs export --since today` works, as for `runs list`: its help says so too."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["runs", "export", "--help"], io.StringIO(), io.StringIO())
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--since SINCE created at or after: an ISO time, an age (30m, 2h, 7d), today" in shown
+    assert "--until UNTIL created before: an ISO time, an age (30m, 2h, 7d), today" in shown
