@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, TypeAlias
+from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
 
 from pipeline.config.settings import Settings
 
@@ -62,17 +62,42 @@ def add_command(
     parser = sub.add_parser(name, help=help_text, description=help_text)
     if common:
         common_options(parser)
-    parser.set_defaults(handler=handler)
+    parser.set_defaults(handler=handler, parser=parser)
     return parser
 
 
+def command_group(top: Subparsers, name: str, help_text: str, **options: Any) -> Subparsers:
+    """A group of commands (``pipeline runs``); the group alone is a usage error that
+    prints the group's own help, its commands, to stderr."""
+    parser = top.add_parser(name, help=help_text, **options)
+
+    def usage(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+        parser.print_help(err)
+        return EXIT_USAGE
+
+    parser.set_defaults(handler=usage, parser=parser)
+    return parser.add_subparsers(dest="sub", metavar="SUB")
+
+
 def load(args: argparse.Namespace) -> Settings:
-    """Settings from ``--config``/``$PIPELINE_CONFIG`` plus env, ``--database-url`` on top."""
-    from pipeline.config.load import load_settings
+    """Settings from ``--config``/``$PIPELINE_CONFIG`` plus env, ``--database-url`` on top
+    (checked as ``PIPELINE_DATABASE_URL`` is)."""
+    from pipeline.config.load import database_url, load_settings
 
     settings = load_settings(getattr(args, "config", None))
     url = getattr(args, "database_url", None)
-    return replace(settings, database_url=url) if url else settings
+    return replace(settings, database_url=database_url(url, "--database-url")) if url else settings
+
+
+def known_repo(args: argparse.Namespace, store: Store, repo: str | None) -> None:
+    """``--repo``: a repo the config enrolls or the history holds; anything else exits 2,
+    never an empty list that looks like an answer."""
+    if repo is None:
+        return
+    known = {r.name for r in load(args).repos} | {r.name for r in store.list_repos()}
+    if repo not in known:
+        names = ", ".join(sorted(known)) or "none"
+        raise CliError(f"--repo {repo}: no such repo (known: {names})")
 
 
 def open_store(args: argparse.Namespace, *, require_schema: bool = True) -> Store:

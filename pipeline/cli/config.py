@@ -8,23 +8,35 @@ import json
 from pathlib import Path
 from typing import TextIO
 
-from pipeline.cli.common import EXIT_OK, EXIT_USAGE, Subparsers, add_command
+from pipeline.cli.common import EXIT_OK, EXIT_USAGE, Subparsers, add_command, command_group
 from pipeline.config.settings import Settings
 from pipeline.core.errors import ConfigError
 
 
-def _load(path: Path | None, err: TextIO) -> Settings | None:
+def _load(path: Path | None, err: TextIO, database_url: str | None = None) -> Settings | None:
+    """The settings, ``database_url`` (``--database-url``) on top as every command has it."""
+    from pipeline.config.load import database_url as checked_url
     from pipeline.config.load import load_settings
 
     try:
-        return load_settings(path)
+        settings = load_settings(path)
+        if database_url:
+            url = checked_url(database_url, "--database-url")
+            settings = dataclasses.replace(settings, database_url=url)
+        return settings
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem, file=err)
         return None
 
 
-def check_command(path: Path | None, out: TextIO, err: TextIO, static: bool = False) -> int:
+def check_command(
+    path: Path | None,
+    out: TextIO,
+    err: TextIO,
+    static: bool = False,
+    database_url: str | None = None,
+) -> int:
     """``pipeline config check``: 0 and a summary, or 2 and one line per problem.
 
     Unless ``static``, what the daemon needs at start is checked too: every
@@ -33,7 +45,7 @@ def check_command(path: Path | None, out: TextIO, err: TextIO, static: bool = Fa
     from pipeline.config.door import door_problems
     from pipeline.config.load import DEFAULTS_SOURCE
 
-    settings = _load(path, err)
+    settings = _load(path, err, database_url)
     problems = [] if settings is None or static else door_problems(settings)
     for problem in problems:
         print(problem, file=err)
@@ -44,12 +56,18 @@ def check_command(path: Path | None, out: TextIO, err: TextIO, static: bool = Fa
     return EXIT_OK
 
 
-def show_command(path: Path | None, out: TextIO, err: TextIO, as_json: bool = False) -> int:
+def show_command(
+    path: Path | None,
+    out: TextIO,
+    err: TextIO,
+    as_json: bool = False,
+    database_url: str | None = None,
+) -> int:
     """``pipeline config show``: the effective settings as a file that loads again."""
     from pipeline.config.render import render_json, render_toml
     from pipeline.config.values import redact
 
-    settings = _load(path, err)
+    settings = _load(path, err, database_url)
     if settings is None:
         return EXIT_USAGE
     settings = dataclasses.replace(settings, database_url=redact(settings.database_url))
@@ -77,17 +95,17 @@ def _env_help() -> str:
 
 def register(top: Subparsers) -> None:
     """Add ``config check``, ``config show`` and ``config schema`` to the parser."""
-    parser = top.add_parser(
+    sub = command_group(
+        top,
         "config",
-        help="check, show or describe the configuration",
+        "check, show or describe the configuration",
         epilog=_env_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="sub", metavar="SUB")
     check = add_command(
         sub,
         "check",
-        lambda a, out, err: check_command(a.file or a.config, out, err, a.static),
+        lambda a, out, err: check_command(a.file or a.config, out, err, a.static, a.database_url),
         "validate a config file and what it refers to; exit 2 on problems",
     )
     check.add_argument("file", nargs="?", type=Path, help="config file")
@@ -97,7 +115,9 @@ def register(top: Subparsers) -> None:
     show = add_command(
         sub,
         "show",
-        lambda a, out, err: show_command(a.file or a.config, out, err, as_json=a.json),
+        lambda a, out, err: show_command(
+            a.file or a.config, out, err, as_json=a.json, database_url=a.database_url
+        ),
         "print the effective config (a file that loads again; secrets only by reference)",
     )
     show.add_argument("file", nargs="?", type=Path, help="config file")

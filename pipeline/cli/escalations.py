@@ -131,7 +131,7 @@ def register(top: Subparsers) -> None:
     common_options(parser)
     parser.add_argument("--all", action="store_true", help="acknowledged ones too, who and when")
     json_flag(parser)
-    parser.set_defaults(handler=cmd_escalations)
+    parser.set_defaults(handler=cmd_escalations, parser=parser)
     sub = parser.add_subparsers(dest="sub", metavar="SUB")
     ack = add_command(
         sub,

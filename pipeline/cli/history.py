@@ -22,6 +22,8 @@ from pipeline.cli.common import (
     Subparsers,
     add_command,
     checked_note,
+    command_group,
+    known_repo,
     load,
     open_store,
     record_id,
@@ -80,10 +82,7 @@ def cmd_runs_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     flt = run_filter(args)
     store = open_store(args)
     try:
-        if args.repo is not None:
-            known = [r.name for r in store.list_repos()]
-            if args.repo not in known:
-                raise CliError(f"--repo {args.repo}: no such repo (known: {', '.join(known)})")
+        known_repo(args, store, args.repo)
         runs = store.list_runs(flt)
         # Issues held back by their dependencies have no run yet: shown after the runs.
         unfiltered = flt == RunFilter(repo=flt.repo, limit=flt.limit)
@@ -168,6 +167,10 @@ def cmd_repos_unfreeze(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
 
 
 def _set_frozen(args: argparse.Namespace, out: TextIO, *, frozen: bool) -> int:
+    if not args.note.strip():  # as `escalations ack`: the record says who did it and why
+        raise CliError(
+            f"--note: say {'why' if frozen else 'what was done'} (it is recorded with who did it)"
+        )
     settings = load(args)
     store = open_store(args)
     try:
@@ -200,7 +203,10 @@ def json_flag(parser: argparse.ArgumentParser, *, inherited: bool = False) -> No
 def register_runs(runs: Subparsers) -> None:
     lst = add_command(runs, "list", cmd_runs_list, "list runs, newest first")
     lst.add_argument("--repo", help="only this repo")
-    lst.add_argument("--state", choices=ALL_STATES, help="only runs in this state")
+    # Plain strings: argparse shows a refused value's choices by their repr.
+    lst.add_argument(
+        "--state", choices=[str(s) for s in ALL_STATES], help="only runs in this state"
+    )
     lst.add_argument("--kind", choices=RUN_KINDS, help="only this kind")
     lst.add_argument(
         "--since", help="created at or after: an ISO time, an age (30m, 2h, 7d), today"
@@ -219,9 +225,7 @@ def register_runs(runs: Subparsers) -> None:
 
 
 def register_repos(top: Subparsers) -> None:
-    repos = top.add_parser("repos", help="enrolled repos; freeze and unfreeze").add_subparsers(
-        dest="sub", metavar="SUB"
-    )
+    repos = command_group(top, "repos", "enrolled repos; freeze and unfreeze")
     json_flag(add_command(repos, "list", cmd_repos_list, "list enrolled repos and their state"))
     fr = add_command(repos, "freeze", cmd_repos_freeze, "stop a repo's queue (the manual brake)")
     fr.add_argument("repo")

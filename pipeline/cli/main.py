@@ -28,6 +28,7 @@ from pipeline.cli.common import (
     CliError,
     Handler,
     add_command,
+    command_group,
     load,
 )
 from pipeline.core.errors import ConfigError
@@ -60,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"afk-pipeline {__version__}")
     top = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    db = top.add_parser("db", help="database schema").add_subparsers(dest="sub", metavar="SUB")
+    db = command_group(top, "db", "database schema")
     history.json_flag(
         add_command(
             db, "upgrade", cmd_db_upgrade, "apply migrations up to the latest schema (idempotent)"
@@ -69,9 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_config.register(top)
 
-    runs = top.add_parser("runs", help="review and steer runs").add_subparsers(
-        dest="sub", metavar="SUB"
-    )
+    runs = command_group(top, "runs", "review and steer runs")
     history.register_runs(runs)
     history.register_repos(top)
     cli_ops.register(top, runs)
@@ -84,11 +83,14 @@ def main(
     argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # refused by the command they were given to, with its usage, not the top level's
+        command: argparse.ArgumentParser = getattr(args, "parser", parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     handler: Handler | None = getattr(args, "handler", None)
-    if handler is None:
+    if handler is None:  # `pipeline` alone; a group alone has a handler that says so
         parser.print_help(out)
-        return EXIT_OK if args.command is None else EXIT_USAGE
+        return EXIT_OK
     try:
         return handler(args, out, err)
     except ConfigError as exc:

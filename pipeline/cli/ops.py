@@ -13,6 +13,8 @@ from pipeline.cli.common import (
     CliError,
     Subparsers,
     add_command,
+    command_group,
+    known_repo,
     load,
     open_store,
     record_id,
@@ -47,6 +49,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pipeline.config.load import database_url
+
     try:
         from pipeline.demo.main import DemoOptions, run_demo
     except ModuleNotFoundError as exc:
@@ -57,14 +61,25 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "and its fake forges); run it from `pip install afk-pipeline`"
         ) from None
 
+    url = database_url(args.database_url, "--database-url") if args.database_url else None
     options = DemoOptions(
         keep=args.keep,
         as_json=args.json,
         workdir=args.dir,
-        database_url=args.database_url,
+        database_url=url,
         serve=args.serve,
     )
     return run_demo(options, out, err)
+
+
+def text_arg(value: str) -> str:
+    """An argparse type for a title or a label: not empty, no surrounding spaces (a label
+    ``" ready-for-agent"`` would never match the tracker's ``ready-for-agent``)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if value != value.strip():
+        raise argparse.ArgumentTypeError(f"must not start or end with spaces, got {value!r}")
+    return value
 
 
 def _local_repo(args: argparse.Namespace, repo: str) -> None:
@@ -161,6 +176,7 @@ def cmd_issue_close(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def cmd_issue_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     store = open_store(args)
     try:
+        known_repo(args, store, args.repo)
         issues = store.list_local_issues(repo=args.repo, state=None if args.all else "open")
     finally:
         store.close()
@@ -261,17 +277,16 @@ def _register_demo(top: Subparsers) -> None:
 
 
 def _register_issue(top: Subparsers) -> None:
-    issue = top.add_parser("issue", help="issues of the embedded local tracker")
-    sub = issue.add_subparsers(dest="sub", metavar="SUB")
+    sub = command_group(top, "issue", "issues of the embedded local tracker")
     add = add_command(sub, "add", cmd_issue_add, "add a local issue")
     add.add_argument("--repo", required=True, help="an enrolled repo on the local tracker")
-    add.add_argument("--title", required=True)
+    add.add_argument("--title", required=True, type=text_arg)
     add.add_argument("--body-file", help="a file holding the issue's body")
-    add.add_argument("--label", action="append", help="a label (repeatable)")
+    add.add_argument("--label", action="append", type=text_arg, help="a label (repeatable)")
     json_flag(add)
     label = add_command(sub, "label", cmd_issue_label, "add a label to a local issue")
     label.add_argument("id", type=record_id)
-    label.add_argument("label")
+    label.add_argument("label", type=text_arg)
     json_flag(label)
     unlabel = add_command(sub, "unlabel", cmd_issue_unlabel, "take a label off a local issue")
     unlabel.add_argument("id", type=record_id)

@@ -158,9 +158,13 @@ def register(db: Subparsers, runs: Subparsers) -> None:
         runs, "export", cmd_runs_export, "stream runs created in a window, for audits"
     )
     export.add_argument(
-        "--since", required=True, help="created at or after an ISO time or an age (30m, 2h, 7d)"
+        "--since",
+        required=True,
+        help="created at or after: an ISO time, an age (30m, 2h, 7d), today",
     )
-    export.add_argument("--until", help="created before an ISO time or an age (default: now)")
+    export.add_argument(
+        "--until", help="created before: an ISO time, an age (30m, 2h, 7d), today (default: now)"
+    )
     export.add_argument(
         "--format",
         choices=FORMATS,

@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from pipeline.config.load import DEFAULTS_SOURCE, SECRET_KEYS
 from pipeline.config.render import to_file
-from pipeline.config.settings import Settings
+from pipeline.config.settings import Settings, default_data_dir
 
 
 def door_problems(
@@ -41,13 +41,24 @@ def door_problems(
     for key, directory in directories.items():
         problem = _directory_problem(directory)
         if problem is not None:
-            found.append((key, problem))
+            found.append((key, problem + _data_dir_hint(key, directory, env)))
     if create and not found:
         try:
             settings.volume.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # access() can say yes where mkdir fails (root, /proc, NFS)
-            found.append(("volume", f"cannot create {settings.volume}: {exc.strerror}"))
+            hint = _data_dir_hint("volume", settings.volume, env)
+            found.append(("volume", f"cannot create {settings.volume}: {exc.strerror}{hint}"))
     return [f"{source}:{key}: {problem}" for key, problem in found]
+
+
+def _data_dir_hint(key: str, directory: Path, env: Mapping[str, str]) -> str:
+    """Where a directory nobody set came from: the data directory, which a user sets as
+    ``PIPELINE_DATA_DIR`` rather than as ``key``."""
+    data_dir = default_data_dir(env).absolute()
+    if directory.absolute() != (data_dir / "volume" if key == "volume" else data_dir):
+        return ""
+    origin = "PIPELINE_DATA_DIR" if env.get("PIPELINE_DATA_DIR") else "the default data directory"
+    return f" (under {origin}; set PIPELINE_DATA_DIR or {key} to a writable place)"
 
 
 def _secrets(table: dict[str, Any], where: str, env: Mapping[str, str], found: list[Any]) -> None:

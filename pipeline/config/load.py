@@ -15,9 +15,9 @@ import re
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import AfterValidator, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from pipeline.config import values as v
@@ -95,10 +95,17 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     Raises ``ConfigError`` listing every problem found.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
-    if path is None and env.get("PIPELINE_CONFIG"):
+    from_env = path is None and bool(env.get("PIPELINE_CONFIG"))
+    if from_env:
         path = Path(env["PIPELINE_CONFIG"])
     source = DEFAULTS_SOURCE if path is None else str(path)
-    data = {} if path is None else read_toml(path)
+    try:
+        data = {} if path is None else read_toml(path)
+    except ConfigError as exc:
+        if not from_env:
+            raise
+        # A file nobody named on the command line: say where its name came from.
+        raise ConfigError([f"PIPELINE_CONFIG: {p}" for p in exc.problems]) from None
     applied = _apply_env(data, env)
     base = Path.cwd() if path is None else path.absolute().parent
     context = {"base": base, "env": set(applied.values())}
@@ -159,6 +166,18 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[tuple[str, 
 
 
 _SETTINGS = TypeAdapter(Settings)
+_DATABASE_URL = TypeAdapter(Annotated[str, AfterValidator(v.database)])
+
+
+def database_url(raw: str, where: str) -> str:
+    """A database URL given outside the file (``--database-url``), checked as
+    ``PIPELINE_DATABASE_URL`` is: a relative SQLite path is relative to the working
+    directory, a password is allowed; a ``ConfigError`` naming ``where`` otherwise."""
+    context = {"base": Path.cwd(), "env": {"PIPELINE_DATABASE_URL"}}
+    try:
+        return _DATABASE_URL.validate_python(raw.strip(), context=context)
+    except ValidationError as exc:
+        raise ConfigError([f"{where}: {_message(e, ())}" for e in exc.errors()]) from None
 
 
 @functools.cache

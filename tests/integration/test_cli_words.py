@@ -66,13 +66,14 @@ def test_an_unreachable_database_exits_1_without_its_password(cli: Pipeline) -> 
 
 
 def test_no_command_prints_help_and_a_bare_group_is_a_usage_error() -> None:
-    """`pipeline` alone prints help and exits 0; `pipeline runs` without a command exits 2."""
+    """`pipeline` alone prints help and exits 0; `pipeline runs` without a command exits 2,
+    its own commands on stderr."""
     out = io.StringIO()
     assert main([], out, io.StringIO()) == 0
     assert "COMMAND" in out.getvalue()
-    out = io.StringIO()
-    assert main(["runs"], out, io.StringIO()) == 2
-    assert "usage: pipeline" in out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["runs"], out, err) == 2
+    assert out.getvalue() == "" and "usage: pipeline runs" in err.getvalue()
 
 
 def test_a_bad_body_file_is_named_with_what_is_wrong(cli: Pipeline, tmp_path: Path) -> None:

@@ -46,3 +46,43 @@ def test_readme_opens_with_the_two_commands() -> None:
     block = README.split("```sh", 1)[1].split("```", 1)[0].strip().splitlines()
     assert [line.split()[0] for line in block] == ["scripts/demo", "scripts/test"]
     assert (ROOT / "scripts" / "demo").exists() and (ROOT / "scripts" / "test").exists()
+
+
+def _documented_commands() -> Iterator[str]:
+    """Every ``pipeline …`` the README and the user docs show: in shell blocks and in
+    backticks, a span broken across lines joined again."""
+    import re
+
+    for path in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))):
+        text = path.read_text(encoding="utf-8")
+        for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
+            for line in block.splitlines():
+                line = re.sub(r"^\.venv/bin/|\s+#.*$", "", line.strip())
+                if line.startswith("pipeline "):
+                    yield line
+        for span in re.findall(r"`(pipeline [^`]+)`", text):
+            yield " ".join(span.split())
+
+
+def test_every_documented_command_and_option_exists() -> None:
+    """Each ``pipeline`` command the docs show names a command the CLI has, and each
+    ``--option`` it shows is one that command takes."""
+    import argparse
+
+    from pipeline.cli.main import build_parser
+
+    wrong = []
+    for shown in _documented_commands():
+        parser = build_parser()
+        words = shown.replace("[", " ").replace("]", " ").split()[1:]
+        while words:  # down the subcommands as far as the words name them
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if not subs or words[0] not in subs[0].choices:
+                break
+            parser = subs[0].choices[words.pop(0)]
+        options = {o for action in parser._actions for o in action.option_strings}
+        for word in words:
+            option = word.split("=", 1)[0]
+            if option.startswith("--") and option not in options:
+                wrong.append(f"{shown!r}: {parser.prog} has no {option}")
+    assert wrong == []
