@@ -109,7 +109,9 @@ def inert_comments(text: str) -> str:
 # A zero-width space after the trigger (or before a line's "/") leaves the text readable and
 # matches none of them: each wants its name or number right after the sign.
 BREAK = "\u200b"
-_ENTITY = re.compile(r"&(?=#[0-9]+;|#x[0-9a-f]+;|[a-z][a-z0-9]*;)", re.IGNORECASE)
+# An HTML entity: named with its ";", numeric even without one, and "&amp" (HTML decodes
+# "&#x40org" to "@org" and "&amp3" to "&3"; CommonMark wants the ";", a browser does not).
+_ENTITY = re.compile(r"&(?=#[0-9]|#x[0-9a-f]|amp|[a-z][a-z0-9]*;)", re.IGNORECASE)
 _MENTION = re.compile("@(?!\u200b)")
 _NUMBERED = re.compile(r"(?:[#!&]|\bGH-)(?=[0-9])", re.IGNORECASE)
 _ISSUE_URL = re.compile(

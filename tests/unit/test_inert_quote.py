@@ -60,6 +60,7 @@ ATTACKS = [
     "> /close\n>/close\n/close\r\n/lock\r/unlock",
     "```\n/close\n```\n`@admin` ``#3``",
     "&#64;admin &#x40;admin &commat;admin &#35;3 &num;3 &#47;close",
+    "&#x40org/team &#64admin &#35;3 &amp3 &AMP12",  # entities an HTML decoder reads without ";"
     "\\@admin \\#3 @\\-admin",
 ]
 
