@@ -52,7 +52,8 @@ def check_command(
     if settings is None or problems:
         return EXIT_USAGE
     source = settings.source if settings.source is not None else DEFAULTS_SOURCE
-    print(f"OK: {source}: {len(settings.trackers)} trackers, {len(settings.repos)} repos", file=out)
+    trackers, repos = len(settings.trackers), len(settings.repos)
+    print(f"OK: {source}: {_count(trackers, 'tracker')}, {_count(repos, 'repo')}", file=out)
     return EXIT_OK
 
 
@@ -129,3 +130,7 @@ def register(top: Subparsers) -> None:
         "print the config file's JSON Schema",
         common=False,
     )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"

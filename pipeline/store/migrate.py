@@ -7,6 +7,7 @@ write transaction starts with ``BEGIN IMMEDIATE``.
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 from pathlib import Path
 
@@ -21,6 +22,20 @@ from pipeline.core.errors import ConfigError
 from pipeline.store.engine import write_tx
 
 MIGRATION_LOCK_KEY = 7_316_243_001
+# What alembic says at INFO on every start, migrating or not: kept for a debug log only.
+_CHATTER = ("Context impl ", "Will assume ")
+
+
+class _ChatterFilter(logging.Filter):
+    """Alembic's "Context impl SQLiteImpl." and "Will assume non-transactional DDL." lines
+    (twice at each daemon start) say nothing a user acts on; "Running upgrade" lines stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        chatter = str(record.msg).startswith(_CHATTER)
+        return not chatter or logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+logging.getLogger("alembic.runtime.migration").addFilter(_ChatterFilter())
 
 
 def _script_location() -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import logging
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -90,3 +92,28 @@ def test_a_schema_a_newer_release_wrote_is_refused_by_name(database_url: str) ->
         assert status == 2, (args, said)
         assert "a newer release has migrated it" in said
         assert "run `pipeline db upgrade`" not in said
+
+
+def test_an_upgrade_logs_its_steps_without_alembic_chatter(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At INFO, a first upgrade says which migrations ran, not alembic's "Context impl" and
+    "Will assume" lines it printed twice at every daemon start; at DEBUG they are there."""
+    with caplog.at_level(logging.INFO):
+        _upgraded(tmp_path / "a.db")
+    said = [record.getMessage() for record in caplog.records]
+    assert any(line.startswith("Running upgrade") for line in said), said
+    assert not any(line.startswith(("Context impl", "Will assume")) for line in said), said
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        _upgraded(tmp_path / "b.db")
+    said = [record.getMessage() for record in caplog.records]
+    assert any(line.startswith("Context impl") for line in said), said
+
+
+def _upgraded(path: Path) -> None:
+    store = Store(f"sqlite:///{path}")
+    try:
+        store.upgrade()
+    finally:
+        store.close()

@@ -337,6 +337,18 @@ def test_check_prints_summary(tmp_path: Path) -> None:
     assert out.getvalue() == f"OK: {EXAMPLE}: 2 trackers, 2 repos\n" and err.getvalue() == ""
 
 
+def test_check_counts_one_of_each_in_the_singular(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[trackers.local]\nkind = "local"\n\n'
+        '[repos.calc]\ntracker = "local"\nslug = "acme/calc"\n'
+        f'remote_url = "{tmp_path}"\n',
+    )
+    out, err = io.StringIO(), io.StringIO()
+    assert check_command(path, out, err, static=True) == 0, err.getvalue()
+    assert out.getvalue() == f"OK: {path}: 1 tracker, 1 repo\n"
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_show_never_prints_secrets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, as_json: bool
