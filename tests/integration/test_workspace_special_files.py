@@ -38,6 +38,9 @@ def test_a_slot_reset_that_git_cannot_finish_rebuilds_the_slot(tmp_path: Path) -
     made = (first.path / ".venv" / "made").read_text()
     workspaces.release(first, succeeded=True)
     os.mkfifo(first.path / ".gitattributes")
+    # A tracked file changed: the checkout must write it, so it reads the attributes (an
+    # unchanged tree may be reset without reading them, and then the FIFO stays unread).
+    (first.path / "README.md").write_text("changed by the agent\n")
     checkout = checkout_repo(workspaces.repo_dir(repo))
     runner = GitRunner(checkout, None, GitLimits(local_s=2.0, kill_grace_s=1.0))
     tree = reset_slot(checkout, first.path, repo, ("afk/2-2", first.base_sha), runner)
