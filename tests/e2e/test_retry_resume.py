@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 
@@ -39,22 +41,7 @@ def test_a_retried_blocked_run_carries_the_question_to_the_agent(
     agent.write_text(AGENT)
     argv = [sys.executable, str(agent), "{prompt_file}", "{workdir}"]
     cli = Cli(local_config(tmp_path, make_remote(tmp_path, PROJECT), argv), cli_env)
-    cli("db", "upgrade")
-    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
-    log = tmp_path / "daemon.log"
-    daemon = cli.daemon(log)
-    try:
-        runs = cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] == "escalated", HANG_GUARD_S)
-        assert runs[0]["error_class"] == "blocked", runs
-        assert "run 1 queued as run 2" in cli("runs", "retry", "1").stdout
-        runs = cli.wait_for(
-            lambda rs: len(rs) == 2 and rs[0]["state"] in ("succeeded", "escalated", "failed"),
-            HANG_GUARD_S,
-            daemon,
-            log,
-        )
-    finally:
-        assert stop_daemon(daemon) == 0, log.read_text()[-3000:]
+    runs = _blocked_then_retried(cli, tmp_path)
     retried = runs[0]
     assert (retried["id"], retried["parent_id"], retried["state"]) == (2, 1, "succeeded"), runs
     shown = cli("runs", "show", "2").stdout
@@ -121,23 +108,8 @@ def _kept_session_not_resumed(
     document["agents"]["scripted"]["kind"] = "claude"
     write_config(config, document)
     cli = Cli(config, cli_env)
-    cli("db", "upgrade")
-    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
-    log = tmp_path / "daemon.log"
-    daemon = cli.daemon(log)
-    try:
-        runs = cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] == "escalated", HANG_GUARD_S)
-        assert runs[0]["error_class"] == "blocked", runs
-        _keep_session(history_url or f"sqlite:///{tmp_path / 'history.db'}", 1, kept)
-        assert "run 1 queued as run 2" in cli("runs", "retry", "1").stdout
-        runs = cli.wait_for(
-            lambda rs: len(rs) == 2 and rs[0]["state"] in ("succeeded", "escalated", "failed"),
-            HANG_GUARD_S,
-            daemon,
-            log,
-        )
-    finally:
-        assert stop_daemon(daemon) == 0, log.read_text()[-3000:]
+    url = history_url or f"sqlite:///{tmp_path / 'history.db'}"
+    runs = _blocked_then_retried(cli, tmp_path, lambda: _keep_session(url, 1, kept))
     calls = [
         json.loads(line)
         for argv_log in (tmp_path / "volume").rglob("argv.log")
@@ -153,3 +125,28 @@ def _kept_session_not_resumed(
         "not resumed: a fresh session is started"
     ) in messages, messages
     assert any("go to a fresh session" in message for message in messages), messages
+
+
+def _blocked_then_retried(
+    cli: Cli, tmp_path: Path, before_retry: Callable[[], None] = lambda: None
+) -> list[dict[str, Any]]:
+    """One issue through ``pipeline run``: its run escalates blocked, ``before_retry`` runs,
+    ``runs retry 1`` queues run 2, which ends; the runs as ``runs list`` shows them."""
+    cli("db", "upgrade")
+    cli("issue", "add", "--repo", "calc", "--title", "Add mul", "--label", "ready-for-agent")
+    log = tmp_path / "daemon.log"
+    daemon = cli.daemon(log)
+    try:
+        runs = cli.wait_for(lambda rs: bool(rs) and rs[0]["state"] == "escalated", HANG_GUARD_S)
+        assert runs[0]["error_class"] == "blocked", runs
+        before_retry()
+        assert "run 1 queued as run 2" in cli("runs", "retry", "1").stdout
+        runs = cli.wait_for(
+            lambda rs: len(rs) == 2 and rs[0]["state"] in ("succeeded", "escalated", "failed"),
+            HANG_GUARD_S,
+            daemon,
+            log,
+        )
+    finally:
+        assert stop_daemon(daemon) == 0, log.read_text()[-3000:]
+    return runs
