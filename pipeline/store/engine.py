@@ -26,6 +26,11 @@ from pipeline.core.printable import well_formed
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # A pooled PostgreSQL connection idle this long is pinged before use (_postgres_engine).
 PING_AFTER_IDLE_S = 1.0
+# The server ends a session that sits this long inside a transaction without a statement
+# (_limit_stalled_sessions). Every transaction here is a few statements with no waiting in
+# between, so only a stopped or wedged process gets there, and its row locks must not stop
+# every other replica's sweep.
+STALLED_TRANSACTION_MS = 15_000
 _IDLE_SINCE = "afk_idle_since"
 _WRITE = "afk_write"
 
@@ -65,10 +70,24 @@ def _postgres_engine(url: str) -> Engine:
     one-statement claim or finish.
     """
     engine = create_engine(url, pool_size=5, max_overflow=10)
+    event.listen(engine, "connect", _limit_stalled_sessions)
     event.listen(engine, "checkin", _mark_idle)
     event.listen(engine, "checkout", _ping_if_idle)
     event.listen(engine, "before_cursor_execute", _well_formed_params, retval=True)
     return engine
+
+
+def _limit_stalled_sessions(dbapi_connection: Any, _record: Any) -> None:
+    """A process stopped (SIGSTOP, a paused VM) between two statements of a transaction
+    holds its row locks for as long as its connection lives, and a sweep that would hand
+    its run to another replica waits on them. The server ends such a session after
+    ``STALLED_TRANSACTION_MS``; the stopped process, once resumed, finds its lease gone."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"SET idle_in_transaction_session_timeout = {STALLED_TRANSACTION_MS}")
+    finally:
+        cursor.close()
+    dbapi_connection.commit()
 
 
 def _well_formed_params(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -10,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from pipeline.store import RunEvent, Store
+from pipeline.store.engine import make_engine
+from pipeline.store.models import RunRow
 from pipeline.testing.daemons import DaemonProcess, kill_pid_group, start_daemon
 from pipeline.testing.databases import open_store
 from pipeline.testing.invariants import InvariantMonitor
@@ -144,3 +148,35 @@ def test_paused_worker_is_superseded_and_fenced(
     assert (final.state, final.attempt) == ("succeeded", 2)
     assert terminal_events(store.run_events(run_id)) == ["succeeded"]
     assert "write rejected, lease lost" in paused.log()
+
+
+@pytest.mark.postgres
+def test_a_worker_stopped_inside_a_transaction_does_not_block_the_sweep(
+    pg_store: Store, daemons: Callable[..., DaemonProcess], postgres_url: str
+) -> None:
+    """A worker stopped between two statements of a transaction holds the run's row lock;
+    the server ends that session, so a replica's sweep still takes the run over."""
+    store = pg_store
+    run_id = store.enqueue("alpha").run.id
+    paused = daemons(postgres_url, "paused", 60)
+    old_agent = wait_for(lambda: agent_pid(store, run_id, 1))
+    paused.signal(signal.SIGSTOP)
+    # The stopped worker's session, as the pipeline opens it, mid-way through a write.
+    stalled = make_engine(postgres_url)
+    conn = stalled.connect()
+    try:
+        conn.begin()
+        touch = update(RunRow).where(RunRow.id == run_id).values(lease_until=RunRow.lease_until)
+        conn.execute(touch)
+        daemons(postgres_url, "replica", 3)
+        wait_for(lambda: store.get_run(run_id).owner == "replica")  # type: ignore[union-attr]
+        paused.signal(signal.SIGCONT)
+        wait_for(lambda: not pid_alive(old_agent))
+        final = wait_for(lambda: (r := store.get_run(run_id)) and r.terminal and r)
+    finally:
+        paused.signal(signal.SIGCONT)
+        with contextlib.suppress(Exception):
+            conn.close()
+        stalled.dispose()
+    assert (final.state, final.attempt) == ("succeeded", 2)
+    assert terminal_events(store.run_events(run_id)) == ["succeeded"]
