@@ -127,7 +127,13 @@ def cmd_escalations_ack(args: argparse.Namespace, out: TextIO, err: TextIO) -> i
 
 def register(top: Subparsers) -> None:
     what = "escalations waiting for a human, with the next step; `ack` acknowledges"
-    parser = top.add_parser("escalations", help=what, description=what)
+    # Listing is the command itself and `ack` is optional: argparse's usage would show the
+    # subcommand as required.
+    usage = (
+        "%(prog)s [-h] [--config CONFIG] [--database-url DATABASE_URL] [--all] [--json]\n"
+        "       %(prog)s ack ID [ID ...] --note NOTE"
+    )
+    parser = top.add_parser("escalations", help=what, description=what, usage=usage)
     common_options(parser)
     parser.add_argument("--all", action="store_true", help="acknowledged ones too, who and when")
     json_flag(parser)

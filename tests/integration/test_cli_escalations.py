@@ -161,3 +161,23 @@ def test_options_before_ack_are_kept(world: tuple[Path, Store, dict[str, str]]) 
     proc = run(world, "escalations", "--all", "ack", "1", "--note", "x")
     assert proc.returncode == 2 and "--all lists acknowledged escalations" in proc.stderr
     assert [e["id"] for e in listed(world)] == [1, 3]
+
+
+def test_help_shows_the_list_needs_no_subcommand(
+    world: tuple[Path, Store, dict[str, str]],
+) -> None:
+    proc = run(world, "escalations", "--help")
+    assert proc.returncode == 0, proc.stderr
+    usage = proc.stdout.split("\n\n")[0].splitlines()
+    assert usage[0].startswith("usage: pipeline escalations [-h]")
+    assert usage[0].endswith("[--all] [--json]")  # the listing alone is a whole command
+    assert usage[1].split() == [
+        "pipeline",
+        "escalations",
+        "ack",
+        "ID",
+        "[ID",
+        "...]",
+        "--note",
+        "NOTE",
+    ]
