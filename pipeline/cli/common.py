@@ -103,16 +103,31 @@ def known_repo(args: argparse.Namespace, store: Store, repo: str | None) -> None
 def open_store(args: argparse.Namespace, *, require_schema: bool = True) -> Store:
     """The history store; the config's secrets are registered, so what it reads is masked."""
     from pipeline.core.masking import redact_url, register_settings_secrets
-    from pipeline.store import Store
 
     settings = load(args)
     register_settings_secrets(settings)
-    store = Store(settings.database_url)
+    store = new_store(settings.database_url)
     problem = store.schema_problem() if require_schema else None
     if problem is not None:
         store.close()
         raise CliError(f"{redact_url(settings.database_url)}: {problem}")
     return store
+
+
+def new_store(url: str) -> Store:
+    """``Store(url)``; when the directory of the default SQLite file cannot be made, the
+    error says it is the data directory and how to move it."""
+    from pipeline.config.door import data_dir_hint
+    from pipeline.core.errors import ConfigError
+    from pipeline.store import Store
+
+    try:
+        return Store(url)
+    except ConfigError as exc:
+        if not url.startswith("sqlite:///"):
+            raise
+        hint = data_dir_hint("database_url", Path(url[len("sqlite:///") :]).parent, os.environ)
+        raise ConfigError(f"{exc}{hint}") from None
 
 
 def checked_note(note: str, by: str) -> str:

@@ -138,7 +138,7 @@ def register(top: Subparsers) -> None:
     parser.add_argument("--all", action="store_true", help="acknowledged ones too, who and when")
     json_flag(parser)
     parser.set_defaults(handler=cmd_escalations, parser=parser)
-    sub = parser.add_subparsers(dest="sub", metavar="SUB")
+    sub = parser.add_subparsers(dest="sub", metavar="SUB", prog=parser.prog)
     ack = add_command(
         sub,
         "ack",

@@ -30,16 +30,16 @@ from pipeline.cli.common import (
     add_command,
     command_group,
     load,
+    new_store,
 )
 from pipeline.core.errors import ConfigError
 
 
 def cmd_db_upgrade(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pipeline.core.masking import redact_url
-    from pipeline.store import Store
 
     settings = load(args)
-    store = Store(settings.database_url)
+    store = new_store(settings.database_url)
     try:
         store.upgrade()
     finally:

@@ -41,17 +41,17 @@ def door_problems(
     for key, directory in directories.items():
         problem = _directory_problem(directory)
         if problem is not None:
-            found.append((key, problem + _data_dir_hint(key, directory, env)))
+            found.append((key, problem + data_dir_hint(key, directory, env)))
     if create and not found:
         try:
             settings.volume.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # access() can say yes where mkdir fails (root, /proc, NFS)
-            hint = _data_dir_hint("volume", settings.volume, env)
+            hint = data_dir_hint("volume", settings.volume, env)
             found.append(("volume", f"cannot create {settings.volume}: {exc.strerror}{hint}"))
     return [f"{source}:{key}: {problem}" for key, problem in found]
 
 
-def _data_dir_hint(key: str, directory: Path, env: Mapping[str, str]) -> str:
+def data_dir_hint(key: str, directory: Path, env: Mapping[str, str]) -> str:
     """Where a directory nobody set came from: the data directory, which a user sets as
     ``PIPELINE_DATA_DIR`` rather than as ``key``."""
     data_dir = default_data_dir(env).absolute()

@@ -209,3 +209,24 @@ def test_export_help_names_every_time_form_it_takes(capsys: pytest.CaptureFixtur
     shown = " ".join(capsys.readouterr().out.split())
     assert "--since SINCE created at or after: an ISO time, an age (30m, 2h, 7d), today" in shown
     assert "--until UNTIL created before: an ISO time, an age (30m, 2h, 7d), today" in shown
+
+
+@pytest.mark.parametrize("argv", [["runs", "list"], ["escalations"], ["db", "upgrade"]])
+def test_commands_that_open_the_history_name_the_data_directory_they_cannot_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """The commands that open the history without a `config check` say the same."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(blocker / "data"))
+    monkeypatch.delenv("PIPELINE_DATABASE_URL", raising=False)
+    monkeypatch.delenv("PIPELINE_CONFIG", raising=False)
+    err = io.StringIO()
+    assert main(argv, io.StringIO(), err) == 2
+    assert (
+        err.getvalue()
+        .strip()
+        .endswith(
+            "(under PIPELINE_DATA_DIR; set PIPELINE_DATA_DIR or database_url to a writable place)"
+        )
+    )
