@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,3 +182,7 @@ def test_help_shows_the_list_needs_no_subcommand(
         "--note",
         "NOTE",
     ]
+    # The usage is written by hand: every option the listing takes must be in it.
+    listed = re.findall(r"^  (-[-\w]+(?: [A-Z_]+)?)", proc.stdout.split("options:")[1], re.M)
+    assert len(listed) >= 5, proc.stdout
+    assert [o for o in listed if f"[{o}]" not in usage[0]] == []
