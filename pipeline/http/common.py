@@ -90,6 +90,28 @@ def bad_input_response(exc: BadInput) -> JSONResponse:
     return error(422, str(exc), field=exc.field)
 
 
+class BodyTooLarge(Exception):
+    """A request body over the configured limit (answered 413)."""
+
+
+async def read_bounded(request: Request, limit: int) -> bytes:
+    """The request body, refused (``BodyTooLarge``) as soon as it is known to exceed ``limit``.
+
+    A declared ``Content-Length`` over the limit is refused before reading a
+    byte; a chunked body is counted as it arrives and dropped at the limit, so
+    memory never holds more than ``limit`` bytes whatever the client sends.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        if len(body) + len(chunk) > limit:
+            raise BodyTooLarge
+        body += chunk
+    return bytes(body)
+
+
 # JSON shapes ---------------------------------------------------------------
 
 
