@@ -242,6 +242,27 @@ def test_gitea_label_update_by_a_trusted_user_does_not_vouch_for_an_untrusted_la
         assert harness.world.runs() == []
 
 
+def test_a_replayed_trusted_delivery_does_not_vouch_for_a_later_untrusted_label(
+    harness: Harness,
+) -> None:
+    """A delivery's body is signed but its delivery id is not: alice's old "labelled" body
+    sent again under a new id, after mallory put the label back, names alice as the
+    labeller. The forge says mallory added the label now in force, as a poll would read:
+    nothing is queued and mallory is told, once."""
+    fake = harness.fake
+    number = fake.add_issue(SLUG, "once done", labels=[READY], labelled_by="alice")
+    captured = harness.labelled(number, "alice")
+    fake.unlabel(SLUG, number, READY, "alice")
+    fake.apply_label(SLUG, number, READY, "mallory")
+    assert harness.send(captured, delivery_id="fresh-id").status_code == 202
+    deadline = time.monotonic() + 5
+    while not untrusted_comments(fake, number) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert harness.world.runs() == []
+    [comment] = untrusted_comments(fake, number)
+    assert "@mallory" in comment
+
+
 class MeetingTracker:
     """A tracker client whose first issue read, label-event read and (when the
     delivery names the labeller) permission read each wait until all of them
