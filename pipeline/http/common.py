@@ -254,7 +254,7 @@ async def json_object(request: Request, allowed: frozenset[str]) -> dict[str, An
         return {}
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         raise BadInput("body", "must be valid JSON") from None
     if not isinstance(body, dict):
         raise BadInput("body", f"must be a JSON object, got {type(body).__name__}")

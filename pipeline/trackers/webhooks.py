@@ -203,7 +203,7 @@ def _parse_gitlab(headers: Mapping[str, str], body: bytes) -> WebhookEvent | Non
 def _load(body: bytes, forge: str) -> dict[str, Any]:
     try:
         payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser's depth
         raise WebhookPayloadError(f"{forge} webhook: body is not valid JSON ({exc})") from None
     if not isinstance(payload, dict):
         raise WebhookPayloadError(f"{forge} webhook: body is not a JSON object")
