@@ -213,6 +213,14 @@ def test_forged_cookies_are_refused(api: ApiHarness, cookie: str) -> None:
     assert api.client.get("/api/runs").status_code == 401
 
 
+def test_a_cookie_with_non_ascii_bytes_is_refused_not_a_500(api: ApiHarness) -> None:
+    """A cookie whose MAC is not ASCII is forged like any other: 401 on a read and a write."""
+    cookie = {"Cookie": f"{COOKIE}=v1.write.99999999999.00.".encode() + b"\xe9"}
+    assert api.client.get("/api/runs", headers=cookie).status_code == 401
+    answer = api.client.post("/api/repos/alpha/freeze", json={}, headers=cookie)
+    assert answer.status_code == 401, answer.status_code
+
+
 def test_an_upgraded_or_stale_cookie_is_refused(api: ApiHarness, tmp_path: Path) -> None:
     """A read cookie relabelled ``write`` is refused; rotating a token ends its sessions."""
     api.sign_in(READ_TOKEN)

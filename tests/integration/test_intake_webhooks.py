@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from pipeline.testing.forges import (
     send_webhook,
     served,
 )
-from pipeline.testing.forges.base import FakeForge
+from pipeline.testing.forges.base import FakeForge, webhook_headers
 from pipeline.testing.intake_world import IntakeWorld
 from tests.unit.test_tracker_webhooks import DOC_PAYLOAD, DOC_SECRET, DOC_SIGNATURE
 
@@ -165,6 +166,20 @@ def test_bad_signature_is_401_and_counted(harness: Harness, how: str) -> None:
     assert f"pipeline_webhooks_rejected_total{{{labels}}} 1.0" in scrape
     assert harness.world.runs() == []
     assert SECRET not in response.text
+
+
+def test_a_signature_with_non_ascii_bytes_is_401_not_a_500(harness: Harness) -> None:
+    """An unsigned sender's signature header with a byte past ASCII is a wrong signature."""
+    number = harness.fake.add_issue(SLUG, "hooked", labels=[READY])
+    body = json.dumps(harness.labelled(number, "alice")).encode()
+    headers = webhook_headers(harness.fake.forge, EVENT[harness.fake.forge], "d-9", SECRET, body)
+    forged = {
+        k: (b"sha256=\xe9" if "signature" in k.lower() or "token" in k.lower() else v)
+        for k, v in headers.items()
+    }
+    response = httpx.post(harness.url, content=body, headers=forged, timeout=5)
+    assert response.status_code == 401, response.status_code
+    assert harness.world.runs() == []
 
 
 def test_untrusted_sender_gets_one_comment_then_polls_add_none(harness: Harness) -> None:
