@@ -212,6 +212,7 @@ class AppOptions:
     metrics: Metrics | None = None
     sse_poll_s: float = 0.5
     sse_keepalive_s: float = 15.0
+    max_streams: int = 100
 
 
 def create_app(store: ApiStore, settings: Settings, options: AppOptions | None = None) -> Starlette:
@@ -233,6 +234,7 @@ def create_app(store: ApiStore, settings: Settings, options: AppOptions | None =
         health_extra=options.health_extra,
         sse_poll_s=options.sse_poll_s,
         sse_keepalive_s=options.sse_keepalive_s,
+        max_streams=options.max_streams,
     )
     app.state.metrics = metrics
     app.state.openapi = openapi_description()

@@ -62,6 +62,8 @@ class ApiContext:
     health_extra: HealthExtra | None = None
     sse_poll_s: float = 0.5
     sse_keepalive_s: float = 15.0
+    max_streams: int = 100  # live event streams open at once (each polls the database)
+    streams: int = 0  # open now; changed only on the event loop
     # Set when the server is stopping: live streams end within one poll.
     closing: threading.Event = field(default_factory=threading.Event)
 
