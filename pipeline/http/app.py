@@ -37,12 +37,14 @@ from pipeline.http import writes as api_writes
 from pipeline.http.common import (
     ApiContext,
     BadInput,
+    BodyTooLarge,
     HealthExtra,
     WebhookHandler,
     WebhookResult,
     bad_input_response,
     context,
     error,
+    read_bounded,
 )
 from pipeline.http.guard import GuardMiddleware
 from pipeline.http.masking import MaskingMiddleware
@@ -50,10 +52,6 @@ from pipeline.http.metrics import CONTENT_TYPE, Metrics
 from pipeline.http.openapi import openapi_description
 from pipeline.http.sse import events_endpoint
 from pipeline.store.roles import ApiStore
-
-
-class BodyTooLarge(Exception):
-    """A request body over the configured limit (answered 413)."""
 
 
 def health(request: Request) -> Response:
@@ -149,24 +147,6 @@ async def webhook(request: Request) -> Response:
     return JSONResponse(dict(payload), status_code=status)
 
 
-async def read_bounded(request: Request, limit: int) -> bytes:
-    """The request body, refused (``BodyTooLarge``) as soon as it is known to exceed ``limit``.
-
-    A declared ``Content-Length`` over the limit is refused before reading a
-    byte; a chunked body is counted as it arrives and dropped at the limit, so
-    memory never holds more than ``limit`` bytes whatever the client sends.
-    """
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-        raise BodyTooLarge
-    body = bytearray()
-    async for chunk in request.stream():
-        if len(body) + len(chunk) > limit:
-            raise BodyTooLarge
-        body += chunk
-    return bytes(body)
-
-
 async def runs_collection(request: Request) -> Response:
     """/api/runs: GET lists, POST enqueues (one route, so 405 lists both methods)."""
     if request.method == "POST":
@@ -232,6 +212,7 @@ class AppOptions:
     metrics: Metrics | None = None
     sse_poll_s: float = 0.5
     sse_keepalive_s: float = 15.0
+    max_streams: int = 100
 
 
 def create_app(store: ApiStore, settings: Settings, options: AppOptions | None = None) -> Starlette:
@@ -253,6 +234,7 @@ def create_app(store: ApiStore, settings: Settings, options: AppOptions | None =
         health_extra=options.health_extra,
         sse_poll_s=options.sse_poll_s,
         sse_keepalive_s=options.sse_keepalive_s,
+        max_streams=options.max_streams,
     )
     app.state.metrics = metrics
     app.state.openapi = openapi_description()

@@ -62,6 +62,8 @@ class ApiContext:
     health_extra: HealthExtra | None = None
     sse_poll_s: float = 0.5
     sse_keepalive_s: float = 15.0
+    max_streams: int = 100  # live event streams open at once (each polls the database)
+    streams: int = 0  # open now; changed only on the event loop
     # Set when the server is stopping: live streams end within one poll.
     closing: threading.Event = field(default_factory=threading.Event)
 
@@ -88,6 +90,28 @@ def error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 def bad_input_response(exc: BadInput) -> JSONResponse:
     return error(422, str(exc), field=exc.field)
+
+
+class BodyTooLarge(Exception):
+    """A request body over the configured limit (answered 413)."""
+
+
+async def read_bounded(request: Request, limit: int) -> bytes:
+    """The request body, refused (``BodyTooLarge``) as soon as it is known to exceed ``limit``.
+
+    A declared ``Content-Length`` over the limit is refused before reading a
+    byte; a chunked body is counted as it arrives and dropped at the limit, so
+    memory never holds more than ``limit`` bytes whatever the client sends.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        if len(body) + len(chunk) > limit:
+            raise BodyTooLarge
+        body += chunk
+    return bytes(body)
 
 
 # JSON shapes ---------------------------------------------------------------
@@ -232,7 +256,7 @@ async def json_object(request: Request, allowed: frozenset[str]) -> dict[str, An
         return {}
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         raise BadInput("body", "must be valid JSON") from None
     if not isinstance(body, dict):
         raise BadInput("body", f"must be a JSON object, got {type(body).__name__}")

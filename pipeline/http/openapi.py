@@ -30,7 +30,6 @@ NOTE_PATTERN = "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f]*$"
 # A search text: no control characters at all, and blank means no search.
 TEXT_PATTERN = "^[^\\x00-\\x1f\\x7f]*$"
 
-STATE_ENUMS = {"state": RUN_STATES}
 # The forms ``pipeline.core.when`` accepts, each as its own schema so a generated value
 # of any of them is one the server takes.
 WHEN: Schema = {
@@ -51,7 +50,7 @@ def _ref(name: str) -> Schema:
 
 def _schemas() -> dict[str, Schema]:
     """The generated response shapes, and the two request bodies."""
-    enums = {name: STATE_ENUMS for name in ("Run", "RunWithEvents", "Enqueued")}
+    enums = {name: {"state": RUN_STATES} for name in ("Run", "RunWithEvents", "Enqueued")}
     return {
         **component_schemas(enums),
         "EnqueueRequest": _enqueue_request(),
@@ -129,10 +128,11 @@ def _errors(*codes: int) -> dict[str, Schema]:
         422: "a malformed field (named in `field`)",
         429: "queue full; see the Retry-After header",
         413: "body too large",
+        503: "too many live event streams open; see the Retry-After header",
     }
     out = {str(c): _json("Error", text[c]) for c in codes}
-    if 429 in codes:
-        out["429"]["headers"] = {
+    for code in {"429", "503"} & set(out):
+        out[code]["headers"] = {
             "Retry-After": {"schema": {"type": "integer"}, "description": "seconds to wait"}
         }
     return out
@@ -233,7 +233,7 @@ def _events_path() -> Schema:
     return _op(
         "Live events (server-sent events)",
         "events",
-        {"200": stream, **_errors(422)},
+        {"200": stream, **_errors(422, 503)},
         description=_events_description(),
         parameters=[
             _param("after", "query", bound, "replay events after this id"),

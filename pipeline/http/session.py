@@ -88,7 +88,7 @@ def read_session(
         return None
     key = _key(token)
     body = ".".join(parts[:4])
-    if not hmac.compare_digest(_mac(key, body), parts[4]):
+    if not hmac.compare_digest(_mac(key, body).encode(), parts[4].encode()):  # any bytes sent
         return None
     if int(parts[2]) < (now or time.time()):
         return None

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from pipeline.http.common import context
+from pipeline.http.common import BodyTooLarge, context, read_bounded
 from pipeline.http.dashboard import render
 from pipeline.http.session import cookie_header, issue_cookie, role_of_token, safe_next
 
@@ -35,9 +35,20 @@ def login_page(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    """POST /login: a right token sets the session cookie and goes on to ``next``."""
-    raw = await request.body()
-    form = parse_qs(raw[:MAX_FORM].decode("utf-8", "replace"), max_num_fields=8)
+    """POST /login: a right token sets the session cookie and goes on to ``next``.
+
+    Anyone may post here, so the form is read only up to ``MAX_FORM`` bytes: a
+    larger body is refused (413) as it arrives, never held whole in memory; a
+    form with more fields than the sign-in form's is refused (400).
+    """
+    try:
+        raw = await read_bounded(request, MAX_FORM)
+    except BodyTooLarge:
+        return _page(413, "/", f"The sign-in form is larger than {MAX_FORM} bytes.", request)
+    try:
+        form = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=8)
+    except ValueError:  # more fields than the form has
+        return _page(400, "/", "The sign-in form has fields it does not know.", request)
     token = (form.get("token") or [""])[0].strip()
     next_path = safe_next((form.get("next") or ["/"])[0])
     http = context(request).settings.http

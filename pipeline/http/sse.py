@@ -15,6 +15,10 @@ Each message's data is one JSON object: the event (``id``, ``run_id``,
 above) and ``state`` when the event is a state change. A comment line
 (``: keep-alive``) is sent when nothing happened for ``sse_keepalive_s``.
 The stream ends when the client goes away or the server stops.
+
+Every open stream polls the database, so at most ``max_streams`` (100) are
+open at once; one more is answered 503 with ``Retry-After`` before it costs a
+query, and a stream gives its place back however it ends.
 """
 
 from __future__ import annotations
@@ -30,7 +34,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from pipeline.http.common import INTEGER, MAX_ID, ApiContext, BadInput, context, event_json
+from pipeline.http.common import (
+    INTEGER,
+    MAX_ID,
+    ApiContext,
+    BadInput,
+    context,
+    error,
+    event_json,
+)
 from pipeline.store import RunEvent
 
 EVENT_MAPPING: tuple[tuple[str, str], ...] = (
@@ -59,6 +71,7 @@ TERMINAL_EVENTS = {
     "escalated": "run.escalated",
 }
 BATCH = 200
+RETRY_AFTER_S = 5
 log = logging.getLogger(__name__)
 
 
@@ -112,12 +125,38 @@ async def events_endpoint(request: Request) -> Response:
     """GET /api/events: the live event stream."""
     ctx = context(request)
     after = start_after(request)
-    if after is None:
-        after = await run_in_threadpool(ctx.store.last_event_id)
+    if ctx.streams >= ctx.max_streams:
+        return error(
+            503,
+            f"{ctx.streams} live event streams are open, the most this server keeps; "
+            "reconnect later",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    ctx.streams += 1  # taken before the first await, so no two requests take the last place
+    try:
+        if after is None:
+            after = await run_in_threadpool(ctx.store.last_event_id)
+    except BaseException:
+        ctx.streams -= 1
+        raise
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(
-        stream_events(ctx, after), media_type="text/event-stream", headers=headers
+    return PlacedStream(
+        ctx, stream_events(ctx, after), media_type="text/event-stream", headers=headers
     )
+
+
+class PlacedStream(StreamingResponse):
+    """An event stream holding one of ``ctx.max_streams`` places until it ends."""
+
+    def __init__(self, ctx: ApiContext, content: AsyncIterator[str], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.ctx = ctx
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.ctx.streams -= 1
 
 
 async def stream_events(ctx: ApiContext, after: int) -> AsyncIterator[str]:

@@ -353,6 +353,10 @@ class Intake:
         """Who added the ready label (``labeller`` when the event named them) and their trust.
 
         With the labeller known, the label event and the permission are read at once.
+        When the forge says the label now in force was added by someone else (a
+        delivery replayed under a new id, its body signed but not its id, or one
+        that arrived after the label was put back), the forge's event decides, as
+        on a poll: a delivery never vouches for a label its sender did not add.
         """
         tracker = self.trackers[repo.tracker]
         ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
@@ -363,6 +367,9 @@ class Intake:
         with ThreadPoolExecutor(1, thread_name_prefix="vouch") as pool:
             trusted = pool.submit(tracker.is_trusted, repo.slug, labeller)
             mark = tracker.label_event(repo.slug, number, ready)
+            named = mark.actor if mark is not None else None
+            if named is not None and named.lower() != labeller.lower():
+                return Vouch(mark, named, tracker.is_trusted(repo.slug, named))
             return Vouch(mark, labeller, trusted.result())
 
     def _fetch_and_consider(self, repo: RepoSettings, number: int, sender: str) -> None:

@@ -76,14 +76,19 @@ def verify_github(secret: bytes, body: bytes, signature_header: str | None) -> b
     """Check ``X-Hub-Signature-256``; a missing header or empty secret never verifies."""
     if not secret or not signature_header:
         return False
-    return hmac.compare_digest(sign_github(secret, body), signature_header.strip())
+    # As bytes: the header is whatever the sender put there, and a str with a character
+    # past ASCII makes compare_digest raise instead of answering False.
+    return hmac.compare_digest(
+        sign_github(secret, body).encode(), signature_header.strip().encode()
+    )
 
 
 def verify_gitea(secret: bytes, body: bytes, signature_header: str | None) -> bool:
     """Check ``X-Gitea-Signature`` or ``X-Forgejo-Signature`` (hex, no prefix)."""
     if not secret or not signature_header:
         return False
-    return hmac.compare_digest(sign_gitea(secret, body), signature_header.strip().lower())
+    given = signature_header.strip().lower().encode()
+    return hmac.compare_digest(sign_gitea(secret, body).encode(), given)
 
 
 def verify_gitlab(secret: bytes, token_header: str | None) -> bool:
@@ -203,7 +208,7 @@ def _parse_gitlab(headers: Mapping[str, str], body: bytes) -> WebhookEvent | Non
 def _load(body: bytes, forge: str) -> dict[str, Any]:
     try:
         payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser's depth
         raise WebhookPayloadError(f"{forge} webhook: body is not valid JSON ({exc})") from None
     if not isinstance(payload, dict):
         raise WebhookPayloadError(f"{forge} webhook: body is not a JSON object")

@@ -8,6 +8,7 @@ forged or stale cookie, and a read-only session trying to write.
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,6 +213,14 @@ def test_forged_cookies_are_refused(api: ApiHarness, cookie: str) -> None:
     assert api.client.get("/api/runs").status_code == 401
 
 
+def test_a_cookie_with_non_ascii_bytes_is_refused_not_a_500(api: ApiHarness) -> None:
+    """A cookie whose MAC is not ASCII is forged like any other: 401 on a read and a write."""
+    cookie = {"Cookie": f"{COOKIE}=v1.write.99999999999.00.".encode() + b"\xe9"}
+    assert api.client.get("/api/runs", headers=cookie).status_code == 401
+    answer = api.client.post("/api/repos/alpha/freeze", json={}, headers=cookie)
+    assert answer.status_code == 401, answer.status_code
+
+
 def test_an_upgraded_or_stale_cookie_is_refused(api: ApiHarness, tmp_path: Path) -> None:
     """A read cookie relabelled ``write`` is refused; rotating a token ends its sessions."""
     api.sign_in(READ_TOKEN)
@@ -293,3 +302,39 @@ def test_links_use_public_url_never_a_wildcard(changes: dict[str, object], expec
     """Comment links point at public_url; a wildcard listen address is never written."""
     http = dataclasses.replace(HttpSettings(), **changes)  # type: ignore[arg-type]
     assert link_base(http) == expected
+
+
+def test_an_oversized_sign_in_body_is_refused_unread(api: ApiHarness) -> None:
+    """/login is open to anyone: a body past the form's size is 413, never read whole."""
+    form = f"token={TOKEN}&next=/&pad=".encode()
+
+    def chunks() -> Iterator[bytes]:
+        yield form
+        yield from (b"x" * 4096 for _ in range(64))
+
+    answer = api.client.post(
+        "/login", content=chunks(), headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
+    assert answer.status_code == 413, answer.status_code
+    assert COOKIE not in answer.headers.get("set-cookie", "")
+
+
+def test_a_declared_oversized_sign_in_body_is_answered_before_it_is_sent(api: ApiHarness) -> None:
+    """A Content-Length past the limit is refused at once: the server waits for no byte."""
+    host, port = api.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: 1000000000\r\n\r\n"
+        )
+        answer = sock.recv(4096).decode()
+    assert answer.startswith("HTTP/1.1 413"), answer
+
+
+def test_a_sign_in_form_with_many_fields_is_a_clear_refusal(api: ApiHarness) -> None:
+    """A form with more fields than the sign-in form has is a 4xx with the form, not a 500."""
+    fields = {f"f{n}": "x" for n in range(20)} | {"token": TOKEN}
+    answer = api.client.post("/login", data=fields)
+    assert answer.status_code == 400, answer.status_code
+    assert 'action="/login"' in answer.text and "set-cookie" not in answer.headers

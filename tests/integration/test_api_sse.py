@@ -209,3 +209,21 @@ def test_stream_ends_cleanly_when_the_database_fails(sqlite_url: str, tmp_path: 
         handle.stop()
         store.close()
     assert ": database unavailable, reconnect later" in rest
+
+
+def test_live_streams_are_bounded(sqlite_url: str, tmp_path: Path) -> None:
+    """Every open stream polls the database: past the limit a new one is 503 with Retry-After
+    (not one more poller), and a stream that ends frees its place."""
+    with running_api(sqlite_url, tmp_path, app_kwargs={"max_streams": 2}) as api:
+        with open_stream(api), open_stream(api):
+            with api.client.stream("GET", "/api/events") as refused:
+                assert refused.status_code == 503, refused.status_code
+                assert int(refused.headers["retry-after"]) >= 1
+                assert "live event streams" in refused.read().decode()
+        deadline = time.monotonic() + 10
+        while True:
+            with api.client.stream("GET", "/api/events") as again:
+                if again.status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "closed streams never freed their places"
+            time.sleep(0.05)

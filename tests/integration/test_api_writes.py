@@ -137,6 +137,8 @@ def test_enqueue_unknown_repo_or_issue_is_404(api: ApiHarness) -> None:
         (b'{"repo": "alpha", "colour": "red"}', "colour"),
         (b'{"repo": "al\\ud800pha"}', "repo"),
         (b'{"repo": "alpha", "x": "' + b"y" * 70_000 + b'"}', "body"),
+        (b"[" * 50_000, "body"),  # nested past the JSON parser's recursion limit
+        (b'{"repo":' * 5_000, "body"),
     ],
 )
 def test_enqueue_bad_body_is_422_naming_the_field(

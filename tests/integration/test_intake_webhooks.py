@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from pipeline.testing.forges import (
     send_webhook,
     served,
 )
-from pipeline.testing.forges.base import FakeForge
+from pipeline.testing.forges.base import FakeForge, webhook_headers
 from pipeline.testing.intake_world import IntakeWorld
 from tests.unit.test_tracker_webhooks import DOC_PAYLOAD, DOC_SECRET, DOC_SIGNATURE
 
@@ -167,6 +168,20 @@ def test_bad_signature_is_401_and_counted(harness: Harness, how: str) -> None:
     assert SECRET not in response.text
 
 
+def test_a_signature_with_non_ascii_bytes_is_401_not_a_500(harness: Harness) -> None:
+    """An unsigned sender's signature header with a byte past ASCII is a wrong signature."""
+    number = harness.fake.add_issue(SLUG, "hooked", labels=[READY])
+    body = json.dumps(harness.labelled(number, "alice")).encode()
+    headers = webhook_headers(harness.fake.forge, EVENT[harness.fake.forge], "d-9", SECRET, body)
+    forged = {
+        k: (b"sha256=\xe9" if "signature" in k.lower() or "token" in k.lower() else v)
+        for k, v in headers.items()
+    }
+    response = httpx.post(harness.url, content=body, headers=forged, timeout=5)
+    assert response.status_code == 401, response.status_code
+    assert harness.world.runs() == []
+
+
 def test_untrusted_sender_gets_one_comment_then_polls_add_none(harness: Harness) -> None:
     """A delivery from a sender without write access is explained once, also across polls."""
     number = harness.fake.add_issue(SLUG, "sneaky", labels=[READY], labelled_by="mallory")
@@ -240,6 +255,27 @@ def test_gitea_label_update_by_a_trusted_user_does_not_vouch_for_an_untrusted_la
         [comment] = untrusted_comments(fake, number)
         assert "@mallory" in comment
         assert harness.world.runs() == []
+
+
+def test_a_replayed_trusted_delivery_does_not_vouch_for_a_later_untrusted_label(
+    harness: Harness,
+) -> None:
+    """A delivery's body is signed but its delivery id is not: alice's old "labelled" body
+    sent again under a new id, after mallory put the label back, names alice as the
+    labeller. The forge says mallory added the label now in force, as a poll would read:
+    nothing is queued and mallory is told, once."""
+    fake = harness.fake
+    number = fake.add_issue(SLUG, "once done", labels=[READY], labelled_by="alice")
+    captured = harness.labelled(number, "alice")
+    fake.unlabel(SLUG, number, READY, "alice")
+    fake.apply_label(SLUG, number, READY, "mallory")
+    assert harness.send(captured, delivery_id="fresh-id").status_code == 202
+    deadline = time.monotonic() + 5
+    while not untrusted_comments(fake, number) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert harness.world.runs() == []
+    [comment] = untrusted_comments(fake, number)
+    assert "@mallory" in comment
 
 
 class MeetingTracker:

@@ -175,8 +175,9 @@ def test_ping_and_other_events_are_none() -> None:
             "'repository.full_name'",
         ),
         ({"x-github-event": "issues"}, None, "x-github-delivery"),
+        (_github_headers("issues"), b'{"a": ' * 10_000, "not valid JSON"),
     ],
-    ids=["not-json", "not-object", "missing-field", "missing-delivery"],
+    ids=["not-json", "not-object", "missing-field", "missing-delivery", "nested-too-deep"],
 )
 def test_malformed_github_payloads_name_the_problem(
     headers: dict[str, str], body: bytes | None, needle: str
