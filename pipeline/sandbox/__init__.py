@@ -10,6 +10,7 @@ refuses to run agents unless the operator chose ``[sandbox] mode = "none"``.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -109,12 +110,19 @@ def daemon_places(
 
 
 def key_files(settings: Settings) -> Iterator[Path]:
-    """Files of key material the daemon's git uses: SSH keys and git-crypt keys."""
+    """Files of key material the daemon's git uses: SSH keys and git-crypt keys.
+
+    A git-crypt key is a file either way: ``git_crypt_key_file`` names it, or the
+    variable ``git_crypt_key_env`` names holds its path (``pipeline.workspace.gitcrypt``).
+    """
     for repo in settings.repos:
         if repo.push.ssh_key_file is not None:
             yield repo.push.ssh_key_file
-        if repo.git_crypt_key.file is not None:
-            yield repo.git_crypt_key.file
+        key = repo.git_crypt_key
+        if key.file is not None:
+            yield key.file
+        elif key.env is not None and os.environ.get(key.env):
+            yield Path(os.environ[key.env])
 
 
 def runtime_paths(sandbox: SandboxSettings) -> tuple[Path, ...]:

@@ -7,9 +7,11 @@ prepared worktree, and checks the outcome from outside.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -27,7 +29,7 @@ from pipeline.config.settings import (
     WorkspaceSettings,
 )
 from pipeline.sandbox import NetworkPolicy, SandboxUnavailable, build_sandbox
-from pipeline.sandbox.bwrap import find_bwrap, probe
+from pipeline.sandbox.bwrap import Layout, find_bwrap, probe
 from pipeline.sandbox.jail import BwrapSandbox, Jail, Jailer
 from pipeline.testing.gitrepos import git, make_remote
 from pipeline.testing.sinks import RecordingSink
@@ -414,3 +416,44 @@ def test_coverage_of_the_daemon_does_not_reach_into_the_sandbox(
     out = run_inside(ws, "import os; print(sorted(k for k in os.environ if 'COVERAGE' in k))")
     assert out.strip().splitlines()[-1] == "[]"
     assert list(data.iterdir()) == []
+
+
+@pytest.fixture
+def key_dir() -> Iterator[Path]:
+    """A directory outside /tmp (which every sandbox replaces): the host's disk."""
+    path = Path(tempfile.mkdtemp(prefix=".afk-sandbox-key-", dir=Path(__file__).parent))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_git_crypt_key_named_by_environment_is_hidden(
+    tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repo's git-crypt key given as a path in an environment variable is as hidden as
+    one given as ``git_crypt_key_file``: another repo's agent cannot decrypt that repo."""
+    key = key_dir / "vault.key"
+    key.write_text(SENTINEL)
+    monkeypatch.setenv("VAULT_GIT_CRYPT_KEY", str(key))
+    (tmp_path / "volume").mkdir()
+    vault = RepoSettings(
+        name="vault",
+        tracker="gh",
+        slug="acme/vault",
+        remote_url="https://example.invalid/acme/vault.git",
+        workspace="clone",
+        git_crypt_key=SecretRef(env="VAULT_GIT_CRYPT_KEY"),
+    )
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
+        volume=tmp_path / "volume",
+        repos=(vault,),
+        sandbox=SandboxSettings(allow_hosts=()),
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
+    script = f"import pathlib; print(pathlib.Path({str(key)!r}).read_text())"
+    result = jail.run(
+        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
+    )
+    assert SENTINEL not in result.output_tail
