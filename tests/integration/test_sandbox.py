@@ -457,3 +457,40 @@ def test_a_git_crypt_key_named_by_environment_is_hidden(
         [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
     )
     assert SENTINEL not in result.output_tail
+
+
+def test_a_repo_whose_slug_differs_only_in_nesting_sees_nothing_of_the_other(
+    tmp_path: Path, settings: Settings, sandbox: BwrapSandbox
+) -> None:
+    """GitLab's ``acme/x/app`` and ``acme-x/app`` are two repositories: the agent of one
+    finds no object of the other in the git directory it is given."""
+    jailer = Jailer(sandbox, host_env=dict(os.environ), homes_root=settings.volume / "homes")
+    spaces = Workspaces(settings.volume, WorkspaceSettings(), jailer=jailer)
+    private = RepoSettings(
+        name="private",
+        tracker="gl",
+        slug="acme/x/app",
+        remote_url=make_remote(tmp_path, {"secret.txt": SENTINEL + "\n"}, name="private"),
+    )
+    spaces.ensure_checkout(private)
+    public = RepoSettings(
+        name="public",
+        tracker="gl",
+        slug="acme-x/app",
+        remote_url=make_remote(tmp_path, {"a.txt": "a\n"}, name="public"),
+    )
+    ws = spaces.prepare(
+        public, run_id=1, issue_ref="#1", base_env=dict(os.environ), events=RecordingSink()
+    )
+    out = run_inside(
+        ws,
+        """
+        import subprocess
+        found = subprocess.run(
+            ['git', 'cat-file', '--batch-all-objects', '--batch'], capture_output=True
+        )
+        print(found.stdout.decode('utf-8', 'replace'))
+        """,
+    )
+    assert "a\n" in out
+    assert SENTINEL not in out
