@@ -95,8 +95,10 @@ def daemon_places(
     settings: Settings, secret_refs: Iterable[SecretRef]
 ) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
     """``(directories, files)`` of the daemon that no sandbox may see."""
-    directories = [settings.volume, Path.home(), *settings.sandbox.hidden_paths]
+    directories = [settings.volume, Path.home()]
     files: list[Path] = []
+    for named in settings.sandbox.hidden_paths:  # a file named there is hidden alone
+        (directories if _real(named).is_dir() else files).append(named)
     database = _sqlite_path(settings.database_url)
     candidates = [p for p in (database, settings.source) if p is not None]
     candidates += [ref.file for ref in secret_refs if ref.file is not None]

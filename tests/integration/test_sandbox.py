@@ -494,3 +494,31 @@ def test_a_repo_whose_slug_differs_only_in_nesting_sees_nothing_of_the_other(
     )
     assert "a\n" in out
     assert SENTINEL not in out
+
+
+def test_a_file_named_in_hidden_paths_is_hidden(tmp_path: Path, key_dir: Path) -> None:
+    """``[sandbox] hidden_paths`` hides a file the operator names (an environment file
+    of secrets beside other things), not only directories."""
+    secrets = key_dir / "secrets.env"
+    secrets.write_text(f"GITHUB_TOKEN={SENTINEL}\n")
+    (key_dir / "visible.txt").write_text("visible\n")
+    (tmp_path / "volume").mkdir()
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
+        volume=tmp_path / "volume",
+        sandbox=SandboxSettings(allow_hosts=(), hidden_paths=(secrets,)),
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
+    script = (
+        "import pathlib\n"
+        f"for path in ({str(secrets)!r}, {str(key_dir / 'visible.txt')!r}):\n"
+        "    try: print(pathlib.Path(path).read_text())\n"
+        "    except OSError as exc: print(path, exc.strerror)\n"
+    )
+    result = jail.run(
+        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
+    )
+    assert "visible" in result.output_tail  # the rest of its directory stays
+    assert SENTINEL not in result.output_tail
