@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pipeline
 from pipeline.config.settings import AgentPreset, SandboxSettings, SecretRef, Settings
@@ -37,6 +38,9 @@ __all__ = [
     "tree_layout",
 ]
 
+# libpq's files that hold a password or a key: URL parameters and environment variables.
+_LIBPQ_FILES = ("passfile", "sslkey", "servicefile")
+_LIBPQ_ENV = ("PGPASSFILE", "PGSSLKEY", "PGSERVICEFILE")
 # Directories whose hiding would hide the system itself: hide a file in them, not them.
 _BROAD = frozenset(
     Path(p)
@@ -99,8 +103,8 @@ def daemon_places(
     files: list[Path] = []
     for named in settings.sandbox.hidden_paths:  # a file named there is hidden alone
         (directories if _real(named).is_dir() else files).append(named)
-    database = _sqlite_path(settings.database_url)
-    candidates = [p for p in (database, settings.source) if p is not None]
+    candidates = [*database_files(settings.database_url)]
+    candidates += [settings.source] if settings.source is not None else []
     candidates += [ref.file for ref in secret_refs if ref.file is not None]
     candidates += list(key_files(settings))
     for path in candidates:
@@ -150,8 +154,15 @@ def agent_network(
     return NetworkPolicy(mode=mode, allow_hosts=tuple(hosts))
 
 
-def _sqlite_path(url: str) -> Path | None:
-    return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+def database_files(url: str) -> list[Path]:
+    """The history's files: a SQLite database, or libpq's password file and client key
+    (named in the URL or in the daemon's environment), which open a PostgreSQL one."""
+    if url.startswith("sqlite:///"):
+        return [Path(url[len("sqlite:///") :])]
+    query = parse_qs(urlsplit(url).query)
+    named = [value for key in _LIBPQ_FILES for value in query.get(key, ())]
+    named += [os.environ[name] for name in _LIBPQ_ENV if os.environ.get(name)]
+    return [Path(value).expanduser() for value in named]
 
 
 def _real(path: Path) -> Path:

@@ -522,3 +522,39 @@ def test_a_file_named_in_hidden_paths_is_hidden(tmp_path: Path, key_dir: Path) -
     )
     assert "visible" in result.output_tail  # the rest of its directory stays
     assert SENTINEL not in result.output_tail
+
+
+def test_the_postgresql_password_and_key_files_are_hidden(
+    tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq's password file and client key, named in the database URL or in the daemon's
+    environment, are hidden like a SQLite database: they open the history to whoever
+    holds them."""
+    files = {name: key_dir / name / "secret" for name in ("passfile", "sslkey", "env")}
+    for path in files.values():
+        path.parent.mkdir()
+        path.write_text(f"db.example:5432:afk:afk:{SENTINEL}\n")
+    monkeypatch.setenv("PGPASSFILE", str(files["env"]))
+    (tmp_path / "volume").mkdir()
+    url = (
+        f"postgresql://afk@db.example/afk?passfile={files['passfile']}"
+        f"&sslmode=verify-full&sslkey={files['sslkey']}"
+    )
+    settings = Settings(
+        database_url=url, volume=tmp_path / "volume", sandbox=SandboxSettings(allow_hosts=())
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
+    listed = [str(path) for path in files.values()]
+    script = (
+        "import pathlib\n"
+        f"for path in {listed!r}:\n"
+        "    try: print(pathlib.Path(path).read_text())\n"
+        "    except OSError as exc: print(path, exc.strerror)\n"
+    )
+    result = jail.run(
+        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
+    )
+    assert result.returncode == 0, result.output_tail
+    assert SENTINEL not in result.output_tail
