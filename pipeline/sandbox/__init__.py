@@ -11,8 +11,10 @@ refuses to run agents unless the operator chose ``[sandbox] mode = "none"``.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Iterable, Iterator
+from itertools import pairwise
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -41,6 +43,8 @@ __all__ = [
 # libpq's files that hold a password or a key: URL parameters and environment variables.
 _LIBPQ_FILES = ("passfile", "sslkey", "servicefile")
 _LIBPQ_ENV = ("PGPASSFILE", "PGSSLKEY", "PGSERVICEFILE")
+# ssh's options that take an argument (its getopt string), for GIT_SSH_COMMAND's files.
+_SSH_TAKES_ARGUMENT = frozenset("bceilmopBDEFIJLOPQRSwW")
 # Directories whose hiding would hide the system itself: hide a file in them, not them.
 _BROAD = frozenset(
     Path(p)
@@ -129,6 +133,36 @@ def key_files(settings: Settings) -> Iterator[Path]:
             yield key.file
         elif key.env is not None and os.environ.get(key.env):
             yield Path(os.environ[key.env])
+    yield from ssh_command_files(os.environ.get("GIT_SSH_COMMAND", ""))
+
+
+def ssh_command_files(command: str) -> list[Path]:
+    """The key and config files an operator's own ``GIT_SSH_COMMAND`` names: ``-i``,
+    ``-F`` and ``-o IdentityFile=`` (the daemon's git keeps it when no key is set)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
+    named: list[str] = []
+    for word, following in pairwise([*words, ""]):
+        flag, value = _ssh_option(word, following)
+        if flag == "o":
+            option, _, value = value.replace("=", " ", 1).partition(" ")
+            value = value.strip() if option.lower() == "identityfile" else ""
+        if flag in ("i", "F", "o") and value:
+            named.append(value)
+    return [Path(value).expanduser() for value in named]
+
+
+def _ssh_option(word: str, following: str) -> tuple[str, str]:
+    """``(flag, argument)`` of the option in ``word`` that takes one (ssh's getopt:
+    ``-vi key`` is ``-v -i key``); ``("", "")`` when there is none."""
+    if not word.startswith("-") or word.startswith("--"):
+        return "", ""
+    for at, flag in enumerate(word[1:], start=2):
+        if flag in _SSH_TAKES_ARGUMENT:
+            return flag, word[at:] or following
+    return "", ""
 
 
 def runtime_paths(sandbox: SandboxSettings) -> tuple[Path, ...]:

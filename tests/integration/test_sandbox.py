@@ -558,3 +558,39 @@ def test_the_postgresql_password_and_key_files_are_hidden(
     )
     assert result.returncode == 0, result.output_tail
     assert SENTINEL not in result.output_tail
+
+
+def test_the_keys_of_the_operators_own_ssh_command_are_hidden(
+    tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's own ``GIT_SSH_COMMAND`` (kept for the daemon's git when no
+    ``push.ssh_key_file`` is set) names its key and config: hidden like that key."""
+    named = {flag: key_dir / flag / "file" for flag in ("i", "o", "F")}
+    for path in named.values():
+        path.parent.mkdir()
+        path.write_text(SENTINEL)
+    monkeypatch.setenv(
+        "GIT_SSH_COMMAND",
+        f"ssh -i '{named['i']}' -o IdentityFile={named['o']} -F{named['F']} -o BatchMode=yes",
+    )
+    (tmp_path / "volume").mkdir()
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
+        volume=tmp_path / "volume",
+        sandbox=SandboxSettings(allow_hosts=()),
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
+    listed = [str(path) for path in named.values()]
+    script = (
+        "import pathlib\n"
+        f"for path in {listed!r}:\n"
+        "    try: print(pathlib.Path(path).read_text())\n"
+        "    except OSError as exc: print(path, exc.strerror)\n"
+    )
+    result = jail.run(
+        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
+    )
+    assert result.returncode == 0, result.output_tail
+    assert SENTINEL not in result.output_tail
