@@ -151,7 +151,7 @@ def ssh_command_files(command: str) -> list[Path]:
             value = value.strip() if option.lower() == "identityfile" else ""
         if flag in ("i", "F", "o") and value:
             named.append(value)
-    return [Path(value).expanduser() for value in named]
+    return _regular_files(named)
 
 
 def _ssh_option(word: str, following: str) -> tuple[str, str]:
@@ -196,7 +196,12 @@ def database_files(url: str) -> list[Path]:
     query = parse_qs(urlsplit(url).query)
     named = [value for key in _LIBPQ_FILES for value in query.get(key, ())]
     named += [os.environ[name] for name in _LIBPQ_ENV if os.environ.get(name)]
-    return [Path(value).expanduser() for value in named]
+    return _regular_files(named)
+
+
+def _regular_files(named: Iterable[str]) -> list[Path]:
+    """The regular files among ``named``: ``-F /dev/null`` must not hide ``/dev``."""
+    return [path for path in (Path(value).expanduser() for value in named) if path.is_file()]
 
 
 def _real(path: Path) -> Path:

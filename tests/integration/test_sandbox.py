@@ -571,7 +571,8 @@ def test_the_keys_of_the_operators_own_ssh_command_are_hidden(
         path.write_text(SENTINEL)
     monkeypatch.setenv(
         "GIT_SSH_COMMAND",
-        f"ssh -i '{named['i']}' -o IdentityFile={named['o']} -F{named['F']} -o BatchMode=yes",
+        f"ssh -i '{named['i']}' -o IdentityFile={named['o']} -F{named['F']} -o BatchMode=yes "
+        "-F /dev/null",  # not a key: /dev stays the sandbox's own
     )
     (tmp_path / "volume").mkdir()
     settings = Settings(
@@ -588,6 +589,7 @@ def test_the_keys_of_the_operators_own_ssh_command_are_hidden(
         f"for path in {listed!r}:\n"
         "    try: print(pathlib.Path(path).read_text())\n"
         "    except OSError as exc: print(path, exc.strerror)\n"
+        "open('/dev/null', 'w').write('fine')\n"
     )
     result = jail.run(
         [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
