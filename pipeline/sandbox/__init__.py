@@ -10,9 +10,13 @@ refuses to run agents unless the operator chose ``[sandbox] mode = "none"``.
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from collections.abc import Iterable, Iterator
+from itertools import pairwise
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pipeline
 from pipeline.config.settings import AgentPreset, SandboxSettings, SecretRef, Settings
@@ -36,6 +40,11 @@ __all__ = [
     "tree_layout",
 ]
 
+# libpq's files that hold a password or a key: URL parameters and environment variables.
+_LIBPQ_FILES = ("passfile", "sslkey", "servicefile")
+_LIBPQ_ENV = ("PGPASSFILE", "PGSSLKEY", "PGSERVICEFILE")
+# ssh's options that take an argument (its getopt string), for GIT_SSH_COMMAND's files.
+_SSH_TAKES_ARGUMENT = frozenset("bceilmopBDEFIJLOPQRSwW")
 # Directories whose hiding would hide the system itself: hide a file in them, not them.
 _BROAD = frozenset(
     Path(p)
@@ -94,10 +103,12 @@ def daemon_places(
     settings: Settings, secret_refs: Iterable[SecretRef]
 ) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
     """``(directories, files)`` of the daemon that no sandbox may see."""
-    directories = [settings.volume, Path.home(), *settings.sandbox.hidden_paths]
+    directories = [settings.volume, Path.home()]
     files: list[Path] = []
-    database = _sqlite_path(settings.database_url)
-    candidates = [p for p in (database, settings.source) if p is not None]
+    for named in settings.sandbox.hidden_paths:  # a file named there is hidden alone
+        (directories if _real(named).is_dir() else files).append(named)
+    candidates = [*database_files(settings.database_url)]
+    candidates += [settings.source] if settings.source is not None else []
     candidates += [ref.file for ref in secret_refs if ref.file is not None]
     candidates += list(key_files(settings))
     for path in candidates:
@@ -109,12 +120,49 @@ def daemon_places(
 
 
 def key_files(settings: Settings) -> Iterator[Path]:
-    """Files of key material the daemon's git uses: SSH keys and git-crypt keys."""
+    """Files of key material the daemon's git uses: SSH keys and git-crypt keys.
+
+    A git-crypt key is a file either way: ``git_crypt_key_file`` names it, or the
+    variable ``git_crypt_key_env`` names holds its path (``pipeline.workspace.gitcrypt``).
+    """
     for repo in settings.repos:
         if repo.push.ssh_key_file is not None:
             yield repo.push.ssh_key_file
-        if repo.git_crypt_key.file is not None:
-            yield repo.git_crypt_key.file
+        key = repo.git_crypt_key
+        if key.file is not None:
+            yield key.file
+        elif key.env is not None and os.environ.get(key.env):
+            yield Path(os.environ[key.env])
+    yield from ssh_command_files(os.environ.get("GIT_SSH_COMMAND", ""))
+
+
+def ssh_command_files(command: str) -> list[Path]:
+    """The key and config files an operator's own ``GIT_SSH_COMMAND`` names: ``-i``,
+    ``-F`` and ``-o IdentityFile=`` (the daemon's git keeps it when no key is set)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
+    named: list[str] = []
+    for word, following in pairwise([*words, ""]):
+        flag, value = _ssh_option(word, following)
+        if flag == "o":
+            option, _, value = value.replace("=", " ", 1).partition(" ")
+            value = value.strip() if option.lower() == "identityfile" else ""
+        if flag in ("i", "F", "o") and value:
+            named.append(value)
+    return _regular_files(named)
+
+
+def _ssh_option(word: str, following: str) -> tuple[str, str]:
+    """``(flag, argument)`` of the option in ``word`` that takes one (ssh's getopt:
+    ``-vi key`` is ``-v -i key``); ``("", "")`` when there is none."""
+    if not word.startswith("-") or word.startswith("--"):
+        return "", ""
+    for at, flag in enumerate(word[1:], start=2):
+        if flag in _SSH_TAKES_ARGUMENT:
+            return flag, word[at:] or following
+    return "", ""
 
 
 def runtime_paths(sandbox: SandboxSettings) -> tuple[Path, ...]:
@@ -140,8 +188,20 @@ def agent_network(
     return NetworkPolicy(mode=mode, allow_hosts=tuple(hosts))
 
 
-def _sqlite_path(url: str) -> Path | None:
-    return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+def database_files(url: str) -> list[Path]:
+    """The history's files: a SQLite database, or libpq's password file and client key
+    (named in the URL or in the daemon's environment), which open a PostgreSQL one."""
+    if url.startswith("sqlite:///"):
+        return [Path(url[len("sqlite:///") :])]
+    query = parse_qs(urlsplit(url).query)
+    named = [value for key in _LIBPQ_FILES for value in query.get(key, ())]
+    named += [os.environ[name] for name in _LIBPQ_ENV if os.environ.get(name)]
+    return _regular_files(named)
+
+
+def _regular_files(named: Iterable[str]) -> list[Path]:
+    """The regular files among ``named``: ``-F /dev/null`` must not hide ``/dev``."""
+    return [path for path in (Path(value).expanduser() for value in named) if path.is_file()]
 
 
 def _real(path: Path) -> Path:

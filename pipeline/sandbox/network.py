@@ -4,8 +4,10 @@ In ``allowlist`` mode a sandbox has its own network namespace with nothing in
 it but loopback, so no packet leaves it directly. Its only way out is a Unix
 socket bound into it, served by this proxy in the daemon: ``CONNECT host:port``
 (HTTPS) and absolute-form HTTP requests are relayed when the host is on the
-run's allowlist and refused with a 403 that says why otherwise. The decision is
-made here, outside the sandbox, so nothing the agent does inside can widen it.
+run's allowlist and refused with a 403 that says why otherwise; a relayed HTTP
+request carries the checked host as its ``Host``, never the client's own. The
+decision is made here, outside the sandbox, so nothing the agent does inside can
+widen it.
 """
 
 from __future__ import annotations
@@ -110,15 +112,19 @@ def parse_request(data: bytes) -> Request:
     if parts.scheme != "http" or not parts.hostname:
         raise BadRequest(f"expected an absolute http:// URL, got {target[:200]!r}")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    kept = [line for line in lines[1:] if not _hop_by_hop(line)]
+    kept = [line for line in lines[1:] if not _dropped(line)]
     first = f"{method} {path} {version}".encode("latin-1")
-    upstream = b"\r\n".join([first, *kept, b"Connection: close"]) + b"\r\n\r\n"
+    # The host the policy checked, also by name: a virtual-hosting upstream (a CDN in
+    # front of a registry) routes by Host, and the agent's own would pick another site.
+    named = f"Host: {parts.netloc.rpartition('@')[2]}".encode("latin-1")
+    upstream = b"\r\n".join([first, named, *kept, b"Connection: close"]) + b"\r\n\r\n"
     return Request(method, parts.hostname, parts.port or 80, upstream, rest)
 
 
-def _hop_by_hop(line: bytes) -> bool:
+def _dropped(line: bytes) -> bool:
+    """A header the proxy does not pass on: hop-by-hop ones and the client's ``Host``."""
     name = line.split(b":", 1)[0].strip().lower()
-    return name.startswith(b"proxy-") or name in (b"connection", b"keep-alive")
+    return name.startswith(b"proxy-") or name in (b"connection", b"keep-alive", b"host")
 
 
 def _read_head(conn: socket.socket) -> bytes:

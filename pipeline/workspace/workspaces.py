@@ -102,10 +102,10 @@ class Workspaces:
     # -- layout -------------------------------------------------------------
 
     def repo_dir(self, repo: RepoSettings) -> Path:
-        """``<volume>/repos/<forge>/<owner>/<name>``, every part sanitised."""
+        """``<volume>/repos/<forge>/<owner>/<name>``, every part sanitised (``acme/x``: hashed)."""
         parts = [p for p in repo.slug.strip("/").split("/") if p]
         name = parts[-1] if parts else repo.name
-        owner = "-".join(parts[:-1]) or "_"
+        owner = "/".join(parts[:-1]) or "_"
         return (
             self.repos_root
             / safe_component(repo.tracker)

@@ -7,9 +7,11 @@ prepared worktree, and checks the outcome from outside.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -27,7 +29,7 @@ from pipeline.config.settings import (
     WorkspaceSettings,
 )
 from pipeline.sandbox import NetworkPolicy, SandboxUnavailable, build_sandbox
-from pipeline.sandbox.bwrap import find_bwrap, probe
+from pipeline.sandbox.bwrap import Layout, find_bwrap, probe
 from pipeline.sandbox.jail import BwrapSandbox, Jail, Jailer
 from pipeline.testing.gitrepos import git, make_remote
 from pipeline.testing.sinks import RecordingSink
@@ -414,3 +416,183 @@ def test_coverage_of_the_daemon_does_not_reach_into_the_sandbox(
     out = run_inside(ws, "import os; print(sorted(k for k in os.environ if 'COVERAGE' in k))")
     assert out.strip().splitlines()[-1] == "[]"
     assert list(data.iterdir()) == []
+
+
+@pytest.fixture
+def key_dir() -> Iterator[Path]:
+    """A directory outside /tmp (which every sandbox replaces): the host's disk."""
+    path = Path(tempfile.mkdtemp(prefix=".afk-sandbox-key-", dir=Path(__file__).parent))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_git_crypt_key_named_by_environment_is_hidden(
+    tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repo's git-crypt key given as a path in an environment variable is as hidden as
+    one given as ``git_crypt_key_file``: another repo's agent cannot decrypt that repo."""
+    key = key_dir / "vault.key"
+    key.write_text(SENTINEL)
+    monkeypatch.setenv("VAULT_GIT_CRYPT_KEY", str(key))
+    (tmp_path / "volume").mkdir()
+    vault = RepoSettings(
+        name="vault",
+        tracker="gh",
+        slug="acme/vault",
+        remote_url="https://example.invalid/acme/vault.git",
+        workspace="clone",
+        git_crypt_key=SecretRef(env="VAULT_GIT_CRYPT_KEY"),
+    )
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
+        volume=tmp_path / "volume",
+        repos=(vault,),
+        sandbox=SandboxSettings(allow_hosts=()),
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
+    script = f"import pathlib; print(pathlib.Path({str(key)!r}).read_text())"
+    result = jail.run(
+        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
+    )
+    assert SENTINEL not in result.output_tail
+
+
+def test_a_repo_whose_slug_differs_only_in_nesting_sees_nothing_of_the_other(
+    tmp_path: Path, settings: Settings, sandbox: BwrapSandbox
+) -> None:
+    """GitLab's ``acme/x/app`` and ``acme-x/app`` are two repositories: the agent of one
+    finds no object of the other in the git directory it is given."""
+    jailer = Jailer(sandbox, host_env=dict(os.environ), homes_root=settings.volume / "homes")
+    spaces = Workspaces(settings.volume, WorkspaceSettings(), jailer=jailer)
+    private = RepoSettings(
+        name="private",
+        tracker="gl",
+        slug="acme/x/app",
+        remote_url=make_remote(tmp_path, {"secret.txt": SENTINEL + "\n"}, name="private"),
+    )
+    spaces.ensure_checkout(private)
+    public = RepoSettings(
+        name="public",
+        tracker="gl",
+        slug="acme-x/app",
+        remote_url=make_remote(tmp_path, {"a.txt": "a\n"}, name="public"),
+    )
+    ws = spaces.prepare(
+        public, run_id=1, issue_ref="#1", base_env=dict(os.environ), events=RecordingSink()
+    )
+    out = run_inside(
+        ws,
+        """
+        import subprocess
+        found = subprocess.run(
+            ['git', 'cat-file', '--batch-all-objects', '--batch'], capture_output=True
+        )
+        print(found.stdout.decode('utf-8', 'replace'))
+        """,
+    )
+    assert "a\n" in out
+    assert SENTINEL not in out
+
+
+def test_a_file_named_in_hidden_paths_is_hidden(tmp_path: Path, key_dir: Path) -> None:
+    """``[sandbox] hidden_paths`` hides a file the operator names (an environment file
+    of secrets beside other things), not only directories."""
+    secrets = key_dir / "secrets.env"
+    secrets.write_text(f"GITHUB_TOKEN={SENTINEL}\n")
+    (key_dir / "visible.txt").write_text("visible\n")
+    (tmp_path / "volume").mkdir()
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
+        volume=tmp_path / "volume",
+        sandbox=SandboxSettings(allow_hosts=(), hidden_paths=(secrets,)),
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
+    script = (
+        "import pathlib\n"
+        f"for path in ({str(secrets)!r}, {str(key_dir / 'visible.txt')!r}):\n"
+        "    try: print(pathlib.Path(path).read_text())\n"
+        "    except OSError as exc: print(path, exc.strerror)\n"
+    )
+    result = jail.run(
+        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
+    )
+    assert "visible" in result.output_tail  # the rest of its directory stays
+    assert SENTINEL not in result.output_tail
+
+
+def test_the_postgresql_password_and_key_files_are_hidden(
+    tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq's password file and client key, named in the database URL or in the daemon's
+    environment, are hidden like a SQLite database: they open the history to whoever
+    holds them."""
+    files = {name: key_dir / name / "secret" for name in ("passfile", "sslkey", "env")}
+    for path in files.values():
+        path.parent.mkdir()
+        path.write_text(f"db.example:5432:afk:afk:{SENTINEL}\n")
+    monkeypatch.setenv("PGPASSFILE", str(files["env"]))
+    (tmp_path / "volume").mkdir()
+    url = (
+        f"postgresql://afk@db.example/afk?passfile={files['passfile']}"
+        f"&sslmode=verify-full&sslkey={files['sslkey']}"
+    )
+    settings = Settings(
+        database_url=url, volume=tmp_path / "volume", sandbox=SandboxSettings(allow_hosts=())
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
+    listed = [str(path) for path in files.values()]
+    script = (
+        "import pathlib\n"
+        f"for path in {listed!r}:\n"
+        "    try: print(pathlib.Path(path).read_text())\n"
+        "    except OSError as exc: print(path, exc.strerror)\n"
+    )
+    result = jail.run(
+        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
+    )
+    assert result.returncode == 0, result.output_tail
+    assert SENTINEL not in result.output_tail
+
+
+def test_the_keys_of_the_operators_own_ssh_command_are_hidden(
+    tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's own ``GIT_SSH_COMMAND`` (kept for the daemon's git when no
+    ``push.ssh_key_file`` is set) names its key and config: hidden like that key."""
+    named = {flag: key_dir / flag / "file" for flag in ("i", "o", "F")}
+    for path in named.values():
+        path.parent.mkdir()
+        path.write_text(SENTINEL)
+    monkeypatch.setenv(
+        "GIT_SSH_COMMAND",
+        f"ssh -i '{named['i']}' -o IdentityFile={named['o']} -F{named['F']} -o BatchMode=yes "
+        "-F /dev/null",  # not a key: /dev stays the sandbox's own
+    )
+    (tmp_path / "volume").mkdir()
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
+        volume=tmp_path / "volume",
+        sandbox=SandboxSettings(allow_hosts=()),
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
+    listed = [str(path) for path in named.values()]
+    script = (
+        "import pathlib\n"
+        f"for path in {listed!r}:\n"
+        "    try: print(pathlib.Path(path).read_text())\n"
+        "    except OSError as exc: print(path, exc.strerror)\n"
+        "open('/dev/null', 'w').write('fine')\n"
+    )
+    result = jail.run(
+        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
+    )
+    assert result.returncode == 0, result.output_tail
+    assert SENTINEL not in result.output_tail
