@@ -109,9 +109,11 @@ class GitHubTracker:
 
     def edit_history(self, slug: str, number: int, label: str) -> EditHistory:
         path = f"{_repo(slug)}/issues/{number}/events"
-        events = self._events(slug, number)
         owner, name = split_slug(slug)
+        # The title first, its renames after: a rename made between the two reads is then
+        # listed (and weighed) instead of passing for the title as opened or as labelled.
         issue, nodes = fetch_issue_edits(self.http, self.graphql_url, owner, name, number)
+        events = self._events(slug, number)
         return EditHistory(
             labels=label_marks(events, label, path),
             title=title_revisions(events, issue, path),
