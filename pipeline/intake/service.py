@@ -27,7 +27,7 @@ from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
 from pipeline.intake.access import MAX_POLL_BACKOFF_S, AccessWatch
 from pipeline.intake.commands import ResumeCommands, answered_run
-from pipeline.intake.dependencies import DependencyCheck, report_problem
+from pipeline.intake.dependencies import DependencyCheck, report_problem, vouched_refs
 from pipeline.intake.lifecycle import OPEN_STATES, VIA_LABEL, Lifecycle
 from pipeline.intake.lists import Lazy, Listed, fetch_lists
 from pipeline.intake.pushed import tell_watch_again
@@ -274,13 +274,17 @@ class Intake:
     # Dependencies ------------------------------------------------------------
 
     def _dependencies_done(self, repo: RepoSettings, issue: TrackerIssue, record: Issue) -> bool:
-        """True when ``issue`` may start; else it is recorded as waiting, with why."""
+        """True when ``issue`` may start; else it is recorded as waiting, with why.
+
+        The description as the label vouched for it (the snapshot) keeps its dependencies:
+        an untrusted editor can add one, never remove one.
+        """
         check = self._checks.get(repo.name)
         if check is None:
             check = self._checks[repo.name] = DependencyCheck(
                 self.trackers[repo.tracker], repo.slug
             )
-        verdict = check.verdict(issue.number, issue.body)
+        verdict = check.verdict(issue.number, issue.body, vouched_refs(record.labelled_body))
         waiting = self._waiting.setdefault(repo.name, {})
         if verdict.ready:
             waiting.pop(issue.number, None)
