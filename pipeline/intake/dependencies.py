@@ -172,7 +172,7 @@ class DependencyCheck:
         if number not in self._seen:
             self._fetches += 1
             try:
-                self._seen[number] = self.tracker.get_issue(self.slug, number)
+                self._seen[number] = self.tracker.issue(self.slug, number)
             except FatalError as exc:
                 if exc.kind != "missing_issue":
                     raise
