@@ -26,7 +26,7 @@ from typing import TypeVar
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
 from pipeline.intake.access import MAX_POLL_BACKOFF_S, AccessWatch
-from pipeline.intake.commands import ResumeCommands, answered_run
+from pipeline.intake.commands import ResumeCommands, answered_run, label_spent
 from pipeline.intake.dependencies import DependencyCheck, report_problem, vouched_refs
 from pipeline.intake.lifecycle import OPEN_STATES, VIA_LABEL, Lifecycle
 from pipeline.intake.lists import Lazy, Listed, fetch_lists
@@ -234,11 +234,9 @@ class Intake:
     def consider(
         self, repo: RepoSettings, issue: TrackerIssue, vouch: Vouch | None = None
     ) -> EnqueueResult | None:
-        """Enqueue ``issue`` if its ready label came from a trusted actor.
+        """Enqueue ``issue`` if its ready label came from a trusted actor and had no run yet.
 
-        ``vouch`` is what the forge said of the label when it was read beside
-        the issue (the webhook path); else it is read here.
-        """
+        ``vouch``: what the forge said of the label, read beside the issue (webhooks)."""
         ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
         if issue.is_pull_request or ready not in issue.labels or issue.state not in OPEN_STATES:
             return None
@@ -249,6 +247,8 @@ class Intake:
             self.lifecycle.untrusted(repo, issue.number, actor)
             return None
         record = self.store.upsert_issue(repo.name, seen(repo, issue, actor, mark))
+        if label_spent(self.store, record, mark):
+            return None  # this label's run has ended: only a new label asks again
         pushed = pushed_run(self.store, record.id)  # its change is on the branch: watch it
         options = EnqueueOptions(
             issue_id=record.id,
