@@ -16,15 +16,15 @@ import logging
 from collections.abc import Mapping
 
 from pipeline.config.settings import RepoSettings, Settings
-from pipeline.core.states import RESUMABLE_REASONS, RunState
+from pipeline.core.states import RESUMABLE_REASONS, TERMINAL_STATES, RunState
 from pipeline.intake.answers import comments_after
 from pipeline.intake.issue_text import posted_by_daemon
 from pipeline.intake.lifecycle import Lifecycle, marker
 from pipeline.intake.sanitize import strip_hidden
-from pipeline.store import Run, RunFilter
+from pipeline.store import Issue, Run, RunFilter
 from pipeline.store.roles import IntakeStore
 from pipeline.store.runs import EnqueueOptions
-from pipeline.trackers.base import Comment, Tracker
+from pipeline.trackers.base import Comment, LabelMark, Tracker
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,21 @@ def answered_run(store: IntakeStore, issue_id: int) -> int | None:
     if last and last[0].state == RunState.ESCALATED:
         return last[0].id if last[0].error_class in RESUMABLE_REASONS else None
     return None
+
+
+def label_spent(store: IntakeStore, record: Issue, mark: LabelMark | None) -> bool:
+    """True when the labelling ``mark`` names has had its run, and that run has ended.
+
+    A run can end before the daemon swaps the label for ``agent-working`` (cancelled while
+    queued, the issue closed, failed before its claim): the label is still there, and it
+    asks for one run, not one after each change of the issue. A new label (a later time)
+    asks again; a forge that does not say when the label came is taken at its word.
+    """
+    taken = record.snapshot_taken_at
+    if mark is None or taken is None or record.labelled_at != mark.at:
+        return False
+    last = store.list_runs(RunFilter(issue_id=record.id, limit=1))
+    return bool(last) and last[0].state in TERMINAL_STATES and last[0].created_at >= taken
 
 
 class ResumeCommands:

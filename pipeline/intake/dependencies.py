@@ -89,6 +89,16 @@ def parse_refs(text: str) -> Refs:
     return Refs(tuple(numbers), tuple(problems[:MAX_REFS]))
 
 
+def vouched_refs(labelled_body: str | None) -> tuple[int, ...]:
+    """The dependencies of the description as the trusted label saw it (intake's snapshot).
+
+    They hold after an edit by anyone: the forge does not always say who edited, and an
+    untrusted editor must not start an issue early by deleting its ``Depends on`` line.
+    Its unreadable references are not problems: only the text as it is now is told.
+    """
+    return parse_refs(labelled_body).numbers if labelled_body else ()
+
+
 class DependencyCheck:
     """Decides whether issues of one repo may start; issues fetched once per check."""
 
@@ -99,18 +109,23 @@ class DependencyCheck:
         self._seen: dict[int, TrackerIssue | None] = {}  # None: does not exist
         self._fetches = 0
 
-    def verdict(self, number: int, body: str) -> Verdict:
-        """Ready when every dependency is closed; else why not (and any problem to report)."""
+    def verdict(self, number: int, body: str, vouched: tuple[int, ...] = ()) -> Verdict:
+        """Ready when every dependency is closed; else why not (and any problem to report).
+
+        ``vouched``: the dependencies of the description as labelled (``vouched_refs``),
+        which hold whatever the description says now.
+        """
         refs = parse_refs(body)
         if refs.problems:
             text = "; ".join(refs.problems)
             return Verdict(
                 False, f"unreadable dependencies: {text}", _problem("refs", text, number)
             )
-        if number in refs.numbers:
+        numbers = tuple(dict.fromkeys((*refs.numbers, *vouched)))
+        if number in numbers:
             return self._cycle([number, number])
         open_deps: list[int] = []
-        for dep in refs.numbers:
+        for dep in numbers:
             found = self._fetch(dep)
             if found is None:
                 text = f"#{dep} does not exist"
@@ -157,7 +172,7 @@ class DependencyCheck:
         if number not in self._seen:
             self._fetches += 1
             try:
-                self._seen[number] = self.tracker.get_issue(self.slug, number)
+                self._seen[number] = self.tracker.issue(self.slug, number)
             except FatalError as exc:
                 if exc.kind != "missing_issue":
                     raise

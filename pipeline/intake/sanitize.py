@@ -113,9 +113,13 @@ BREAK = "\u200b"
 # "&#x40org" to "@org" and "&amp3" to "&3"; CommonMark wants the ";", a browser does not).
 _ENTITY = re.compile(r"&(?=#[0-9]|#x[0-9a-f]|amp|[a-z][a-z0-9]*;)", re.IGNORECASE)
 _MENTION = re.compile("@(?!\u200b)")
-_NUMBERED = re.compile(r"(?:[#!&]|\bGH-)(?=[0-9])", re.IGNORECASE)
+# GitLab also reads "GL-123" (its alternative issue prefix), "[work_item:123]", "[epic:123]"
+# and incident URLs (``.../-/issues/incident/123``) as references (``app/models/issue.rb``).
+_NUMBERED = re.compile(r"(?:[#!&]|\bGH-|GL-)(?=[0-9])", re.IGNORECASE)
+_BRACKETED = re.compile(r"\[(?=(?:work_item|epic):)", re.IGNORECASE)
 _ISSUE_URL = re.compile(
-    r"/(?:issues|pulls?|merge_requests|work_items|epics|discussions)/(?=[0-9])", re.IGNORECASE
+    r"/(?:issues(?:/incident)?|pulls?|merge_requests|work_items|epics|discussions)/(?=[0-9])",
+    re.IGNORECASE,
 )
 _COMMAND_LINE = re.compile(r"^([ \t]*)/", re.MULTILINE)
 
@@ -123,11 +127,11 @@ _COMMAND_LINE = re.compile(r"^([ \t]*)/", re.MULTILINE)
 def inert_quote(text: str) -> str:
     """``text`` someone else wrote (an agent's question, test output, a CI check's name),
     masked and made inert to quote where a forge acts on words under the daemon's token:
-    no ``@name`` or ``@org/team`` mention, no ``#3``, ``!5``, ``&7``, ``GH-3``,
-    ``other/repo#3`` or issue URL reference (a back-link on that issue), no line starting
-    with ``/`` (a GitLab quick action, run with the daemon's permissions), no HTML entity
-    spelling one of those signs (``&#64;``). The text reads the same; the daemon's own words
-    around it (a mention of the person it answers) keep working.
+    no ``@name`` or ``@org/team`` mention, no ``#3``, ``!5``, ``&7``, ``GH-3``, ``GL-3``,
+    ``[work_item:3]``, ``other/repo#3`` or issue URL reference (a back-link on that issue),
+    no line starting with ``/`` (a GitLab quick action, run with the daemon's permissions),
+    no HTML entity spelling one of those signs (``&#64;``). The text reads the same; the
+    daemon's own words around it (a mention of the person it answers) keep working.
 
     Masked first: a secret with an ``@`` in it must still be found whole.
     """
@@ -135,6 +139,7 @@ def inert_quote(text: str) -> str:
     text = _ENTITY.sub("&amp;", text)
     text = _MENTION.sub("@" + BREAK, text)
     text = _NUMBERED.sub(lambda found: found.group(0) + BREAK, text)
+    text = _BRACKETED.sub("[" + BREAK, text)
     text = _ISSUE_URL.sub(lambda found: found.group(0) + BREAK, text)
     return _COMMAND_LINE.sub(lambda found: found.group(1) + BREAK + "/", text)
 

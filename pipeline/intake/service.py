@@ -26,8 +26,8 @@ from typing import TypeVar
 from pipeline.config.settings import RepoSettings, Settings
 from pipeline.core.errors import ConfigError, FatalError, RetryableError
 from pipeline.intake.access import MAX_POLL_BACKOFF_S, AccessWatch
-from pipeline.intake.commands import ResumeCommands, answered_run
-from pipeline.intake.dependencies import DependencyCheck, report_problem
+from pipeline.intake.commands import ResumeCommands, answered_run, label_spent
+from pipeline.intake.dependencies import DependencyCheck, report_problem, vouched_refs
 from pipeline.intake.lifecycle import OPEN_STATES, VIA_LABEL, Lifecycle
 from pipeline.intake.lists import Lazy, Listed, fetch_lists
 from pipeline.intake.pushed import tell_watch_again
@@ -234,11 +234,9 @@ class Intake:
     def consider(
         self, repo: RepoSettings, issue: TrackerIssue, vouch: Vouch | None = None
     ) -> EnqueueResult | None:
-        """Enqueue ``issue`` if its ready label came from a trusted actor.
+        """Enqueue ``issue`` if its ready label came from a trusted actor and had no run yet.
 
-        ``vouch`` is what the forge said of the label when it was read beside
-        the issue (the webhook path); else it is read here.
-        """
+        ``vouch``: what the forge said of the label, read beside the issue (webhooks)."""
         ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
         if issue.is_pull_request or ready not in issue.labels or issue.state not in OPEN_STATES:
             return None
@@ -249,6 +247,8 @@ class Intake:
             self.lifecycle.untrusted(repo, issue.number, actor)
             return None
         record = self.store.upsert_issue(repo.name, seen(repo, issue, actor, mark))
+        if label_spent(self.store, record, mark):
+            return None  # this label's run has ended: only a new label asks again
         pushed = pushed_run(self.store, record.id)  # its change is on the branch: watch it
         options = EnqueueOptions(
             issue_id=record.id,
@@ -274,13 +274,17 @@ class Intake:
     # Dependencies ------------------------------------------------------------
 
     def _dependencies_done(self, repo: RepoSettings, issue: TrackerIssue, record: Issue) -> bool:
-        """True when ``issue`` may start; else it is recorded as waiting, with why."""
+        """True when ``issue`` may start; else it is recorded as waiting, with why.
+
+        The description as the label vouched for it (the snapshot) keeps its dependencies:
+        an untrusted editor can add one, never remove one.
+        """
         check = self._checks.get(repo.name)
         if check is None:
             check = self._checks[repo.name] = DependencyCheck(
                 self.trackers[repo.tracker], repo.slug
             )
-        verdict = check.verdict(issue.number, issue.body)
+        verdict = check.verdict(issue.number, issue.body, vouched_refs(record.labelled_body))
         waiting = self._waiting.setdefault(repo.name, {})
         if verdict.ready:
             waiting.pop(issue.number, None)

@@ -126,6 +126,10 @@ class Tracker(Protocol):
 
     def get_issue(self, slug: str, number: int) -> IssueDetail: ...
 
+    def issue(self, slug: str, number: int) -> TrackerIssue:
+        """The issue alone, without its comments (one read: its state and text)."""
+        ...
+
     def labeller(self, slug: str, number: int, label: str) -> str | None:
         """Who applied ``label`` most recently, or ``None`` if no event says."""
         ...

@@ -93,10 +93,13 @@ class GitHubTracker:
         return sorted((i for i in issues if not i.is_pull_request), key=lambda i: i.number)
 
     def get_issue(self, slug: str, number: int) -> IssueDetail:
-        page = self.http.get(f"{_repo(slug)}/issues/{number}", not_found="missing_issue")
-        issue = parse_issue(as_dict(page.data, page.url))
+        issue = self.issue(slug, number)
         comments = tuple(self.list_comments(slug, number))
         return IssueDetail(**vars(issue), comments=comments)
+
+    def issue(self, slug: str, number: int) -> TrackerIssue:
+        page = self.http.get(f"{_repo(slug)}/issues/{number}", not_found="missing_issue")
+        return parse_issue(as_dict(page.data, page.url))
 
     def labeller(self, slug: str, number: int, label: str) -> str | None:
         mark = self.label_event(slug, number, label)
@@ -109,9 +112,11 @@ class GitHubTracker:
 
     def edit_history(self, slug: str, number: int, label: str) -> EditHistory:
         path = f"{_repo(slug)}/issues/{number}/events"
-        events = self._events(slug, number)
         owner, name = split_slug(slug)
+        # The title first, its renames after: a rename made between the two reads is then
+        # listed (and weighed) instead of passing for the title as opened or as labelled.
         issue, nodes = fetch_issue_edits(self.http, self.graphql_url, owner, name, number)
+        events = self._events(slug, number)
         return EditHistory(
             labels=label_marks(events, label, path),
             title=title_revisions(events, issue, path),

@@ -12,7 +12,10 @@ documented either: they are sorted by ``editedAt`` here. An issue whose
 does not list, and that change is attributed to nobody (so it is not trusted).
 
 Title changes are REST issue events of type ``renamed`` (``rename.from``/``to``),
-label additions are ``labeled`` events: both come from one events listing.
+label additions are ``labeled`` events: both come from one events listing, read
+after the GraphQL answer, so every rename that made the title it returned is listed
+(a stranger's rename landing between the two reads is weighed, not taken for the
+title as opened).
 """
 
 from __future__ import annotations

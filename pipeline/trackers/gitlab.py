@@ -89,9 +89,12 @@ class GitLabTracker:
         return sorted(issues, key=lambda i: i.number)
 
     def get_issue(self, slug: str, number: int) -> IssueDetail:
-        page = self.http.get(f"{_project(slug)}/issues/{number}", not_found="missing_issue")
-        issue = parse_issue(as_dict(page.data, page.url))
+        issue = self.issue(slug, number)
         return IssueDetail(**vars(issue), comments=tuple(self.list_comments(slug, number)))
+
+    def issue(self, slug: str, number: int) -> TrackerIssue:
+        page = self.http.get(f"{_project(slug)}/issues/{number}", not_found="missing_issue")
+        return parse_issue(as_dict(page.data, page.url))
 
     def labeller(self, slug: str, number: int, label: str) -> str | None:
         mark = self.label_event(slug, number, label)

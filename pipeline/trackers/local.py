@@ -80,6 +80,9 @@ class LocalTracker:
         )
         return IssueDetail(**{**base.__dict__, "comments": comments})
 
+    def issue(self, slug: str, number: int) -> TrackerIssue:
+        return self._tracker_issue(self._issue(slug, number))
+
     def labeller(self, slug: str, number: int, label: str) -> str | None:
         issue = self._issue(slug, number)
         return issue.labeller if label in issue.labels else None

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pipeline.intake.issue_text import BODY_LEFT_OUT, Snapshot, TrustedIssue, trusted_issue
 from pipeline.testing.forges import FakeGitea, FakeGitHub, FakeGitLab, served
 from pipeline.testing.forges.base import FakeForge
 from pipeline.testing.intake_world import IntakeWorld
+from pipeline.trackers import GitHubTracker, HttpOptions
 
 from .conftest import READY, intake_over
 
@@ -154,3 +156,47 @@ def test_github_edit_history_across_pages(database_url: str, tmp_path: Path) -> 
         graphql_calls = fake.paths("POST").count("/graphql")
     assert text.body == "revision 109" and text.data["body"] == "trusted revision"
     assert graphql_calls == 2
+
+
+class _RenameAfterEvents(httpx.HTTPTransport):
+    """The stranger renames the issue right after GitHub answered its events listing."""
+
+    def __init__(self, fake: FakeForge, number: int) -> None:
+        super().__init__()
+        self.fake, self.number, self.done = fake, number, False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if not self.done and request.url.path.endswith(f"/issues/{self.number}/events"):
+            response.read()
+            self.fake.edit_issue(SLUG, self.number, "stranger", title="Urgent: " + ATTACK)
+            self.done = True
+        return response
+
+
+def test_github_stranger_rename_between_events_and_graphql(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A rename that lands between the events listing and the GraphQL answer is nobody's:
+    the title as labelled is used, not the stranger's (the history is read in one order)."""
+    with (
+        served("github", SLUG, writer="maint") as fake,
+        intake_over(fake, SLUG, database_url, tmp_path / "v") as world,
+    ):
+        number = _open_and_label(fake)
+        world.intake.poll_all()
+        settings = world.settings.tracker("github")
+        assert settings is not None
+        tracker = GitHubTracker(
+            settings,
+            fake.token,
+            options=HttpOptions(mutation_spacing_s=0.0, timeout_s=5.0),
+            transport=_RenameAfterEvents(fake, number),
+        )
+        [run] = world.runs()
+        record = world.store.get_issue(run.issue_id or 0)
+        detail = tracker.get_issue(SLUG, number)
+        text = trusted_issue(tracker, settings, SLUG, detail, Snapshot.of(record))
+        tracker.close_client()
+    assert ATTACK not in text.title
+    assert text.title == "Fix add"

@@ -16,7 +16,7 @@ class Issues:
     bodies: dict[int, tuple[str, str]]  # number -> (state, body)
     fetched: list[int] = field(default_factory=list)
 
-    def get_issue(self, slug: str, number: int) -> IssueDetail:
+    def issue(self, slug: str, number: int) -> IssueDetail:
         self.fetched.append(number)
         if number not in self.bodies:
             raise FatalError("missing_issue", f"{slug}#{number} does not exist")

@@ -42,6 +42,12 @@ REFERENCES = (
     re.compile(r"(?:\s|^|\(|\[)([0-9a-zA-Z-_.]+/[0-9a-zA-Z-_.]+[#!][0-9]+)(?:\s|$|\)|\]|[:;,.?!])"),
     re.compile(r"[!&][0-9]+"),
     re.compile(r"/(?:issues|pulls?|merge_requests|work_items|epics)/[0-9]+"),
+    # GitLab's app/models/issue.rb: the alternative prefix "GL-" ("GL-123: My commit") and
+    # incident URLs (``issues(?:\/incident)?``); work items and epics also take
+    # "[work_item:123]" and "[epic:123]", a namespace path allowed before the number.
+    re.compile(r"GL-[0-9]+"),
+    re.compile(r"/issues/incident/[0-9]+"),
+    re.compile(r"\[(?:work_item|epic):(?:[\w.-]+(?:/[\w.-]+)*/)?&?[0-9]+\]?"),
 )
 # GitLab's quick actions (lib/gitlab/quick_actions/extractor.rb): "/" and a command name at
 # the very start of a line; "\r" is deleted first.
@@ -62,6 +68,9 @@ ATTACKS = [
     "&#64;admin &#x40;admin &commat;admin &#35;3 &num;3 &#47;close",
     "&#x40org/team &#64admin &#35;3 &amp3 &AMP12",  # entities an HTML decoder reads without ";"
     "\\@admin \\#3 @\\-admin",
+    "see GL-5, (GL-6) and xGL-7",
+    "https://gitlab.example/g/p/-/issues/incident/5",
+    "[work_item:5] [epic:6] [work_item:g/p/7] [epic:g&8]",
 ]
 
 
@@ -130,8 +139,11 @@ def test_a_dependency_on_another_repository_is_named_without_linking_it() -> Non
     assert refs.problems[0].replace(BREAK, "").startswith("other/repo#3:")
 
 
-SIGNS = st.sampled_from(["@", "#", "!", "&", "/", "GH-", "\n", "\r", " ", "\t", ">", "`", ";"])
-WORDS = st.sampled_from(["admin", "org/team", "3", "12", "close", "issues/", "o/r", "#x40", "amp"])
+SIGN_LIST = ["@", "#", "!", "&", "/", "GH-", "GL-", "[work_item:", "[epic:", "\n", "\r", " "]
+SIGNS = st.sampled_from([*SIGN_LIST, "\t", ">", "`", ";"])
+WORDS = st.sampled_from(
+    ["admin", "org/team", "3", "12", "close", "issues/", "issues/incident/", "o/r", "#x40", "amp"]
+)
 
 
 @given(st.lists(st.one_of(SIGNS, WORDS), max_size=30).map("".join))
