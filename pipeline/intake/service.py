@@ -356,12 +356,9 @@ class Intake:
     def _vouch(self, repo: RepoSettings, number: int, labeller: str | None) -> Vouch:
         """Who added the ready label (``labeller`` when the event named them) and their trust.
 
-        With the labeller known, the label event and the permission are read at once.
-        When the forge says the label now in force was added by someone else (a
-        delivery replayed under a new id, its body signed but not its id, or one
-        that arrived after the label was put back), the forge's event decides, as
-        on a poll: a delivery never vouches for a label its sender did not add.
-        """
+        With the labeller known, the label event and the permission are read at once. When
+        the forge says someone else added the label now in force (a delivery replayed under
+        a new id, or late), its event decides, as on a poll."""
         tracker = self.trackers[repo.tracker]
         ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
         if labeller is None:
