@@ -49,6 +49,7 @@ def build(settings: s.Settings, problems: Problems) -> s.Settings:
         prices = {price: getattr(agent, price) for price in _PRICES}
         _check(agent, prices, f"agents.{agent.name}", problems)
     repos = [_repo(repo, trackers, agents, problems) for repo in settings.repos]
+    _one_table_a_repository(repos, problems)
     return dataclasses.replace(
         settings,
         trackers=tuple(trackers.values()),
@@ -75,6 +76,22 @@ def _check(
         if prices.get(price) is not None and agent.kind != "codex":
             why = f"a {agent.kind} agent's cost is not computed from token prices"
             problems.append((f"{where}.{price}", f'only for kind = "codex" ({why})'))
+
+
+def _one_table_a_repository(repos: list[s.RepoSettings], problems: Problems) -> None:
+    """Two tables naming one repository would share its checkout, its queue in neither."""
+    first: dict[tuple[str, str], str] = {}
+    for repo in repos:
+        other = first.setdefault((repo.tracker, repo.slug.casefold()), repo.name)
+        if other != repo.name:
+            problems.append(
+                (
+                    f"repos.{repo.name}.slug",
+                    f"{repo.slug!r} on tracker {repo.tracker!r} is already repos.{other}; "
+                    "one repository is one [repos.NAME] table (its runs share one checkout "
+                    "and one issue list)",
+                )
+            )
 
 
 def _lookup(table: dict[str, T], name: str, what: str, where: str, problems: Problems) -> T | None:

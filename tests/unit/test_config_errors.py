@@ -55,6 +55,12 @@ CASES: list[tuple[str, str, str]] = [
         "repos.web.slug: missing required value",
     ),
     (
+        "one repository in two tables",
+        REPO + '[repos.web2]\ntracker = "local"\nslug = "O/Web"\nremote_url = "w.git"\n',
+        "repos.web2.slug: 'O/Web' on tracker 'local' is already repos.web; one repository "
+        "is one [repos.NAME] table (its runs share one checkout and one issue list)",
+    ),
+    (
         "missing remote for local",
         '[repos.web]\ntracker = "local"\nslug = "o/w"\n',
         "repos.web.remote_url: missing required value",
