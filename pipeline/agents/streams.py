@@ -26,7 +26,7 @@ from pipeline.core.masking import mask, mask_data
 from pipeline.core.printable import well_formed
 from pipeline.core.proc import CommandResult, StopToken
 from pipeline.sandbox.jail import Jail
-from pipeline.sandbox.network import NetworkPolicy
+from pipeline.sandbox.network import NetworkPolicy, entry_for
 
 MAX_GARBAGE_EVENTS = 20
 MAX_STREAM_EVENTS = 1000  # timeline events (tool calls, messages) per agent invocation
@@ -186,7 +186,7 @@ def model_hosts(preset: AgentPreset) -> tuple[str, ...]:
             parts = urlsplit(value)
             if parts.hostname:
                 default = 443 if parts.scheme == "https" else 80
-                hosts.append(f"{parts.hostname}:{parts.port or default}")
+                hosts.append(entry_for(parts.hostname, parts.port or default))
     return tuple(hosts)
 
 

@@ -3,8 +3,9 @@
 In ``allowlist`` mode a sandbox has its own network namespace with nothing in
 it but loopback, so no packet leaves it directly. Its only way out is a Unix
 socket bound into it, served by this proxy in the daemon: ``CONNECT host:port``
-(HTTPS) and absolute-form HTTP requests are relayed when the host is on the
-run's allowlist and refused with a 403 that says why otherwise; a relayed HTTP
+(HTTPS) and absolute-form HTTP requests are relayed when the host and port are on
+the run's allowlist and refused with a 403 that says why otherwise (an entry
+without a port allows 443 and 80 only, one with a port that port); a relayed HTTP
 request carries the checked host as its ``Host``, never the client's own. The
 decision is made here, outside the sandbox, so nothing the agent does inside can
 widen it.
@@ -35,6 +36,9 @@ IDLE_TIMEOUT_S = 600.0
 MAX_CONNECTIONS = 256
 MAX_DENIAL_EVENTS = 20
 _CHUNK = 65536
+# The ports an allowlist entry without one opens: HTTPS and HTTP. A registry's name must
+# not open the rest of its machine (ssh, a database, the daemon's own API).
+DEFAULT_PORTS = (443, 80)
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,24 @@ class NetworkPolicy:
     allow_hosts: tuple[str, ...] = ()
 
     def allows(self, host: str, port: int) -> bool:
-        """True when ``host:port`` matches an entry (``host``, ``host:port``, ``*.domain``)."""
+        """True when ``host:port`` matches an entry: ``host:port`` that port, ``host`` and
+        ``*.domain`` the ``DEFAULT_PORTS``."""
         if self.mode == "open":
             return True
         host = host.lower().strip("[]")
         return any(_matches(entry.lower(), host, port) for entry in self.allow_hosts)
+
+    def refusal(self, host: str, port: int) -> str:
+        """Why ``host:port`` is refused, and the ``allow_hosts`` entry that would allow it."""
+        host = host.lower().strip("[]")
+        wanted = entry_for(host, port)
+        hint = f'the operator can allow it with "{wanted}" in allow_hosts'
+        if not any(_named(_split_entry(entry.lower())[0], host) for entry in self.allow_hosts):
+            return f"{wanted} is not on the sandbox's network allowlist; {hint}"
+        return (
+            f"port {port} of {host} is not allowed: an allowlist entry without a port "
+            f"allows only ports {' and '.join(map(str, DEFAULT_PORTS))}; {hint}"
+        )
 
     def describe(self) -> str:
         if self.mode == "open":
@@ -57,10 +74,19 @@ class NetworkPolicy:
         return "allowlist: " + (", ".join(self.allow_hosts) or "nothing")
 
 
+def entry_for(host: str, port: int) -> str:
+    """The allowlist entry for exactly ``host:port`` (``[v6]:port`` for an IPv6 address)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _matches(entry: str, host: str, port: int) -> bool:
     name, wanted_port = _split_entry(entry)
-    if wanted_port is not None and wanted_port != port:
+    if port not in (DEFAULT_PORTS if wanted_port is None else (wanted_port,)):
         return False
+    return _named(name, host)
+
+
+def _named(name: str, host: str) -> bool:
     if name.startswith("*."):
         return host.endswith(name[1:])
     return host == name
@@ -216,18 +242,14 @@ class EgressProxy:
             self._forward(conn, request)
 
     def _deny(self, conn: socket.socket, request: Request) -> None:
-        reason = f"{request.target} is not on the sandbox's network allowlist"
+        reason = self.policy.refusal(request.host, request.port)
+        answer = f"afk-pipeline sandbox: {reason} ({self.policy.describe()})"
         self.denied += 1
         if self.on_denied is not None and self.denied <= MAX_DENIAL_EVENTS:
             if self.denied == MAX_DENIAL_EVENTS:
                 reason += "; later refusals of this command are not recorded"
             self.on_denied(request.target, reason)
-        _answer(
-            conn,
-            403,
-            f"afk-pipeline sandbox: {reason} ({self.policy.describe()}); "
-            "the operator can add it to allow_hosts",
-        )
+        _answer(conn, 403, answer)
 
     def _forward(self, conn: socket.socket, request: Request) -> None:
         try:
