@@ -1,4 +1,5 @@
-"""What intake keeps and reports: tracker health, poll reports, counters, label vouches.
+"""What intake keeps and reports: tracker health, poll reports, counters, label vouches
+(and how a label is vouched for: ``vouch_for``).
 
 Also how an accepted issue is recorded (``seen``): the snapshot of what the
 trusted label vouched for.
@@ -6,11 +7,12 @@ trusted label vouched for.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pipeline.config.settings import RepoSettings
 from pipeline.store import IssueSnapshot, SeenIssue
-from pipeline.trackers.base import LabelMark, TrackerIssue
+from pipeline.trackers.base import LabelMark, Tracker, TrackerIssue
 
 
 @dataclass
@@ -29,6 +31,25 @@ class Vouch:
     mark: LabelMark | None
     actor: str | None
     trusted: bool
+
+
+def vouch_for(tracker: Tracker, slug: str, number: int, ready: str, labeller: str | None) -> Vouch:
+    """Who added the ``ready`` label (``labeller`` when the event named them) and their trust.
+
+    With the labeller known, the label event and the permission are read at once. When
+    the forge says someone else added the label now in force (a delivery replayed under
+    a new id, or late), its event decides, as on a poll."""
+    if labeller is None:
+        mark = tracker.label_event(slug, number, ready)
+        actor = mark.actor if mark else None
+        return Vouch(mark, actor, actor is not None and tracker.is_trusted(slug, actor))
+    with ThreadPoolExecutor(1, thread_name_prefix="vouch") as pool:
+        trusted = pool.submit(tracker.is_trusted, slug, labeller)
+        mark = tracker.label_event(slug, number, ready)
+        named = mark.actor if mark is not None else None
+        if named is not None and named.lower() != labeller.lower():
+            return Vouch(mark, named, tracker.is_trusted(slug, named))
+        return Vouch(mark, labeller, trusted.result())
 
 
 @dataclass(frozen=True)

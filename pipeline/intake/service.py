@@ -30,8 +30,9 @@ from pipeline.intake.commands import ResumeCommands, answered_run, label_spent
 from pipeline.intake.dependencies import DependencyCheck, report_problem, vouched_refs
 from pipeline.intake.lifecycle import OPEN_STATES, VIA_LABEL, Lifecycle
 from pipeline.intake.lists import Lazy, Listed, fetch_lists
+from pipeline.intake.passed_over import PassedOver, issue_scoped
 from pipeline.intake.pushed import tell_watch_again
-from pipeline.intake.records import IntakeMetrics, PollReport, TrackerHealth, Vouch, seen
+from pipeline.intake.records import IntakeMetrics, PollReport, TrackerHealth, Vouch, seen, vouch_for
 from pipeline.notify.escalation import Notifies
 from pipeline.store import Issue
 from pipeline.store.pushed import pushed_run
@@ -84,6 +85,7 @@ class Intake:
         self.on_webhook_rejected: Callable[[str, str], None] | None = None
         self.commands = ResumeCommands(store, settings, trackers, lifecycle)
         self.access = AccessWatch(self.poll_interval_s, clock, notifier, store)
+        self.passed = PassedOver(self.poll_interval_s, clock)  # issues that failed alone
 
     def repos_of(self, tracker: str) -> list[RepoSettings]:
         return [r for r in self.settings.repos if r.tracker == tracker]
@@ -105,7 +107,8 @@ class Intake:
 
         A transient error (5xx, timeout, rate limit, full queue) ends this
         tracker's cycle and backs it off; a repo-scoped one (a missing repo, no
-        permission) is counted and logged, and the other repos are still polled.
+        permission) is counted and logged, and the other repos are still polled;
+        an issue-scoped one passes that issue over (``pipeline.intake.passed_over``).
         A repo whose token is refused is backed off on its own, and what changed
         in such refusals is told to a human at the end of the poll.
         """
@@ -170,7 +173,7 @@ class Intake:
         self._checks.pop(repo.name, None)
         issues = listed.result()
         if issues is None:
-            issues = self._unfinished.get(key) or list(self._waiting.get(repo.name, {}).values())
+            issues = self._unfinished.get(key) or self._again(repo)
             if not issues:
                 return None
         else:
@@ -178,17 +181,25 @@ class Intake:
         self._unfinished[key] = issues
         enqueued = 0
         for issue in issues:
-            if self._settled(repo, issue, in_queue):
+            if self._settled(repo, issue, in_queue) or not self.passed.due(repo, issue.number):
                 continue
             try:
                 result = self.consider(repo, issue)
-            except FatalError as exc:  # e.g. deleted since listed: skip it, not the rest
+            except (FatalError, RetryableError) as exc:  # the issue's alone: skip it, not the rest
+                if not issue_scoped(exc):
+                    raise
                 self._count_poll_error(repo.tracker)
-                log.warning("%s#%s: not considered: %s", repo.name, issue.number, exc)
+                self.passed.failed(repo, issue, exc)
                 continue
+            self.passed.done(repo, issue.number)
             enqueued += bool(result and result.created)
         del self._unfinished[key]
         return len(issues), enqueued
+
+    def _again(self, repo: RepoSettings) -> list[TrackerIssue]:
+        """On an unchanged list: the issues waiting on dependencies or passed over, due again."""
+        again = {**self._waiting.get(repo.name, {}), **self.passed.pending(repo)}
+        return [again[number] for number in sorted(again)]
 
     def _keep_for_next_poll(self, repos: list[RepoSettings], lists: list[Listed]) -> None:
         """Lists fetched (their ETags kept) but not processed this cycle are processed
@@ -307,6 +318,7 @@ class Intake:
     def _forget_waiting(self, repo: RepoSettings, listed: set[int]) -> None:
         """Issues no longer listed as ready (closed, unlabelled) wait for nothing."""
         waiting = self._waiting.setdefault(repo.name, {})
+        self.passed.forget(repo, listed)
         for number in [n for n in waiting if n not in listed]:
             del waiting[number]
         if self._listed.get(repo.name) != frozenset(listed):  # an unchanged list writes nothing
@@ -354,24 +366,8 @@ class Intake:
         return 202, {"status": "accepted", "issue": event.issue_number}
 
     def _vouch(self, repo: RepoSettings, number: int, labeller: str | None) -> Vouch:
-        """Who added the ready label (``labeller`` when the event named them) and their trust.
-
-        With the labeller known, the label event and the permission are read at once. When
-        the forge says someone else added the label now in force (a delivery replayed under
-        a new id, or late), its event decides, as on a poll."""
-        tracker = self.trackers[repo.tracker]
         ready = self.lifecycle.tracker_settings[repo.tracker].ready_label
-        if labeller is None:
-            mark = tracker.label_event(repo.slug, number, ready)
-            actor = mark.actor if mark else None
-            return Vouch(mark, actor, actor is not None and tracker.is_trusted(repo.slug, actor))
-        with ThreadPoolExecutor(1, thread_name_prefix="vouch") as pool:
-            trusted = pool.submit(tracker.is_trusted, repo.slug, labeller)
-            mark = tracker.label_event(repo.slug, number, ready)
-            named = mark.actor if mark is not None else None
-            if named is not None and named.lower() != labeller.lower():
-                return Vouch(mark, named, tracker.is_trusted(repo.slug, named))
-            return Vouch(mark, labeller, trusted.result())
+        return vouch_for(self.trackers[repo.tracker], repo.slug, number, ready, labeller)
 
     def _fetch_and_consider(self, repo: RepoSettings, number: int, sender: str) -> None:
         """A webhook's issue: the issue, its label event and the labeller's permission

@@ -172,9 +172,11 @@ class ForgeHttp:
         items: list[Any] = []
         changed = not conditional
         request: tuple[str, Params] | None = (path, params)
-        for _ in range(self.options.max_pages):
+        for pages in range(self.options.max_pages + 1):
             if request is None:
                 return items if changed else None
+            if pages == self.options.max_pages:  # a page past the cap: ``max_pages`` are read
+                break
             if conditional:
                 page, fresh = self._get_conditional(request[0], request[1], not_found)
                 changed = changed or fresh

@@ -93,6 +93,19 @@ def test_endless_pagination_is_cut_off() -> None:
     assert info.value.kind == "forge_bad_response" and "more than 5 pages" in str(info.value)
 
 
+def test_exactly_the_page_cap_is_read_whole() -> None:
+    """``max_pages`` pages are allowed: only a further page is refused."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        page = int(request.url.params.get("page", "1"))
+        link = f'<https://forge.test/api/x?page={page + 1}>; rel="next"' if page < 3 else ""
+        return httpx.Response(200, json=[page], headers={"link": link})
+
+    assert _http(handler, max_pages=3).collect("/x", {}, link_next) == [1, 2, 3]
+    with pytest.raises(RetryableError, match="more than 2 pages"):
+        _http(handler, max_pages=2).collect("/x", {}, link_next)
+
+
 def test_no_token_in_client_repr() -> None:
     """The client's repr shows the forge and URL only."""
     settings = TrackerSettings(name="gh", kind="github")
