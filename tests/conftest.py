@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +46,28 @@ def clean_secrets() -> Iterator[None]:
     clear_secrets()
     yield
     clear_secrets()
+
+
+# Places every sandbox replaces with a fresh tmpfs: a sentinel there is out of sight anyway.
+_FRESH_IN_SANDBOX = tuple(Path(p) for p in ("/tmp", "/var/tmp", "/run", "/var/run"))
+
+
+@pytest.fixture
+def host_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on the host's disk that a sandbox would show, removed afterwards.
+
+    A test that checks the sandbox hides something keeps it here, not under ``tmp_path``
+    (``/tmp``, which every sandbox replaces): there it would be out of sight whether or
+    not the daemon hides it, and the test could not fail. HOME moves to ``tmp_path``
+    for the same reason: the daemon hides its HOME, which may hold this checkout."""
+    path = Path(tempfile.mkdtemp(prefix=".afk-host-", dir=Path(__file__).parent)).resolve()
+    try:
+        fresh = [p for p in _FRESH_IN_SANDBOX if p.resolve() in (path, *path.parents)]
+        assert not fresh, f"{path} is under {fresh[0]}, which every sandbox replaces"
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _require_postgres() -> None:

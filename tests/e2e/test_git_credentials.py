@@ -11,10 +11,8 @@ can reach and pushes what it read; the credentials must be in none of it.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,17 +57,9 @@ class Remote:
         return [line.split()[1] for line in lines if line.startswith("ok ")]
 
 
-@pytest.fixture
-def key_dir() -> Iterator[Path]:
-    """A directory outside /tmp (which every sandbox replaces) for the SSH key: the host's disk."""
-    path = Path(tempfile.mkdtemp(prefix=".afk-e2e-key-", dir=Path(__file__).parent))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.fixture(params=["https", "ssh"])
 def remote(
-    request: pytest.FixtureRequest, tmp_path: Path, key_dir: Path, cli_env: dict[str, str]
+    request: pytest.FixtureRequest, tmp_path: Path, host_dir: Path, cli_env: dict[str, str]
 ) -> Iterator[Remote]:
     """The private remote over each transport, holding the project on main."""
     srv = tmp_path / "srv"
@@ -82,6 +72,8 @@ def remote(
                 server.url("calc.git"), bare, 'token_env = "AFK_E2E_GIT_TOKEN"\n', http=server
             )
         return
+    key_dir = host_dir / "keys"  # the host's disk, not /tmp: only the daemon's hiding hides it
+    key_dir.mkdir()
     key = key_dir / "deploy_key"
     key.write_text(KEY)
     key.chmod(0o600)

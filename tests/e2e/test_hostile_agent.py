@@ -42,6 +42,12 @@ SECRETS = {
     "AFK_E2E_API_TOKEN": "sntl-api-Kd93se",
 }
 NOTIFY_PASSWORD = "sntl-notify-Hx25cu"
+# Held in files of the daemon's places: the config, another repo's checkout, the daemon's HOME.
+IN_FILES = {
+    "config": "sntl-config-Lc38fa",
+    "other": "sntl-other-Rb72dw",
+    "home": "sntl-home-Nt16gk",
+}
 AGENT = Path(__file__).with_name("hostile_agent.py")
 LATE_WAIT_S = 25.0  # the agent's detached child would write its marker after 20 s
 
@@ -60,7 +66,7 @@ class World:
     forge: FakeGitHub
 
     def sentinels(self) -> list[str]:
-        return [*SECRETS.values(), NOTIFY_PASSWORD]
+        return [*SECRETS.values(), NOTIFY_PASSWORD, *IN_FILES.values()]
 
 
 def _config(
@@ -84,7 +90,7 @@ def _config(
     env_table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in hostile_env.items())
     config = root / "etc" / "pipeline.toml"
     config.parent.mkdir()
-    config.write_text(f"""
+    config.write_text(f"""# {IN_FILES["config"]}
 database_url = {json.dumps(database_url)}
 volume = {json.dumps(str(volume))}
 poll_interval_s = 0.5
@@ -123,21 +129,25 @@ token_env = "AFK_E2E_PUSH_TOKEN"
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def world(
-    request: pytest.FixtureRequest, tmp_path: Path, cli_env: dict[str, str]
+    request: pytest.FixtureRequest, tmp_path: Path, host_dir: Path, cli_env: dict[str, str]
 ) -> Iterator[World]:
-    """The world above, on each engine; the daemon is not started yet."""
+    """The world above, on each engine; the daemon is not started yet. The daemon's places
+    are on the host's disk (``host_dir``): under /tmp, which every sandbox replaces, the
+    agent would find nothing there to read or write whether or not the daemon hides them."""
     if request.param == "sqlite":
-        database_url = f"sqlite:///{tmp_path / 'db' / 'history.db'}"
-        (tmp_path / "db").mkdir()
+        database_url = f"sqlite:///{host_dir / 'db' / 'history.db'}"
+        (host_dir / "db").mkdir()
     else:
         database_url = request.getfixturevalue("postgres_url")
     srv = tmp_path / "srv"
     srv.mkdir()
     make_remote(srv, {"README.md": "app\n"}, name="app")
-    (tmp_path / "markers").mkdir()
-    other = tmp_path / "volume" / "repos" / "gh" / "acme" / "other" / "checkout"
+    (host_dir / "markers").mkdir()
+    other = host_dir / "volume" / "repos" / "gh" / "acme" / "other" / "checkout"
     other.mkdir(parents=True)
-    (other / "README.md").write_text("another repository\n")
+    (other / "README.md").write_text(f"another repository {IN_FILES['other']}\n")
+    (host_dir / "home").mkdir()
+    (host_dir / "home" / "notes.txt").write_text(IN_FILES["home"])
     forge = FakeGitHub(token=SECRETS["AFK_E2E_FORGE_TOKEN"])
     forge.add_repo(SLUG)
     forge.set_permission(SLUG, "alice", "write")
@@ -152,19 +162,20 @@ def world(
     ):
         env = {
             **cli_env,
+            "HOME": str(host_dir / "home"),  # the daemon's HOME, among what the agent looks at
             **SECRETS,
             "AFK_E2E_NOTIFY_URLS": f"json://afk:{NOTIFY_PASSWORD}@127.0.0.1:{notified.port}/notify",
         }
         port = free_port()
         config = _config(
-            tmp_path, database_url, git_server, forge, (capture, forbidden, notified), port
+            host_dir, database_url, git_server, forge, (capture, forbidden, notified), port
         )
         yield World(
-            tmp_path,
+            host_dir,
             Cli(config, env),
             database_url,
             srv / "app.git",
-            tmp_path / "markers",
+            host_dir / "markers",
             other,
             capture,
             forbidden,

@@ -7,11 +7,9 @@ prepared worktree, and checks the outcome from outside.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -39,28 +37,29 @@ SENTINEL = "sandbox-sentinel-7f3a91"
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    """A daemon's settings whose config, database and secret file live in tmp_path."""
-    config = tmp_path / "etc" / "pipeline.toml"
+def settings(host_dir: Path) -> Settings:
+    """A daemon's settings whose config, database, secret file and volume live on the
+    host's disk (``host_dir``), where only the daemon's hiding keeps them out of sight."""
+    config = host_dir / "etc" / "pipeline.toml"
     config.parent.mkdir()
     config.write_text("# config\n")
-    secret = tmp_path / "etc" / "token"
+    secret = host_dir / "etc" / "token"
     secret.write_text(SENTINEL)
-    (tmp_path / "volume").mkdir()
+    (host_dir / "volume").mkdir()
     return Settings(
-        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
-        volume=tmp_path / "volume",
+        database_url=f"sqlite:///{host_dir / 'db' / 'history.db'}",
+        volume=host_dir / "volume",
         source=config,
         sandbox=SandboxSettings(allow_hosts=()),
     )
 
 
 @pytest.fixture
-def sandbox(settings: Settings, tmp_path: Path) -> BwrapSandbox:
+def sandbox(settings: Settings, host_dir: Path) -> BwrapSandbox:
     """The real bwrap sandbox built the way the daemon builds it."""
-    (tmp_path / "db").mkdir()
-    (tmp_path / "db" / "history.db").write_text(SENTINEL)
-    built = build_sandbox(settings, [SecretRef(file=tmp_path / "etc" / "token")])
+    (host_dir / "db").mkdir()
+    (host_dir / "db" / "history.db").write_text(SENTINEL)
+    built = build_sandbox(settings, [SecretRef(file=host_dir / "etc" / "token")])
     assert isinstance(built, BwrapSandbox)
     return built
 
@@ -418,20 +417,12 @@ def test_coverage_of_the_daemon_does_not_reach_into_the_sandbox(
     assert list(data.iterdir()) == []
 
 
-@pytest.fixture
-def key_dir() -> Iterator[Path]:
-    """A directory outside /tmp (which every sandbox replaces): the host's disk."""
-    path = Path(tempfile.mkdtemp(prefix=".afk-sandbox-key-", dir=Path(__file__).parent))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def test_a_git_crypt_key_named_by_environment_is_hidden(
-    tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, host_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A repo's git-crypt key given as a path in an environment variable is as hidden as
     one given as ``git_crypt_key_file``: another repo's agent cannot decrypt that repo."""
-    key = key_dir / "vault.key"
+    key = host_dir / "vault.key"
     key.write_text(SENTINEL)
     monkeypatch.setenv("VAULT_GIT_CRYPT_KEY", str(key))
     (tmp_path / "volume").mkdir()
@@ -496,12 +487,12 @@ def test_a_repo_whose_slug_differs_only_in_nesting_sees_nothing_of_the_other(
     assert SENTINEL not in out
 
 
-def test_a_file_named_in_hidden_paths_is_hidden(tmp_path: Path, key_dir: Path) -> None:
+def test_a_file_named_in_hidden_paths_is_hidden(tmp_path: Path, host_dir: Path) -> None:
     """``[sandbox] hidden_paths`` hides a file the operator names (an environment file
     of secrets beside other things), not only directories."""
-    secrets = key_dir / "secrets.env"
+    secrets = host_dir / "secrets.env"
     secrets.write_text(f"GITHUB_TOKEN={SENTINEL}\n")
-    (key_dir / "visible.txt").write_text("visible\n")
+    (host_dir / "visible.txt").write_text("visible\n")
     (tmp_path / "volume").mkdir()
     settings = Settings(
         database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
@@ -513,7 +504,7 @@ def test_a_file_named_in_hidden_paths_is_hidden(tmp_path: Path, key_dir: Path) -
     jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
     script = (
         "import pathlib\n"
-        f"for path in ({str(secrets)!r}, {str(key_dir / 'visible.txt')!r}):\n"
+        f"for path in ({str(secrets)!r}, {str(host_dir / 'visible.txt')!r}):\n"
         "    try: print(pathlib.Path(path).read_text())\n"
         "    except OSError as exc: print(path, exc.strerror)\n"
     )
@@ -525,12 +516,12 @@ def test_a_file_named_in_hidden_paths_is_hidden(tmp_path: Path, key_dir: Path) -
 
 
 def test_the_postgresql_password_and_key_files_are_hidden(
-    tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, host_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """libpq's password file and client key, named in the database URL or in the daemon's
     environment, are hidden like a SQLite database: they open the history to whoever
     holds them."""
-    files = {name: key_dir / name / "secret" for name in ("passfile", "sslkey", "env")}
+    files = {name: host_dir / name / "secret" for name in ("passfile", "sslkey", "env")}
     for path in files.values():
         path.parent.mkdir()
         path.write_text(f"db.example:5432:afk:afk:{SENTINEL}\n")
@@ -561,11 +552,11 @@ def test_the_postgresql_password_and_key_files_are_hidden(
 
 
 def test_the_keys_of_the_operators_own_ssh_command_are_hidden(
-    tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, host_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An operator's own ``GIT_SSH_COMMAND`` (kept for the daemon's git when no
     ``push.ssh_key_file`` is set) names its key and config: hidden like that key."""
-    named = {flag: key_dir / flag / "file" for flag in ("i", "o", "F")}
+    named = {flag: host_dir / flag / "file" for flag in ("i", "o", "F")}
     for path in named.values():
         path.parent.mkdir()
         path.write_text(SENTINEL)
