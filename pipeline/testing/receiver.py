@@ -19,6 +19,7 @@ class Received:
     path: str  # with the query string
     headers: dict[str, str]
     body: bytes
+    header_lines: tuple[tuple[str, str], ...] = ()  # every line as sent, repeats too
 
     def json(self) -> object:
         return json.loads(self.body.decode("utf-8"))
@@ -48,7 +49,13 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         with state.changed:
             state.received.append(
-                Received(self.command, self.path, dict(self.headers.items()), body)
+                Received(
+                    self.command,
+                    self.path,
+                    dict(self.headers.items()),
+                    body,
+                    tuple(self.headers.items()),
+                )
             )
             state.changed.notify_all()
         path = self.path.split("?", 1)[0]

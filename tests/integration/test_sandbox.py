@@ -11,11 +11,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +29,7 @@ from pipeline.sandbox import NetworkPolicy, SandboxUnavailable, build_sandbox
 from pipeline.sandbox.bwrap import Layout, find_bwrap, probe
 from pipeline.sandbox.jail import BwrapSandbox, Jail, Jailer
 from pipeline.testing.gitrepos import git, make_remote
+from pipeline.testing.receiver import Receiver
 from pipeline.testing.sinks import RecordingSink
 from pipeline.workspace.workspaces import PreparedWorkspace, Workspaces
 
@@ -325,41 +325,19 @@ def test_the_sandbox_dies_with_the_daemon(tmp_path: Path, sandbox: BwrapSandbox)
     assert _processes_with(marker) == []
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    hits: list[str]
-
-    def do_GET(self) -> None:
-        self.hits.append(self.path)
-        body = b"reached"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def servers() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
+def servers() -> Iterator[tuple[Receiver, Receiver]]:
     """Two loopback HTTP servers: one the policy allows, one it does not."""
-    made = []
-    for _ in range(2):
-        handler = type("Handler", (_Recorder,), {"hits": []})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        made.append(server)
-    yield made[0], made[1]
-    for server in made:
-        server.shutdown()
-        server.server_close()
+    with Receiver() as allowed, Receiver() as forbidden:
+        allowed.route("GET", "/x", b"reached")
+        yield allowed, forbidden
 
 
 def test_allowlist_lets_through_only_listed_hosts(
-    prepared: PreparedWorkspace, servers: tuple[ThreadingHTTPServer, ThreadingHTTPServer]
+    prepared: PreparedWorkspace, servers: tuple[Receiver, Receiver]
 ) -> None:
     """The allowed port answers through the proxy; the other receives nothing, by any route."""
-    allowed, forbidden = (s.server_address[1] for s in servers)
+    allowed, forbidden = (s.port for s in servers)
     policy = NetworkPolicy("allowlist", (f"127.0.0.1:{allowed}",))
     sink = RecordingSink()
     out = run_inside(
@@ -382,8 +360,8 @@ def test_allowlist_lets_through_only_listed_hosts(
     )
     assert f"{allowed} b'reached'" in out
     assert "direct refused" in out and "direct connection made" not in out
-    assert servers[0].RequestHandlerClass.hits == ["/x"]  # type: ignore[attr-defined]
-    assert servers[1].RequestHandlerClass.hits == []  # type: ignore[attr-defined]
+    assert [r.path for r in servers[0].received] == ["/x"]
+    assert servers[1].received == []
     assert any(f"127.0.0.1:{forbidden}" in message for _, message, _ in sink.of_kind("network"))
 
 
@@ -417,6 +395,33 @@ def test_coverage_of_the_daemon_does_not_reach_into_the_sandbox(
     assert list(data.iterdir()) == []
 
 
+def _read_in_sandbox(tmp_path: Path, settings: Settings, paths: list[Path], then: str = "") -> str:
+    """What an agent in a sandbox of ``settings`` prints reading each of ``paths`` (its text,
+    or why not), then running ``then``; the command must succeed."""
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
+    script = (
+        "import pathlib\n"
+        f"for path in {[str(path) for path in paths]!r}:\n"
+        "    try: print(pathlib.Path(path).read_text())\n"
+        "    except OSError as exc: print(path, exc.strerror)\n"
+    ) + then
+    result = jail.run(
+        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
+    )
+    assert result.returncode == 0, result.output_tail
+    return result.output_tail
+
+
+def _lone_settings(tmp_path: Path, **fields: Any) -> Settings:
+    """A daemon with nothing but ``fields`` set, no host allowed, its places under ``tmp_path``."""
+    (tmp_path / "volume").mkdir()
+    fields.setdefault("database_url", f"sqlite:///{tmp_path / 'db' / 'history.db'}")
+    fields.setdefault("sandbox", SandboxSettings(allow_hosts=()))
+    return Settings(volume=tmp_path / "volume", **fields)
+
+
 def test_a_git_crypt_key_named_by_environment_is_hidden(
     tmp_path: Path, host_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -425,7 +430,6 @@ def test_a_git_crypt_key_named_by_environment_is_hidden(
     key = host_dir / "vault.key"
     key.write_text(SENTINEL)
     monkeypatch.setenv("VAULT_GIT_CRYPT_KEY", str(key))
-    (tmp_path / "volume").mkdir()
     vault = RepoSettings(
         name="vault",
         tracker="gh",
@@ -434,20 +438,8 @@ def test_a_git_crypt_key_named_by_environment_is_hidden(
         workspace="clone",
         git_crypt_key=SecretRef(env="VAULT_GIT_CRYPT_KEY"),
     )
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
-        volume=tmp_path / "volume",
-        repos=(vault,),
-        sandbox=SandboxSettings(allow_hosts=()),
-    )
-    work = tmp_path / "work"
-    work.mkdir()
-    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
-    script = f"import pathlib; print(pathlib.Path({str(key)!r}).read_text())"
-    result = jail.run(
-        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
-    )
-    assert SENTINEL not in result.output_tail
+    settings = _lone_settings(tmp_path, repos=(vault,))
+    assert SENTINEL not in _read_in_sandbox(tmp_path, settings, [key])
 
 
 def test_a_repo_whose_slug_differs_only_in_nesting_sees_nothing_of_the_other(
@@ -493,26 +485,12 @@ def test_a_file_named_in_hidden_paths_is_hidden(tmp_path: Path, host_dir: Path) 
     secrets = host_dir / "secrets.env"
     secrets.write_text(f"GITHUB_TOKEN={SENTINEL}\n")
     (host_dir / "visible.txt").write_text("visible\n")
-    (tmp_path / "volume").mkdir()
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
-        volume=tmp_path / "volume",
-        sandbox=SandboxSettings(allow_hosts=(), hidden_paths=(secrets,)),
+    settings = _lone_settings(
+        tmp_path, sandbox=SandboxSettings(allow_hosts=(), hidden_paths=(secrets,))
     )
-    work = tmp_path / "work"
-    work.mkdir()
-    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
-    script = (
-        "import pathlib\n"
-        f"for path in ({str(secrets)!r}, {str(host_dir / 'visible.txt')!r}):\n"
-        "    try: print(pathlib.Path(path).read_text())\n"
-        "    except OSError as exc: print(path, exc.strerror)\n"
-    )
-    result = jail.run(
-        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
-    )
-    assert "visible" in result.output_tail  # the rest of its directory stays
-    assert SENTINEL not in result.output_tail
+    out = _read_in_sandbox(tmp_path, settings, [secrets, host_dir / "visible.txt"])
+    assert "visible" in out  # the rest of its directory stays
+    assert SENTINEL not in out
 
 
 def test_the_postgresql_password_and_key_files_are_hidden(
@@ -526,29 +504,12 @@ def test_the_postgresql_password_and_key_files_are_hidden(
         path.parent.mkdir()
         path.write_text(f"db.example:5432:afk:afk:{SENTINEL}\n")
     monkeypatch.setenv("PGPASSFILE", str(files["env"]))
-    (tmp_path / "volume").mkdir()
     url = (
         f"postgresql://afk@db.example/afk?passfile={files['passfile']}"
         f"&sslmode=verify-full&sslkey={files['sslkey']}"
     )
-    settings = Settings(
-        database_url=url, volume=tmp_path / "volume", sandbox=SandboxSettings(allow_hosts=())
-    )
-    work = tmp_path / "work"
-    work.mkdir()
-    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
-    listed = [str(path) for path in files.values()]
-    script = (
-        "import pathlib\n"
-        f"for path in {listed!r}:\n"
-        "    try: print(pathlib.Path(path).read_text())\n"
-        "    except OSError as exc: print(path, exc.strerror)\n"
-    )
-    result = jail.run(
-        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
-    )
-    assert result.returncode == 0, result.output_tail
-    assert SENTINEL not in result.output_tail
+    settings = _lone_settings(tmp_path, database_url=url)
+    assert SENTINEL not in _read_in_sandbox(tmp_path, settings, list(files.values()))
 
 
 def test_the_keys_of_the_operators_own_ssh_command_are_hidden(
@@ -565,25 +526,6 @@ def test_the_keys_of_the_operators_own_ssh_command_are_hidden(
         f"ssh -i '{named['i']}' -o IdentityFile={named['o']} -F{named['F']} -o BatchMode=yes "
         "-F /dev/null",  # not a key: /dev stays the sandbox's own
     )
-    (tmp_path / "volume").mkdir()
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'db' / 'history.db'}",
-        volume=tmp_path / "volume",
-        sandbox=SandboxSettings(allow_hosts=()),
-    )
-    work = tmp_path / "work"
-    work.mkdir()
-    jail = Jail(build_sandbox(settings), Layout(workdir=work, writable=(work,)), home=work)
-    listed = [str(path) for path in named.values()]
-    script = (
-        "import pathlib\n"
-        f"for path in {listed!r}:\n"
-        "    try: print(pathlib.Path(path).read_text())\n"
-        "    except OSError as exc: print(path, exc.strerror)\n"
-        "open('/dev/null', 'w').write('fine')\n"
-    )
-    result = jail.run(
-        [sys.executable, "-c", script], cwd=work, env=jail.environment(), timeout_s=60
-    )
-    assert result.returncode == 0, result.output_tail
-    assert SENTINEL not in result.output_tail
+    then = "open('/dev/null', 'w').write('fine')\n"
+    out = _read_in_sandbox(tmp_path, _lone_settings(tmp_path), list(named.values()), then)
+    assert SENTINEL not in out
